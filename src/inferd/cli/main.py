@@ -1,0 +1,21 @@
+"""`inferd`: the command group; each verb lives in its own module."""
+
+from __future__ import annotations
+
+import click
+
+from inferd import __version__
+from inferd.cli.serve import serve
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="inferd")
+def cli() -> None:
+    """inferd: serve ONNX models over KServe v2 REST and gRPC, Triton-compatible."""
+
+
+cli.add_command(serve)
+
+
+def main() -> None:
+    cli()

@@ -1,0 +1,97 @@
+"""`inferd serve`: serve a Triton-layout model repository."""
+
+from __future__ import annotations
+
+import click
+
+from inferd.config.server import DEFAULT_MAX_REQUEST_BYTES, LogFormat, ServerSettings
+
+
+@click.command()
+@click.option(
+    "--model-repository",
+    "model_repository",
+    required=True,
+    envvar="INFERD_MODEL_REPOSITORY",
+    type=click.Path(exists=True, file_okay=False),
+    help="Folder in Triton's layout: <repo>/<model>/config.pbtxt and <repo>/<model>/<version>/model.onnx.",
+)
+@click.option(
+    "--host",
+    default="0.0.0.0",
+    show_default=True,
+    envvar="INFERD_HOST",
+    help="Address that the HTTP, gRPC and metrics listeners bind to.",
+)
+@click.option(
+    "--http-port",
+    default=8000,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    envvar="INFERD_HTTP_PORT",
+    help="KServe v2 REST port (JSON and binary tensors).",
+)
+@click.option(
+    "--grpc-port",
+    default=8001,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    envvar="INFERD_GRPC_PORT",
+    help="KServe v2 gRPC port (inference.GRPCInferenceService).",
+)
+@click.option(
+    "--metrics-port",
+    default=8002,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    envvar="INFERD_METRICS_PORT",
+    help="Prometheus metrics port, served at /metrics.",
+)
+@click.option(
+    "--log-format",
+    default="json",
+    show_default=True,
+    type=click.Choice([f.value for f in LogFormat]),
+    envvar="INFERD_LOG_FORMAT",
+    help="json: one JSON object per line, with request ids; text: for humans.",
+)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    envvar="INFERD_LOG_LEVEL",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    help="Least severe log level written.",
+)
+@click.option(
+    "--max-request-bytes",
+    default=DEFAULT_MAX_REQUEST_BYTES,
+    show_default=True,
+    type=click.IntRange(min=1),
+    envvar="INFERD_MAX_REQUEST_BYTES",
+    help="Largest HTTP request body or gRPC message accepted; larger ones get 413 / RESOURCE_EXHAUSTED.",
+)
+@click.option(
+    "--strict-readiness/--no-strict-readiness",
+    default=False,
+    show_default=True,
+    envvar="INFERD_STRICT_READINESS",
+    help="Report /v2/health/ready only when every model is ready (else: once startup loading is done).",
+)
+@click.option(
+    "--shutdown-timeout",
+    "shutdown_timeout_s",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    envvar="INFERD_SHUTDOWN_TIMEOUT",
+    help="Seconds SIGTERM waits for in-flight requests before closing.",
+)
+def serve(**options: object) -> None:
+    """Serve the models of a model repository over KServe v2 REST and gRPC.
+
+    Every flag can also be set by the INFERD_* environment variable named in its help.
+    """
+    from inferd.server.app import run
+
+    run(ServerSettings.model_validate(options))

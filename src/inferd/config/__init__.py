@@ -1,0 +1,1 @@
+"""Model and server configuration: inferd's own types, parsed at the edge."""

@@ -1,0 +1,321 @@
+"""config.pbtxt → `ModelConfig`, and completion of a partial config from the model file's signature.
+
+The text is parsed by protobuf's text_format into Triton's own compiled ModelConfig message (shipped
+by tritonclient), so every valid Triton config parses and every typo is reported with its line and
+column. Fields outside inferd's subset are listed in `ModelConfig.ignored_fields`, never misread.
+This module is the only place where config files are read and where protobuf meets the config layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from inferd.config.model import (
+    DynamicBatchingConfig,
+    InstanceGroup,
+    InstanceKind,
+    ModelConfig,
+    ModelSignature,
+    QueuePolicy,
+    TensorConfig,
+    TensorSpec,
+    VersionPolicy,
+    VersionPolicyKind,
+    WarmupDataKind,
+    WarmupInput,
+    WarmupSample,
+)
+from inferd.errors import ModelConfigError
+from inferd.types import DataType
+
+CONFIG_FILE_NAME = "config.pbtxt"
+ONNX_PLATFORM = "onnxruntime_onnx"
+ONNX_BACKEND = "onnxruntime"
+# Triton's --backend-config=default-max-batch-size: what an auto-completed batching model gets.
+DEFAULT_MAX_BATCH_SIZE = 4
+
+# Triton's TYPE_* names → v2 datatypes. TYPE_STRING is the BYTES tensor.
+_DATATYPES_BY_CONFIG_NAME = {
+    "TYPE_BOOL": DataType.BOOL,
+    "TYPE_UINT8": DataType.UINT8,
+    "TYPE_UINT16": DataType.UINT16,
+    "TYPE_UINT32": DataType.UINT32,
+    "TYPE_UINT64": DataType.UINT64,
+    "TYPE_INT8": DataType.INT8,
+    "TYPE_INT16": DataType.INT16,
+    "TYPE_INT32": DataType.INT32,
+    "TYPE_INT64": DataType.INT64,
+    "TYPE_FP16": DataType.FP16,
+    "TYPE_FP32": DataType.FP32,
+    "TYPE_FP64": DataType.FP64,
+    "TYPE_STRING": DataType.BYTES,
+}
+CONFIG_NAMES_BY_DATATYPE = {dt: name for name, dt in _DATATYPES_BY_CONFIG_NAME.items()}
+
+# The fields inferd acts on, per message type; anything else that is set is reported as ignored.
+_SUPPORTED_FIELDS: dict[str, frozenset[str]] = {
+    "ModelConfig": frozenset(
+        {
+            "name",
+            "platform",
+            "backend",
+            "default_model_filename",
+            "max_batch_size",
+            "input",
+            "output",
+            "dynamic_batching",
+            "instance_group",
+            "version_policy",
+            "model_warmup",
+            "parameters",
+        }
+    ),
+    "ModelInput": frozenset({"name", "data_type", "dims", "reshape", "optional"}),
+    "ModelOutput": frozenset({"name", "data_type", "dims", "reshape"}),
+    "ModelInstanceGroup": frozenset({"name", "count", "kind", "gpus"}),
+    "ModelDynamicBatching": frozenset(
+        {
+            "max_queue_delay_microseconds",
+            "preferred_batch_size",
+            "preserve_ordering",
+            "default_queue_policy",
+            "priority_levels",
+            "default_priority_level",
+        }
+    ),
+}
+
+
+def read_model_config(model_dir: Path) -> ModelConfig:
+    """The model's config.pbtxt, or an empty config named after the folder when there is none."""
+    path = model_dir / CONFIG_FILE_NAME
+    if not path.is_file():
+        return ModelConfig(name=model_dir.name)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelConfigError(f"cannot read {path}: {exc}") from exc
+    return parse_model_config(text, model_name=model_dir.name, source=str(path))
+
+
+def parse_model_config(text: str, *, model_name: str, source: str = CONFIG_FILE_NAME) -> ModelConfig:
+    # Imported here: tritonclient's package import also pulls in grpc, which config must not cost.
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    message = pb.ModelConfig()
+    try:
+        text_format.Parse(text, message)
+    except text_format.ParseError as exc:
+        raise ModelConfigError(f"{source}: {exc}") from exc
+    if message.name and message.name != model_name:
+        raise ModelConfigError(f"{source}: name '{message.name}' differs from the model's folder name '{model_name}'")
+    return ModelConfig(
+        name=model_name,
+        platform=message.platform,
+        backend=message.backend,
+        default_model_filename=message.default_model_filename,
+        max_batch_size=_non_negative(message.max_batch_size, "max_batch_size", source),
+        inputs=tuple(_tensor(t, pb, source, is_input=True) for t in message.input),
+        outputs=tuple(_tensor(t, pb, source, is_input=False) for t in message.output),
+        instance_groups=tuple(_instance_group(g, pb, source) for g in message.instance_group),
+        version_policy=_version_policy(message, source),
+        dynamic_batching=_dynamic_batching(message, pb) if message.HasField("dynamic_batching") else None,
+        warmup=tuple(_warmup(w, pb, source) for w in message.model_warmup),
+        parameters={key: value.string_value for key, value in message.parameters.items()},
+        ignored_fields=tuple(_ignored_fields(message)),
+    )
+
+
+def complete_config(config: ModelConfig, signature: ModelSignature) -> ModelConfig:
+    """Fill what config.pbtxt left out from the model file, and check what it did say against it.
+
+    Like Triton's auto-complete: missing inputs/outputs come from the file; a model given no inputs
+    and no batch size whose every tensor has a dynamic first dimension batches up to
+    DEFAULT_MAX_BATCH_SIZE.
+    """
+    max_batch_size = config.max_batch_size
+    if max_batch_size == 0 and not config.inputs and _all_batchable(signature):
+        max_batch_size = DEFAULT_MAX_BATCH_SIZE
+    strip_batch = max_batch_size > 0
+    inputs = config.inputs or tuple(_from_spec(s, strip_batch) for s in signature.inputs)
+    outputs = config.outputs or tuple(_from_spec(s, strip_batch) for s in signature.outputs)
+    completed = dataclasses.replace(
+        config,
+        platform=config.platform or ONNX_PLATFORM,
+        backend=config.backend or ONNX_BACKEND,
+        max_batch_size=max_batch_size,
+        inputs=inputs,
+        outputs=outputs,
+        instance_groups=config.instance_groups or (InstanceGroup(),),
+    )
+    _check_against_signature(completed, completed.inputs, signature.inputs, "input")
+    _check_against_signature(completed, completed.outputs, signature.outputs, "output")
+    return completed
+
+
+def _all_batchable(signature: ModelSignature) -> bool:
+    tensors = (*signature.inputs, *signature.outputs)
+    return bool(tensors) and all(len(t.shape) > 0 and t.shape[0] < 0 for t in tensors)
+
+
+def _from_spec(spec: TensorSpec, strip_batch: bool) -> TensorConfig:
+    dims = spec.shape[1:] if strip_batch else spec.shape
+    return TensorConfig(name=spec.name, datatype=spec.datatype, dims=dims)
+
+
+def _check_against_signature(
+    config: ModelConfig, tensors: tuple[TensorConfig, ...], specs: tuple[TensorSpec, ...], kind: str
+) -> None:
+    by_name = {s.name: s for s in specs}
+    for tensor in tensors:
+        spec = by_name.get(tensor.name)
+        if spec is None:
+            raise ModelConfigError(
+                f"config {kind} '{tensor.name}' is not in the model file, whose {kind}s are {sorted(by_name)}"
+            )
+        if spec.datatype is not tensor.datatype:
+            raise ModelConfigError(
+                f"config {kind} '{tensor.name}' has data_type {CONFIG_NAMES_BY_DATATYPE[tensor.datatype]} "
+                f"but the model file has {CONFIG_NAMES_BY_DATATYPE[spec.datatype]}"
+            )
+        runtime_dims = tensor.reshape if tensor.reshape is not None else tensor.dims
+        expected = (-1, *runtime_dims) if config.max_batch_size > 0 else runtime_dims
+        if not _shapes_compatible(expected, spec.shape):
+            batch_note = (
+                " (with max_batch_size > 0 the model file's first dimension must be the batch dimension)"
+                if config.max_batch_size > 0
+                else ""
+            )
+            raise ModelConfigError(
+                f"config {kind} '{tensor.name}' has shape {list(expected)} but the model file has "
+                f"{list(spec.shape)}{batch_note}"
+            )
+
+
+def _shapes_compatible(config_shape: tuple[int, ...], file_shape: tuple[int, ...]) -> bool:
+    if len(config_shape) != len(file_shape):
+        return False
+    return all(c == f or c < 0 or f < 0 for c, f in zip(config_shape, file_shape, strict=True))
+
+
+def _non_negative(value: int, field_name: str, source: str) -> int:
+    if value < 0:
+        raise ModelConfigError(f"{source}: {field_name} must be >= 0, got {value}")
+    return int(value)
+
+
+def _datatype(enum_value: int, pb: Any, where: str) -> DataType:
+    name = pb.DataType.Name(enum_value)
+    try:
+        return _DATATYPES_BY_CONFIG_NAME[name]
+    except KeyError:
+        raise ModelConfigError(f"{where}: data_type {name} is not supported") from None
+
+
+def _tensor(message: Any, pb: Any, source: str, *, is_input: bool) -> TensorConfig:
+    where = f"{source}: {'input' if is_input else 'output'} '{message.name}'"
+    if not message.name:
+        raise ModelConfigError(f"{source}: an {'input' if is_input else 'output'} has no name")
+    dims = tuple(int(d) for d in message.dims)
+    if any(d < -1 or d == 0 for d in dims):
+        raise ModelConfigError(f"{where}: dims {list(dims)} may hold only positive sizes or -1")
+    reshape = tuple(int(d) for d in message.reshape.shape) if message.HasField("reshape") else None
+    return TensorConfig(
+        name=message.name,
+        datatype=_datatype(message.data_type, pb, where),
+        dims=dims,
+        reshape=reshape,
+        optional=bool(getattr(message, "optional", False)),
+    )
+
+
+def _instance_group(message: Any, pb: Any, source: str) -> InstanceGroup:
+    kind = InstanceKind(pb.ModelInstanceGroup.Kind.Name(message.kind))
+    count = message.count if message.count > 0 else 1
+    return InstanceGroup(count=count, kind=kind, gpus=tuple(int(g) for g in message.gpus))
+
+
+def _version_policy(message: Any, source: str) -> VersionPolicy:
+    if not message.HasField("version_policy"):
+        return VersionPolicy()
+    policy = message.version_policy
+    which = policy.WhichOneof("policy_choice")
+    if which == "all":
+        return VersionPolicy(kind=VersionPolicyKind.ALL)
+    if which == "specific":
+        versions = tuple(int(v) for v in policy.specific.versions)
+        if not versions:
+            raise ModelConfigError(f"{source}: version_policy specific lists no versions")
+        return VersionPolicy(kind=VersionPolicyKind.SPECIFIC, versions=versions)
+    num_versions = policy.latest.num_versions if which == "latest" else 1
+    if num_versions < 1:
+        raise ModelConfigError(f"{source}: version_policy latest num_versions must be >= 1")
+    return VersionPolicy(kind=VersionPolicyKind.LATEST, latest_n=int(num_versions))
+
+
+def _dynamic_batching(message: Any, pb: Any) -> DynamicBatchingConfig:
+    batching = message.dynamic_batching
+    queue = batching.default_queue_policy
+    return DynamicBatchingConfig(
+        max_queue_delay_us=int(batching.max_queue_delay_microseconds),
+        preferred_batch_sizes=tuple(int(s) for s in batching.preferred_batch_size),
+        preserve_ordering=bool(batching.preserve_ordering),
+        priority_levels=int(batching.priority_levels),
+        default_priority_level=int(batching.default_priority_level),
+        default_queue_policy=QueuePolicy(
+            max_queue_size=int(queue.max_queue_size),
+            default_timeout_us=int(queue.default_timeout_microseconds),
+            timeout_action_reject=queue.timeout_action == pb.ModelQueuePolicy.REJECT,
+            allow_timeout_override=bool(queue.allow_timeout_override),
+        ),
+    )
+
+
+def _warmup(message: Any, pb: Any, source: str) -> WarmupSample:
+    inputs: dict[str, WarmupInput] = {}
+    for name, item in message.inputs.items():
+        where = f"{source}: model_warmup '{message.name}' input '{name}'"
+        which = item.WhichOneof("input_data_type")
+        kind = {
+            "zero_data": WarmupDataKind.ZERO,
+            "random_data": WarmupDataKind.RANDOM,
+            "input_data_file": WarmupDataKind.FILE,
+        }.get(which or "")
+        if kind is None:
+            raise ModelConfigError(f"{where}: needs zero_data, random_data or input_data_file")
+        inputs[name] = WarmupInput(
+            datatype=_datatype(item.data_type, pb, where),
+            dims=tuple(int(d) for d in item.dims),
+            kind=kind,
+            file_name=item.input_data_file if kind is WarmupDataKind.FILE else "",
+        )
+    return WarmupSample(
+        name=message.name, batch_size=int(message.batch_size), inputs=inputs, count=max(1, int(message.count))
+    )
+
+
+def is_repeated(descriptor: Any) -> bool:
+    """protobuf >= 6.31 deprecates `label` for `is_repeated`; support both."""
+    if hasattr(descriptor, "is_repeated"):
+        return bool(descriptor.is_repeated)
+    return bool(descriptor.label == descriptor.LABEL_REPEATED)
+
+
+def _ignored_fields(message: Any, prefix: str = "") -> Iterator[str]:
+    supported = _SUPPORTED_FIELDS.get(message.DESCRIPTOR.name)
+    if supported is None:
+        return
+    for descriptor, value in message.ListFields():
+        path = f"{prefix}{descriptor.name}"
+        if descriptor.name not in supported:
+            yield path
+        elif descriptor.message_type is not None and descriptor.message_type.name in _SUPPORTED_FIELDS:
+            if is_repeated(descriptor):
+                for index, item in enumerate(value):
+                    yield from _ignored_fields(item, f"{path}[{index}].")
+            else:
+                yield from _ignored_fields(value, f"{path}.")

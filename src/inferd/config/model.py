@@ -1,0 +1,151 @@
+"""A model's configuration: the subset of Triton's ModelConfig that inferd acts on, as frozen types.
+
+`config.loader` builds these from config.pbtxt; nothing else in inferd sees protobuf.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from inferd.types import DataType
+
+
+@dataclass(frozen=True, slots=True)
+class TensorConfig:
+    name: str
+    datatype: DataType
+    # Dimensions without the batch dimension when the model batches; -1 means any size.
+    dims: tuple[int, ...]
+    # The shape the runtime receives instead of `dims` (Triton's `reshape`), None when equal.
+    reshape: tuple[int, ...] | None = None
+    optional: bool = False
+
+
+class InstanceKind(enum.Enum):
+    AUTO = "KIND_AUTO"
+    CPU = "KIND_CPU"
+    GPU = "KIND_GPU"
+    MODEL = "KIND_MODEL"
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceGroup:
+    count: int = 1
+    kind: InstanceKind = InstanceKind.AUTO
+    gpus: tuple[int, ...] = ()
+
+
+class VersionPolicyKind(enum.Enum):
+    LATEST = "latest"
+    ALL = "all"
+    SPECIFIC = "specific"
+
+
+@dataclass(frozen=True, slots=True)
+class VersionPolicy:
+    kind: VersionPolicyKind = VersionPolicyKind.LATEST
+    # With LATEST: how many of the highest versions to serve (Triton's default is 1).
+    latest_n: int = 1
+    # With SPECIFIC: exactly these versions.
+    versions: tuple[int, ...] = ()
+
+    def select(self, available: list[int]) -> list[int]:
+        """The versions to load out of those present on storage, ascending."""
+        ordered = sorted(set(available))
+        if self.kind is VersionPolicyKind.ALL:
+            return ordered
+        if self.kind is VersionPolicyKind.SPECIFIC:
+            return [v for v in ordered if v in self.versions]
+        return ordered[-self.latest_n :] if self.latest_n > 0 else []
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    max_queue_size: int = 0
+    """Requests waiting at most; 0 means unbounded (Triton's default)."""
+    default_timeout_us: int = 0
+    """Queue timeout in microseconds; 0 means none."""
+    timeout_action_reject: bool = True
+    allow_timeout_override: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DynamicBatchingConfig:
+    max_queue_delay_us: int = 0
+    """How long the batcher may hold a request waiting for company, in microseconds (default 0)."""
+    preferred_batch_sizes: tuple[int, ...] = ()
+    preserve_ordering: bool = False
+    priority_levels: int = 0
+    default_priority_level: int = 0
+    default_queue_policy: QueuePolicy = field(default_factory=QueuePolicy)
+
+
+class WarmupDataKind(enum.Enum):
+    ZERO = "zero"
+    RANDOM = "random"
+    FILE = "file"
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupInput:
+    datatype: DataType
+    dims: tuple[int, ...]
+    kind: WarmupDataKind
+    # With FILE: the file's name under the model's `warmup/` folder.
+    file_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupSample:
+    name: str
+    batch_size: int
+    inputs: Mapping[str, WarmupInput]
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    name: str
+    platform: str = ""
+    backend: str = ""
+    default_model_filename: str = ""
+    max_batch_size: int = 0
+    """Largest batch the model accepts; 0 means the model does not batch (shapes are the dims as-is)."""
+    inputs: tuple[TensorConfig, ...] = ()
+    outputs: tuple[TensorConfig, ...] = ()
+    instance_groups: tuple[InstanceGroup, ...] = ()
+    version_policy: VersionPolicy = field(default_factory=VersionPolicy)
+    dynamic_batching: DynamicBatchingConfig | None = None
+    warmup: tuple[WarmupSample, ...] = ()
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    # Fields present in config.pbtxt that inferd does not act on, reported at load.
+    ignored_fields: tuple[str, ...] = ()
+
+    def input(self, name: str) -> TensorConfig | None:
+        return next((t for t in self.inputs if t.name == name), None)
+
+    def output(self, name: str) -> TensorConfig | None:
+        return next((t for t in self.outputs if t.name == name), None)
+
+    def full_shape(self, tensor: TensorConfig) -> tuple[int, ...]:
+        """The shape a client sees, with -1 for the batch dimension when the model batches."""
+        return (-1, *tensor.dims) if self.max_batch_size > 0 else tensor.dims
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """A tensor as a model file declares it: the full shape, -1 (or a symbolic name) for any size."""
+
+    name: str
+    datatype: DataType
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSignature:
+    """What a runtime reads from the model file; completes a missing or partial config."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]

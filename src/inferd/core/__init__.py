@@ -1,0 +1,1 @@
+"""The serving core: repository, registry, model handles, execution and the service facade."""

@@ -1,0 +1,93 @@
+"""`InferenceService`: the one facade every transport calls. Transports decode, call, encode."""
+
+from __future__ import annotations
+
+import time
+
+from inferd import __version__
+from inferd.config.model import ModelConfig, TensorConfig
+from inferd.core.metrics import Metrics, NoMetrics
+from inferd.core.registry import ModelRegistry, ModelState
+from inferd.errors import InferdError, ModelNotReadyError
+from inferd.types import InferRequest, InferResponse, ModelMetadata, ServerMetadata, TensorMetadata
+
+SERVER_NAME = "inferd"
+# Triton's extension names, so clients that probe for them find what inferd implements.
+EXTENSIONS = ("binary_tensor_data", "model_configuration")
+
+
+class InferenceService:
+    def __init__(
+        self, registry: ModelRegistry, *, strict_readiness: bool = False, metrics: Metrics | None = None
+    ) -> None:
+        self._registry = registry
+        self._metrics = metrics or NoMetrics()
+        self._strict_readiness = strict_readiness
+        self.shutting_down = False
+
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        if self.shutting_down or not self._registry.startup_complete:
+            return False
+        return self._registry.all_ready() if self._strict_readiness else True
+
+    def server_metadata(self) -> ServerMetadata:
+        return ServerMetadata(name=SERVER_NAME, version=__version__, extensions=EXTENSIONS)
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        """Raises NotFoundError for unknown models/versions; False when known but not ready."""
+        try:
+            self._registry.handle(name, version)
+        except ModelNotReadyError:
+            return False
+        return True
+
+    def model_config(self, name: str, version: str = "") -> ModelConfig:
+        return self._registry.handle(name, version).config
+
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        handle = self._registry.handle(name, version)
+        record = self._registry.record(name)
+        config = handle.config
+        versions = (str(handle.version),) if version else tuple(str(v) for v in record.ready_versions())
+        return ModelMetadata(
+            name=name,
+            versions=versions,
+            platform=config.platform,
+            inputs=tuple(_tensor_metadata(config, t) for t in config.inputs),
+            outputs=tuple(_tensor_metadata(config, t) for t in config.outputs),
+        )
+
+    def model_state(self, name: str) -> tuple[ModelState, str]:
+        record = self._registry.record(name)
+        return record.state, record.reason
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        started = time.perf_counter()
+        version = request.model_version
+        try:
+            handle = self._registry.handle(request.model_name, request.model_version)
+            version = str(handle.version)
+            response = await handle.infer(request)
+        except InferdError as exc:
+            exc.request_id = exc.request_id or request.request_id
+            self._metrics.request_finished(request.model_name, version, exc.code.value, time.perf_counter() - started)
+            raise
+        self._metrics.request_finished(request.model_name, version, "success", time.perf_counter() - started)
+        return response
+
+    def model_states(self) -> list[tuple[str, str, ModelState]]:
+        """(model, version, state) for every known version; a model with none reports version ""."""
+        states = []
+        for record in self._registry.records():
+            if not record.versions:
+                states.append((record.name, "", record.state))
+            for version, version_record in sorted(record.versions.items()):
+                states.append((record.name, str(version), version_record.state))
+        return states
+
+
+def _tensor_metadata(config: ModelConfig, tensor: TensorConfig) -> TensorMetadata:
+    return TensorMetadata(name=tensor.name, datatype=tensor.datatype.value, shape=config.full_shape(tensor))

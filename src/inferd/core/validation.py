@@ -1,0 +1,146 @@
+"""Checks a request against its model's config and shapes the inputs for the runtime.
+
+Runs before any execution, so every mistake in a request is reported with the tensor's name and
+what was expected, and the runtime only ever sees inputs of the declared names, types and shapes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from inferd.config.model import ModelConfig, TensorConfig
+from inferd.errors import (
+    BatchSizeError,
+    DatatypeMismatchError,
+    MalformedRequestError,
+    MissingInputError,
+    ShapeMismatchError,
+    UnknownTensorError,
+)
+from inferd.types import InferRequest, Tensor
+
+
+def prepare_inputs(config: ModelConfig, request: InferRequest) -> tuple[dict[str, np.ndarray[Any, Any]], int]:
+    """The runtime's feeds (reshaped where the config says so) and the batch size (1 if unbatched)."""
+    feeds: dict[str, np.ndarray[Any, Any]] = {}
+    batch_size: int | None = None
+    batch_source = ""
+    for tensor in request.inputs:
+        if tensor.name in feeds:
+            raise MalformedRequestError(f"input '{tensor.name}' appears more than once", tensor=tensor.name)
+        spec = config.input(tensor.name)
+        if spec is None:
+            raise UnknownTensorError(
+                f"model '{config.name}' has no input '{tensor.name}'; its inputs are {[t.name for t in config.inputs]}",
+                tensor=tensor.name,
+            )
+        _check_datatype(config, spec, tensor)
+        tensor_batch = _check_shape(config, spec, tensor)
+        if batch_size is None:
+            batch_size, batch_source = tensor_batch, tensor.name
+        elif tensor_batch != batch_size:
+            raise BatchSizeError(
+                f"input '{tensor.name}' has batch size {tensor_batch} but input '{batch_source}' has "
+                f"{batch_size}; all inputs of one request must share the batch dimension",
+                tensor=tensor.name,
+                expected=str(batch_size),
+                actual=str(tensor_batch),
+            )
+        feeds[tensor.name] = _reshaped(config, spec, tensor, tensor_batch)
+    missing = [t.name for t in config.inputs if not t.optional and t.name not in feeds]
+    if missing:
+        raise MissingInputError(
+            f"model '{config.name}' needs input(s) {missing}, which the request does not carry",
+            tensor=missing[0],
+        )
+    return feeds, batch_size or 1
+
+
+def output_names(config: ModelConfig, request: InferRequest) -> list[str]:
+    """The outputs to compute: the requested ones (checked), else all of the model's."""
+    if not request.outputs:
+        return [t.name for t in config.outputs]
+    names = []
+    for requested in request.outputs:
+        if config.output(requested.name) is None:
+            raise UnknownTensorError(
+                f"model '{config.name}' has no output '{requested.name}'; its outputs are "
+                f"{[t.name for t in config.outputs]}",
+                tensor=requested.name,
+            )
+        names.append(requested.name)
+    return names
+
+
+def _check_datatype(config: ModelConfig, spec: TensorConfig, tensor: Tensor) -> None:
+    if tensor.datatype is not spec.datatype:
+        raise DatatypeMismatchError(
+            f"input '{tensor.name}' of model '{config.name}' has datatype {tensor.datatype.value}, "
+            f"expected {spec.datatype.value}",
+            tensor=tensor.name,
+            expected=spec.datatype.value,
+            actual=tensor.datatype.value,
+        )
+
+
+def _check_shape(config: ModelConfig, spec: TensorConfig, tensor: Tensor) -> int:
+    """The tensor's batch size, after checking its shape against the config."""
+    expected = list(config.full_shape(spec))
+    shape = tensor.shape
+    if config.max_batch_size == 0:
+        if not _dims_match(shape, spec.dims):
+            raise _shape_error(config, tensor, expected, "")
+        return 1
+    if len(shape) == len(spec.dims) and _dims_match(shape, spec.dims):
+        raise BatchSizeError(
+            f"input '{tensor.name}' has shape {list(shape)}, which lacks the batch dimension: model "
+            f"'{config.name}' batches (max_batch_size {config.max_batch_size}), so the shape must be "
+            f"{expected} with the batch size first, e.g. {[1, *shape]}",
+            tensor=tensor.name,
+            expected=str(expected),
+            actual=str(list(shape)),
+        )
+    if len(shape) != len(spec.dims) + 1 or not _dims_match(shape[1:], spec.dims):
+        raise _shape_error(config, tensor, expected, " (the first dimension is the batch size)")
+    batch = shape[0]
+    if batch < 1 or batch > config.max_batch_size:
+        raise BatchSizeError(
+            f"input '{tensor.name}' has batch size {batch} (the first dimension of shape {list(shape)}), "
+            f"but model '{config.name}' accepts 1 to max_batch_size {config.max_batch_size}",
+            tensor=tensor.name,
+            expected=f"1..{config.max_batch_size}",
+            actual=str(batch),
+        )
+    return batch
+
+
+def _dims_match(actual: tuple[int, ...], declared: tuple[int, ...]) -> bool:
+    return len(actual) == len(declared) and all(d == -1 or a == d for a, d in zip(actual, declared, strict=True))
+
+
+def _shape_error(config: ModelConfig, tensor: Tensor, expected: list[int], note: str) -> ShapeMismatchError:
+    return ShapeMismatchError(
+        f"input '{tensor.name}' of model '{config.name}' has shape {list(tensor.shape)}, expected "
+        f"{expected}{note}; -1 means any size",
+        tensor=tensor.name,
+        expected=str(expected),
+        actual=str(list(tensor.shape)),
+    )
+
+
+def _reshaped(config: ModelConfig, spec: TensorConfig, tensor: Tensor, batch: int) -> np.ndarray[Any, Any]:
+    if spec.reshape is None:
+        return tensor.data
+    target = (batch, *spec.reshape) if config.max_batch_size > 0 else spec.reshape
+    try:
+        return tensor.data.reshape(target)
+    except ValueError:
+        raise ShapeMismatchError(
+            f"input '{tensor.name}' of shape {list(tensor.shape)} cannot be reshaped to {list(target)} "
+            "as the model's config asks",
+            tensor=tensor.name,
+            expected=str(list(target)),
+            actual=str(list(tensor.shape)),
+        ) from None

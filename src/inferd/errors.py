@@ -1,0 +1,154 @@
+"""The error tree. Each error carries a stable `ErrorCode`; `protocol.status` maps codes to HTTP and
+gRPC statuses in exactly two tables, so no layer below the wire knows about status numbers.
+
+    InferdError
+    ├── InvalidRequestError          the request itself is wrong (400 / INVALID_ARGUMENT)
+    │   ├── MalformedRequestError        not parseable: JSON, header length, binary sizes
+    │   ├── TensorDataError              data does not match its declared shape/datatype
+    │   ├── UnknownTensorError           input or output name the model does not have
+    │   ├── MissingInputError            a required input is absent
+    │   ├── DatatypeMismatchError        datatype differs from the model's
+    │   ├── ShapeMismatchError           shape differs from the model's (non-batch dims)
+    │   ├── BatchSizeError               batch dimension missing, too large or inconsistent
+    │   └── MethodNotAllowedError        wrong HTTP method for the path (405)
+    ├── RequestTooLargeError         body above the server's limit (413 / RESOURCE_EXHAUSTED)
+    ├── NotFoundError                (404 / NOT_FOUND)
+    │   ├── ModelNotFoundError
+    │   └── VersionNotFoundError
+    ├── UnavailableError             (503 / UNAVAILABLE)
+    │   └── ModelNotReadyError           loading, unloading or failed to load (reason attached)
+    ├── ModelLoadError               raised while loading; becomes the model's failure reason
+    │   └── ModelConfigError             config.pbtxt cannot be parsed or is inconsistent
+    └── InternalError                a bug or a runtime failure (500 / INTERNAL)
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, ClassVar
+
+
+class ErrorCode(enum.Enum):
+    """Stable, machine-readable codes; clients may branch on them."""
+
+    MALFORMED_REQUEST = "MALFORMED_REQUEST"
+    INVALID_TENSOR_DATA = "INVALID_TENSOR_DATA"
+    UNKNOWN_TENSOR = "UNKNOWN_TENSOR"
+    MISSING_INPUT = "MISSING_INPUT"
+    DATATYPE_MISMATCH = "DATATYPE_MISMATCH"
+    SHAPE_MISMATCH = "SHAPE_MISMATCH"
+    BATCH_SIZE = "BATCH_SIZE"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
+    MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
+    VERSION_NOT_FOUND = "VERSION_NOT_FOUND"
+    NOT_FOUND = "NOT_FOUND"
+    MODEL_NOT_READY = "MODEL_NOT_READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    MODEL_LOAD_FAILED = "MODEL_LOAD_FAILED"
+    MODEL_CONFIG_INVALID = "MODEL_CONFIG_INVALID"
+    INTERNAL = "INTERNAL"
+
+
+class InferdError(Exception):
+    code: ClassVar[ErrorCode] = ErrorCode.INTERNAL
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        tensor: str | None = None,
+        expected: str | None = None,
+        actual: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.tensor = tensor
+        self.expected = expected
+        self.actual = actual
+        # Set by whichever layer knows it, so the wire can report it even for undecodable requests.
+        self.request_id: str | None = None
+
+    def details(self) -> dict[str, Any]:
+        """The machine-readable fields that sit beside the message on the wire."""
+        fields: dict[str, Any] = {"code": self.code.value}
+        if self.tensor is not None:
+            fields["tensor"] = self.tensor
+        if self.expected is not None:
+            fields["expected"] = self.expected
+        if self.actual is not None:
+            fields["actual"] = self.actual
+        return fields
+
+
+class InvalidRequestError(InferdError):
+    code = ErrorCode.INVALID_ARGUMENT
+
+
+class MalformedRequestError(InvalidRequestError):
+    code = ErrorCode.MALFORMED_REQUEST
+
+
+class TensorDataError(InvalidRequestError):
+    code = ErrorCode.INVALID_TENSOR_DATA
+
+
+class UnknownTensorError(InvalidRequestError):
+    code = ErrorCode.UNKNOWN_TENSOR
+
+
+class MissingInputError(InvalidRequestError):
+    code = ErrorCode.MISSING_INPUT
+
+
+class DatatypeMismatchError(InvalidRequestError):
+    code = ErrorCode.DATATYPE_MISMATCH
+
+
+class ShapeMismatchError(InvalidRequestError):
+    code = ErrorCode.SHAPE_MISMATCH
+
+
+class BatchSizeError(InvalidRequestError):
+    code = ErrorCode.BATCH_SIZE
+
+
+class MethodNotAllowedError(InvalidRequestError):
+    code = ErrorCode.METHOD_NOT_ALLOWED
+
+
+class RequestTooLargeError(InferdError):
+    code = ErrorCode.REQUEST_TOO_LARGE
+
+
+class NotFoundError(InferdError):
+    code = ErrorCode.NOT_FOUND
+
+
+class ModelNotFoundError(NotFoundError):
+    code = ErrorCode.MODEL_NOT_FOUND
+
+
+class VersionNotFoundError(NotFoundError):
+    code = ErrorCode.VERSION_NOT_FOUND
+
+
+class UnavailableError(InferdError):
+    code = ErrorCode.UNAVAILABLE
+
+
+class ModelNotReadyError(UnavailableError):
+    code = ErrorCode.MODEL_NOT_READY
+
+
+class ModelLoadError(InferdError):
+    code = ErrorCode.MODEL_LOAD_FAILED
+
+
+class ModelConfigError(ModelLoadError):
+    code = ErrorCode.MODEL_CONFIG_INVALID
+
+
+class InternalError(InferdError):
+    code = ErrorCode.INTERNAL

@@ -1,0 +1,1 @@
+"""Wire codecs: bytes ⇄ inferd types, no I/O. Shared by the server and the client."""

@@ -1,0 +1,175 @@
+"""KServe v2 gRPC messages (compiled protos shipped by tritonclient) ⇄ inferd types.
+
+Inputs arrive either all in `raw_input_contents` (little-endian bytes, in input order) or each in
+its typed `contents` field; outputs always leave in `raw_output_contents`, as Triton sends them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc import service_pb2 as pb
+
+from inferd.config.model import ModelConfig
+from inferd.errors import InferdError, MalformedRequestError, TensorDataError
+from inferd.protocol import model_config
+from inferd.protocol.tensor_bytes import tensor_from_bytes, tensor_to_bytes
+from inferd.types import (
+    DataType,
+    InferRequest,
+    InferResponse,
+    ModelMetadata,
+    RequestedOutput,
+    ServerMetadata,
+    Tensor,
+    element_count,
+    new_request_id,
+)
+
+# Which typed contents field carries each datatype; FP16 has none and must come raw.
+_CONTENTS_FIELD = {
+    DataType.BOOL: "bool_contents",
+    DataType.INT8: "int_contents",
+    DataType.INT16: "int_contents",
+    DataType.INT32: "int_contents",
+    DataType.INT64: "int64_contents",
+    DataType.UINT8: "uint_contents",
+    DataType.UINT16: "uint_contents",
+    DataType.UINT32: "uint_contents",
+    DataType.UINT64: "uint64_contents",
+    DataType.FP32: "fp32_contents",
+    DataType.FP64: "fp64_contents",
+    DataType.BYTES: "bytes_contents",
+}
+
+
+_FIELD_DTYPES = {
+    "bool_contents": np.bool_,
+    "int_contents": np.int64,
+    "int64_contents": np.int64,
+    "uint_contents": np.uint64,
+    "uint64_contents": np.uint64,
+    "fp32_contents": np.float32,
+    "fp64_contents": np.float64,
+}
+
+
+def decode_request(message: Any, *, request_id: str = "") -> InferRequest:
+    request_id = request_id or message.id or new_request_id()
+    try:
+        inputs = _decode_inputs(message)
+        outputs = tuple(
+            RequestedOutput(name=o.name, parameters=parameters_to_dict(o.parameters)) for o in message.outputs
+        )
+        parameters = parameters_to_dict(message.parameters)
+    except InferdError as exc:
+        exc.request_id = request_id
+        raise
+    return InferRequest(
+        model_name=message.model_name,
+        model_version=message.model_version,
+        request_id=request_id,
+        inputs=inputs,
+        outputs=outputs,
+        parameters=parameters,
+        id=message.id,
+    )
+
+
+def encode_response(response: InferResponse) -> Any:
+    message = pb.ModelInferResponse(
+        model_name=response.model_name, model_version=response.model_version, id=response.id
+    )
+    for tensor in response.outputs:
+        message.outputs.add(name=tensor.name, datatype=tensor.datatype.value, shape=tensor.shape)
+        message.raw_output_contents.append(tensor_to_bytes(tensor))
+    return message
+
+
+def encode_server_metadata(metadata: ServerMetadata) -> Any:
+    return pb.ServerMetadataResponse(name=metadata.name, version=metadata.version, extensions=metadata.extensions)
+
+
+def encode_model_metadata(metadata: ModelMetadata) -> Any:
+    message = pb.ModelMetadataResponse(name=metadata.name, versions=metadata.versions, platform=metadata.platform)
+    for tensor in metadata.inputs:
+        message.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+    for tensor in metadata.outputs:
+        message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+    return message
+
+
+def encode_model_config(config: ModelConfig) -> Any:
+    return pb.ModelConfigResponse(config=model_config.to_proto(config))
+
+
+def parameters_to_dict(parameters: Any) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in parameters.items():
+        which = value.WhichOneof("parameter_choice")
+        if which is not None:
+            result[key] = getattr(value, which)
+    return result
+
+
+def _decode_inputs(message: Any) -> tuple[Tensor, ...]:
+    if not message.inputs:
+        raise MalformedRequestError("request has no inputs")
+    raw = message.raw_input_contents
+    if raw and len(raw) != len(message.inputs):
+        raise MalformedRequestError(
+            f"raw_input_contents has {len(raw)} entries for {len(message.inputs)} inputs; when used, it "
+            "must carry every input, in order"
+        )
+    tensors = []
+    for index, item in enumerate(message.inputs):
+        name = item.name
+        if not name:
+            raise MalformedRequestError(f"inputs[{index}] has no name")
+        try:
+            datatype = DataType.from_wire(item.datatype)
+        except ValueError:
+            raise MalformedRequestError(
+                f"input '{name}': datatype {item.datatype!r} is not a v2 datatype", tensor=name
+            ) from None
+        shape = tuple(int(d) for d in item.shape)
+        if any(d < 0 for d in shape):
+            raise MalformedRequestError(f"input '{name}': shape {list(shape)} has a negative dimension", tensor=name)
+        if raw:
+            tensors.append(tensor_from_bytes(name, datatype, shape, raw[index]))
+        else:
+            tensors.append(Tensor(name, datatype, shape, _typed_contents(name, datatype, shape, item.contents)))
+    return tuple(tensors)
+
+
+def _typed_contents(name: str, datatype: DataType, shape: tuple[int, ...], contents: Any) -> np.ndarray[Any, Any]:
+    field = _CONTENTS_FIELD.get(datatype)
+    if field is None:
+        raise MalformedRequestError(
+            f"input '{name}': {datatype.value} has no typed contents field; send it in raw_input_contents",
+            tensor=name,
+        )
+    values = getattr(contents, field)
+    count = element_count(shape)
+    if len(values) != count:
+        raise TensorDataError(
+            f"input '{name}': shape {list(shape)} holds {count} elements but contents.{field} has {len(values)}",
+            tensor=name,
+            expected=f"{count} elements",
+            actual=f"{len(values)} elements",
+        )
+    if datatype is DataType.BYTES:
+        array = np.empty(count, dtype=object)
+        array[:] = list(values)
+        return array.reshape(shape)
+    target = datatype.numpy_dtype
+    # Read at the field's own width (so UINT64 stays exact), then narrow with a range check.
+    array = np.array(values, dtype=_FIELD_DTYPES[field])
+    if target.kind in "iu" and array.size:
+        info = np.iinfo(target)
+        if array.min() < info.min or array.max() > info.max:
+            raise TensorDataError(
+                f"input '{name}': a value is outside {datatype.value}'s range [{info.min}, {info.max}]", tensor=name
+            )
+    return array.astype(target).reshape(shape)

@@ -1,0 +1,306 @@
+"""KServe v2 REST bodies ⇄ inferd types: JSON tensors and the binary tensor data extension.
+
+A request body is a JSON header, optionally followed by binary tensor data; the header's length
+comes from the `Inference-Header-Content-Length` HTTP header. Inputs with
+`parameters.binary_data_size` take their bytes from the binary part, in order; outputs are sent as
+binary when the output's `parameters.binary_data` or the request's `parameters.binary_data_output`
+asks for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import orjson
+
+from inferd.errors import InferdError, MalformedRequestError, TensorDataError
+from inferd.protocol.tensor_bytes import tensor_from_bytes, tensor_to_bytes
+from inferd.types import (
+    DataType,
+    InferRequest,
+    InferResponse,
+    ModelMetadata,
+    RequestedOutput,
+    ServerMetadata,
+    Tensor,
+    TensorMetadata,
+    element_count,
+    new_request_id,
+)
+
+HEADER_LENGTH_HEADER = "inference-header-content-length"
+JSON_CONTENT_TYPE = b"application/json"
+BINARY_CONTENT_TYPE = b"application/octet-stream"
+
+
+def decode_request(
+    body: bytes,
+    *,
+    model_name: str,
+    model_version: str,
+    header_length: int | None = None,
+    request_id: str = "",
+) -> InferRequest:
+    """Parse an infer request. `request_id` (from X-Request-ID) wins over the v2 `id`; else one is made."""
+    header, binary = _split(body, header_length)
+    try:
+        document = orjson.loads(header)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedRequestError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise MalformedRequestError("request body must be a JSON object with an 'inputs' list")
+    v2_id = document.get("id", "")
+    if not isinstance(v2_id, str):
+        raise MalformedRequestError("'id' must be a string")
+    request_id = request_id or v2_id or new_request_id()
+    try:
+        inputs = _decode_inputs(document.get("inputs"), binary)
+        outputs = _decode_outputs(document.get("outputs"))
+        parameters = _parameters(document.get("parameters"), "request")
+    except InferdError as exc:
+        exc.request_id = request_id
+        raise
+    return InferRequest(
+        model_name=model_name,
+        model_version=model_version,
+        request_id=request_id,
+        inputs=inputs,
+        outputs=outputs,
+        parameters=parameters,
+        id=v2_id,
+    )
+
+
+def encode_response(response: InferResponse, request: InferRequest) -> tuple[bytes, int | None]:
+    """The response body and, when it carries binary tensors, the length of its JSON header."""
+    binary_default = bool(request.parameters.get("binary_data_output", False))
+    wishes = {o.name: o.parameters for o in request.outputs}
+    outputs: list[dict[str, Any]] = []
+    binary_parts: list[bytes] = []
+    for tensor in response.outputs:
+        entry: dict[str, Any] = {
+            "name": tensor.name,
+            "datatype": tensor.datatype.value,
+            "shape": list(tensor.shape),
+        }
+        as_binary = bool(wishes.get(tensor.name, {}).get("binary_data", binary_default))
+        data = None if as_binary else _json_data(tensor)
+        if data is None:
+            raw = tensor_to_bytes(tensor)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            binary_parts.append(raw)
+        else:
+            entry["data"] = data
+        outputs.append(entry)
+    document: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
+    if response.id:
+        document["id"] = response.id
+    document["outputs"] = outputs
+    header = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+    if not binary_parts:
+        return header, None
+    return b"".join([header, *binary_parts]), len(header)
+
+
+def encode_error(error: InferdError, request_id: str) -> bytes:
+    return orjson.dumps({"error": error.message, **error.details(), "request_id": request_id})
+
+
+def encode_json(document: Mapping[str, Any]) -> bytes:
+    return orjson.dumps(document)
+
+
+def server_metadata_json(metadata: ServerMetadata) -> dict[str, Any]:
+    return {"name": metadata.name, "version": metadata.version, "extensions": list(metadata.extensions)}
+
+
+def model_metadata_json(metadata: ModelMetadata) -> dict[str, Any]:
+    return {
+        "name": metadata.name,
+        "versions": list(metadata.versions),
+        "platform": metadata.platform,
+        "inputs": [_tensor_metadata_json(t) for t in metadata.inputs],
+        "outputs": [_tensor_metadata_json(t) for t in metadata.outputs],
+    }
+
+
+def _tensor_metadata_json(tensor: TensorMetadata) -> dict[str, Any]:
+    return {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+
+
+def _split(body: bytes, header_length: int | None) -> tuple[bytes, memoryview]:
+    if header_length is None:
+        return body, memoryview(b"")
+    if header_length < 0 or header_length > len(body):
+        raise MalformedRequestError(
+            f"Inference-Header-Content-Length is {header_length} but the body has {len(body)} bytes"
+        )
+    view = memoryview(body)
+    return bytes(view[:header_length]), view[header_length:]
+
+
+def _decode_inputs(raw_inputs: Any, binary: memoryview) -> tuple[Tensor, ...]:
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise MalformedRequestError("request must have a non-empty 'inputs' list")
+    offset = 0
+    tensors = []
+    for index, raw in enumerate(raw_inputs):
+        if not isinstance(raw, dict):
+            raise MalformedRequestError(f"inputs[{index}] must be an object")
+        name = raw.get("name")
+        if not isinstance(name, str) or not name:
+            raise MalformedRequestError(f"inputs[{index}] has no 'name'")
+        datatype = _datatype(raw.get("datatype"), name)
+        shape = _shape(raw.get("shape"), name)
+        parameters = _parameters(raw.get("parameters"), f"input '{name}'")
+        size = parameters.get("binary_data_size")
+        if size is not None:
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise MalformedRequestError(f"input '{name}': binary_data_size must be a non-negative integer")
+            if offset + size > len(binary):
+                raise MalformedRequestError(
+                    f"input '{name}': binary_data_size {size} runs past the binary data "
+                    f"({len(binary) - offset} bytes left after the header and earlier inputs)",
+                    tensor=name,
+                )
+            tensors.append(tensor_from_bytes(name, datatype, shape, binary[offset : offset + size]))
+            offset += size
+        else:
+            if "data" not in raw:
+                raise MalformedRequestError(
+                    f"input '{name}' has neither 'data' nor parameters.binary_data_size", tensor=name
+                )
+            tensors.append(Tensor(name, datatype, shape, _array_from_json(name, datatype, shape, raw["data"])))
+    if offset != len(binary):
+        raise MalformedRequestError(
+            f"{len(binary) - offset} bytes of binary data follow the inputs' declared binary_data_size"
+        )
+    return tuple(tensors)
+
+
+def _decode_outputs(raw_outputs: Any) -> tuple[RequestedOutput, ...]:
+    if raw_outputs is None:
+        return ()
+    if not isinstance(raw_outputs, list):
+        raise MalformedRequestError("'outputs' must be a list")
+    requested = []
+    for index, raw in enumerate(raw_outputs):
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            raise MalformedRequestError(f"outputs[{index}] must be an object with a 'name'")
+        parameters = _parameters(raw.get("parameters"), f"output '{raw['name']}'")
+        if "classification" in parameters:
+            raise MalformedRequestError(
+                f"output '{raw['name']}': the classification extension is not supported", tensor=raw["name"]
+            )
+        requested.append(RequestedOutput(name=raw["name"], parameters=parameters))
+    return tuple(requested)
+
+
+def _parameters(raw: Any, where: str) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise MalformedRequestError(f"{where}: 'parameters' must be an object")
+    return raw
+
+
+def _datatype(raw: Any, name: str) -> DataType:
+    try:
+        return DataType.from_wire(raw)
+    except ValueError:
+        raise MalformedRequestError(
+            f"input '{name}': datatype {raw!r} is not a v2 datatype ({', '.join(d.value for d in DataType)})",
+            tensor=name,
+        ) from None
+
+
+def _shape(raw: Any, name: str) -> tuple[int, ...]:
+    if not isinstance(raw, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in raw):
+        raise MalformedRequestError(f"input '{name}': 'shape' must be a list of non-negative integers", tensor=name)
+    return tuple(raw)
+
+
+# What numpy infers from JSON numbers, per target datatype kind: ints must stay ints, etc.
+_ACCEPTED_KINDS = {"b": "b", "i": "iuO", "u": "iuO", "f": "iuf"}
+
+
+def _array_from_json(name: str, datatype: DataType, shape: tuple[int, ...], data: Any) -> np.ndarray[Any, Any]:
+    if not isinstance(data, list):
+        raise TensorDataError(f"input '{name}': 'data' must be a list", tensor=name)
+    count = element_count(shape)
+    if datatype is DataType.BYTES:
+        array = _bytes_from_json(name, data)
+    else:
+        target = datatype.numpy_dtype
+        try:
+            inferred = np.array(data)
+        except (ValueError, TypeError):
+            raise TensorDataError(
+                f"input '{name}': 'data' is ragged; give a flat list or evenly nested lists", tensor=name
+            ) from None
+        if inferred.dtype.kind == "f" and target.kind in "iu":
+            # numpy reads integers beyond int64 (UINT64's upper half) as floats; keep them exact.
+            inferred = _exact_integers(data, inferred)
+        if inferred.size and inferred.dtype.kind not in _ACCEPTED_KINDS[target.kind]:
+            raise TensorDataError(
+                f"input '{name}': 'data' holds {_kind_name(inferred.dtype.kind)} but the datatype is {datatype.value}",
+                tensor=name,
+                expected=datatype.value,
+            )
+        if target.kind in "iu" and inferred.size:
+            info = np.iinfo(target)
+            if inferred.min() < info.min or inferred.max() > info.max:
+                raise TensorDataError(
+                    f"input '{name}': a value is outside {datatype.value}'s range [{info.min}, {info.max}]",
+                    tensor=name,
+                )
+        array = inferred.astype(target, copy=False)
+    if array.size != count:
+        raise TensorDataError(
+            f"input '{name}': shape {list(shape)} holds {count} elements but 'data' has {array.size}",
+            tensor=name,
+            expected=f"{count} elements",
+            actual=f"{array.size} elements",
+        )
+    return array.reshape(shape)
+
+
+def _exact_integers(data: list[Any], inferred: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    objects = np.array(data, dtype=object)
+    if all(isinstance(x, int) and not isinstance(x, bool) for x in objects.reshape(-1)):
+        return objects
+    return inferred
+
+
+def _bytes_from_json(name: str, data: list[Any]) -> np.ndarray[Any, Any]:
+    flat: list[bytes] = []
+    stack = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            if not isinstance(item, str):
+                raise TensorDataError(f"input '{name}': BYTES data must be strings, found {item!r}", tensor=name)
+            flat.append(item.encode("utf-8"))
+        else:
+            stack.pop()
+    array = np.empty(len(flat), dtype=object)
+    array[:] = flat
+    return array
+
+
+def _kind_name(kind: str) -> str:
+    return {"b": "booleans", "i": "integers", "u": "integers", "f": "floats", "U": "strings"}.get(kind, "mixed values")
+
+
+def _json_data(tensor: Tensor) -> Any:
+    """JSON-ready data, or None when it cannot be JSON (BYTES that are not UTF-8): send it binary."""
+    if tensor.datatype is DataType.BYTES:
+        try:
+            return [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in tensor.data.reshape(-1)]
+        except UnicodeDecodeError:
+            return None
+    return np.ascontiguousarray(tensor.data).reshape(-1)

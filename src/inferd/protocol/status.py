@@ -1,0 +1,49 @@
+"""ErrorCode → HTTP status and ErrorCode → gRPC status code: the only two such tables in inferd."""
+
+from __future__ import annotations
+
+import grpc
+
+from inferd.errors import ErrorCode
+
+HTTP_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.MALFORMED_REQUEST: 400,
+    ErrorCode.INVALID_TENSOR_DATA: 400,
+    ErrorCode.UNKNOWN_TENSOR: 400,
+    ErrorCode.MISSING_INPUT: 400,
+    ErrorCode.DATATYPE_MISMATCH: 400,
+    ErrorCode.SHAPE_MISMATCH: 400,
+    ErrorCode.BATCH_SIZE: 400,
+    ErrorCode.INVALID_ARGUMENT: 400,
+    ErrorCode.METHOD_NOT_ALLOWED: 405,
+    ErrorCode.REQUEST_TOO_LARGE: 413,
+    ErrorCode.MODEL_NOT_FOUND: 404,
+    ErrorCode.VERSION_NOT_FOUND: 404,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.MODEL_NOT_READY: 503,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.MODEL_LOAD_FAILED: 503,
+    ErrorCode.MODEL_CONFIG_INVALID: 503,
+    ErrorCode.INTERNAL: 500,
+}
+
+GRPC_STATUS: dict[ErrorCode, grpc.StatusCode] = {
+    ErrorCode.MALFORMED_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.INVALID_TENSOR_DATA: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.UNKNOWN_TENSOR: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.MISSING_INPUT: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.DATATYPE_MISMATCH: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.SHAPE_MISMATCH: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.BATCH_SIZE: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.METHOD_NOT_ALLOWED: grpc.StatusCode.UNIMPLEMENTED,
+    ErrorCode.REQUEST_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorCode.MODEL_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.VERSION_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.MODEL_NOT_READY: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.MODEL_LOAD_FAILED: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.MODEL_CONFIG_INVALID: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
+}

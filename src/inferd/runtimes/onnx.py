@@ -1,0 +1,172 @@
+"""ONNX Runtime: one InferenceSession per instance, placed by the instance group's kind.
+
+Provider choice is a pure function of the asked kind, the providers this onnxruntime build has and
+the GPUs the machine has, so the GPU path is testable on a machine without one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorSpec
+from inferd.errors import InternalError, InvalidRequestError, ModelLoadError
+from inferd.runtimes.base import RuntimeOptions
+from inferd.types import DataType
+
+DEFAULT_MODEL_FILENAME = "model.onnx"
+CPU_PROVIDER = "CPUExecutionProvider"
+CUDA_PROVIDER = "CUDAExecutionProvider"
+TENSORRT_PROVIDER = "TensorrtExecutionProvider"
+
+_DATATYPES_BY_ORT_TYPE = {
+    "tensor(bool)": DataType.BOOL,
+    "tensor(uint8)": DataType.UINT8,
+    "tensor(uint16)": DataType.UINT16,
+    "tensor(uint32)": DataType.UINT32,
+    "tensor(uint64)": DataType.UINT64,
+    "tensor(int8)": DataType.INT8,
+    "tensor(int16)": DataType.INT16,
+    "tensor(int32)": DataType.INT32,
+    "tensor(int64)": DataType.INT64,
+    "tensor(float16)": DataType.FP16,
+    "tensor(float)": DataType.FP32,
+    "tensor(double)": DataType.FP64,
+    "tensor(string)": DataType.BYTES,
+}
+
+ProviderEntry = str | tuple[str, dict[str, Any]]
+
+
+def select_providers(
+    kind: InstanceKind,
+    *,
+    available: Sequence[str],
+    gpu_count: int,
+    gpus: Sequence[int] = (),
+    use_tensorrt: bool = False,
+) -> list[ProviderEntry]:
+    """The execution providers for an instance of `kind`, best first, CPU last as the fallback.
+
+    KIND_GPU without a usable GPU is an error (as in Triton); KIND_AUTO and KIND_MODEL fall back to CPU.
+    """
+    gpu_usable = gpu_count > 0 and CUDA_PROVIDER in available
+    if kind is InstanceKind.CPU or (kind in (InstanceKind.AUTO, InstanceKind.MODEL) and not gpu_usable):
+        return [CPU_PROVIDER]
+    if not gpu_usable:
+        reason = "no GPU was found" if gpu_count == 0 else f"this onnxruntime build lacks {CUDA_PROVIDER}"
+        raise ModelLoadError(
+            f"instance_group kind KIND_GPU asks for a GPU, but {reason} "
+            f"(available providers: {', '.join(available) or 'none'}); use KIND_CPU or KIND_AUTO"
+        )
+    device_id = gpus[0] if gpus else 0
+    if device_id >= gpu_count:
+        raise ModelLoadError(f"instance_group asks for GPU {device_id}, but this machine has {gpu_count}")
+    providers: list[ProviderEntry] = []
+    if use_tensorrt and TENSORRT_PROVIDER in available:
+        providers.append((TENSORRT_PROVIDER, {"device_id": device_id}))
+    providers.append((CUDA_PROVIDER, {"device_id": device_id}))
+    providers.append(CPU_PROVIDER)
+    return providers
+
+
+def detect_gpu_count() -> int:
+    """NVIDIA device nodes present; 0 on a CPU-only machine."""
+    dev = Path("/dev")
+    return sum(1 for p in dev.glob("nvidia[0-9]*") if p.name[len("nvidia") :].isdigit())
+
+
+class OnnxRuntime:
+    def __init__(self, config: ModelConfig, version_dir: Path, options: RuntimeOptions) -> None:
+        path = version_dir / (config.default_model_filename or DEFAULT_MODEL_FILENAME)
+        if not path.is_file():
+            raise ModelLoadError(f"model file {path} not found")
+        providers = select_providers(
+            options.instance_group.kind,
+            available=ort.get_available_providers(),
+            gpu_count=detect_gpu_count(),
+            gpus=options.instance_group.gpus,
+            use_tensorrt=config.parameters.get("enable_tensorrt", "").lower() == "true",
+        )
+        session_options = ort.SessionOptions()
+        session_options.intra_op_num_threads = _int_parameter(config, "intra_op_thread_count", options.intra_op_threads)
+        session_options.inter_op_num_threads = _int_parameter(config, "inter_op_thread_count", 1)
+        session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        session_options.log_severity_level = 3
+        try:
+            self._session = ort.InferenceSession(str(path), sess_options=session_options, providers=providers)
+        except Exception as exc:  # ORT raises its own pybind exception types for corrupt files
+            raise ModelLoadError(f"onnxruntime cannot load {path}: {exc}") from exc
+        self._signature = ModelSignature(
+            inputs=tuple(_spec(arg) for arg in self._session.get_inputs()),
+            outputs=tuple(_spec(arg) for arg in self._session.get_outputs()),
+        )
+        self._string_inputs = {s.name for s in self._signature.inputs if s.datatype is DataType.BYTES}
+        self._string_outputs = {s.name for s in self._signature.outputs if s.datatype is DataType.BYTES}
+
+    @property
+    def signature(self) -> ModelSignature:
+        return self._signature
+
+    @property
+    def providers(self) -> list[str]:
+        return list(self._session.get_providers())
+
+    def execute(
+        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        feeds = {
+            name: _to_ort_strings(array) if name in self._string_inputs else array for name, array in inputs.items()
+        }
+        try:
+            results = self._session.run(list(output_names), feeds)
+        except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ValueError) as exc:
+            raise InvalidRequestError(f"the model rejected the inputs: {exc}") from exc
+        except Exception as exc:
+            raise InternalError(f"onnxruntime failed: {exc}") from exc
+        return {
+            name: _from_ort_strings(array) if name in self._string_outputs else array
+            for name, array in zip(output_names, results, strict=True)
+        }
+
+    def close(self) -> None:
+        del self._session
+
+
+def _int_parameter(config: ModelConfig, key: str, default: int) -> int:
+    raw = config.parameters.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        raise ModelLoadError(f"parameter {key} must be an integer, got '{raw}'") from None
+
+
+def _spec(arg: Any) -> TensorSpec:
+    datatype = _DATATYPES_BY_ORT_TYPE.get(arg.type)
+    if datatype is None:
+        raise ModelLoadError(f"tensor '{arg.name}' has type {arg.type}, which inferd cannot serve")
+    shape = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (arg.shape or ()))
+    return TensorSpec(name=arg.name, datatype=datatype, shape=shape)
+
+
+def _to_ort_strings(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    # ORT string tensors take Python str; BYTES elements arrive as bytes.
+    flat = [
+        item.decode("utf-8", errors="surrogateescape") if isinstance(item, bytes) else str(item)
+        for item in array.reshape(-1)
+    ]
+    return np.array(flat, dtype=object).reshape(array.shape)
+
+
+def _from_ort_strings(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    flat = [
+        item.encode("utf-8", errors="surrogateescape") if isinstance(item, str) else bytes(item)
+        for item in array.reshape(-1)
+    ]
+    return np.array(flat, dtype=object).reshape(array.shape)

@@ -1,0 +1,1 @@
+"""The transports (KServe v2 REST and gRPC, Prometheus) and the composition root."""

@@ -1,0 +1,107 @@
+"""The composition root: settings → repository, registry, service, and the three listeners.
+
+All wiring happens here and nowhere else; nothing runs at import time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import uvicorn
+
+from inferd.config.server import ServerSettings
+from inferd.core.registry import ModelRegistry
+from inferd.core.repository import ModelRepository
+from inferd.core.service import InferenceService
+from inferd.server.grpc import build_grpc_server
+from inferd.server.http import HttpApp
+from inferd.server.logging import configure_logging
+from inferd.server.prometheus import PrometheusMetrics
+
+logger = logging.getLogger("inferd.server")
+
+
+class _UvicornServer(uvicorn.Server):
+    """uvicorn, minus its own signal handling: `serve()` below owns SIGTERM for all listeners."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def run(settings: ServerSettings) -> None:
+    """Serve until SIGTERM/SIGINT, then finish in-flight requests and exit."""
+    configure_logging(settings.log_format, settings.log_level)
+    try:
+        import uvloop
+
+        uvloop.run(serve(settings))
+    except ImportError:  # pragma: no cover - uvloop is a dependency, but not on every platform
+        asyncio.run(serve(settings))
+
+
+async def serve(settings: ServerSettings) -> None:
+    repository = ModelRepository(Path(settings.model_repository))
+    repository.check()
+    registry = ModelRegistry(repository)
+    metrics = PrometheusMetrics(lambda: service.model_states())
+    service = InferenceService(registry, strict_readiness=settings.strict_readiness, metrics=metrics)
+
+    http_server = _UvicornServer(
+        uvicorn.Config(
+            HttpApp(service, max_request_bytes=settings.max_request_bytes),
+            host=settings.host,
+            port=settings.http_port,
+            loop="none",
+            http="httptools",
+            lifespan="off",
+            access_log=False,
+            log_config=None,
+            timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_s),
+            backlog=2048,
+        )
+    )
+    grpc_server = build_grpc_server(service, max_message_bytes=settings.max_request_bytes)
+    grpc_server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
+    metrics_server = metrics.serve(settings.host, settings.metrics_port)
+
+    # Listeners come up before models load: liveness answers at once, readiness once loading is done.
+    await grpc_server.start()
+    http_task = asyncio.create_task(http_server.serve())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    logger.info(
+        "listening: HTTP %s:%d, gRPC %s:%d, metrics %s:%d",
+        settings.host,
+        settings.http_port,
+        settings.host,
+        settings.grpc_port,
+        settings.host,
+        settings.metrics_port,
+    )
+
+    await asyncio.to_thread(registry.load_all)
+    ready = [f"{r.name} (versions {r.ready_versions()})" for r in registry.records() if r.ready_versions()]
+    failed = [f"{r.name}: {r.reason}" for r in registry.records() if not r.ready_versions()]
+    logger.info("models ready: %s", ", ".join(ready) or "none", extra={"ready": len(ready), "failed": len(failed)})
+    if failed:
+        logger.warning("models not ready: %s", "; ".join(failed))
+
+    stop_task = asyncio.create_task(stop.wait())
+    await asyncio.wait({stop_task, http_task}, return_when=asyncio.FIRST_COMPLETED)
+    logger.info("shutting down: finishing in-flight requests (up to %.0f s)", settings.shutdown_timeout_s)
+    service.shutting_down = True
+    http_server.should_exit = True
+    await asyncio.gather(http_task, grpc_server.stop(grace=settings.shutdown_timeout_s))
+    stop_task.cancel()
+    metrics_server.shutdown()
+    await asyncio.to_thread(registry.close)
+    logger.info("stopped")

@@ -1,0 +1,127 @@
+"""KServe v2 over gRPC (`inference.GRPCInferenceService`) on grpc.aio.
+
+Each method decodes with `protocol.grpc_v2`, calls `InferenceService` and encodes. Errors abort the
+call with the status from `protocol.status`, the message, and trailing metadata carrying the
+request id and the error code.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from inferd.core.service import InferenceService
+from inferd.errors import InferdError, InternalError
+from inferd.protocol import grpc_v2
+from inferd.protocol.status import GRPC_STATUS
+from inferd.server.logging import current_request_id
+from inferd.types import new_request_id
+
+logger = logging.getLogger("inferd.grpc")
+
+REQUEST_ID_KEY = "x-request-id"
+T = TypeVar("T")
+
+
+class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    def __init__(self, service: InferenceService) -> None:
+        self._service = service
+
+    async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await _call(context, "ServerLive", lambda: pb.ServerLiveResponse(live=self._service.live()))
+
+    async def ServerReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await _call(context, "ServerReady", lambda: pb.ServerReadyResponse(ready=self._service.ready()))
+
+    async def ModelReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await _call(
+            context,
+            "ModelReady",
+            lambda: pb.ModelReadyResponse(ready=self._service.model_ready(request.name, request.version)),
+        )
+
+    async def ServerMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await _call(
+            context, "ServerMetadata", lambda: grpc_v2.encode_server_metadata(self._service.server_metadata())
+        )
+
+    async def ModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await _call(
+            context,
+            "ModelMetadata",
+            lambda: grpc_v2.encode_model_metadata(self._service.model_metadata(request.name, request.version)),
+        )
+
+    async def ModelConfig(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await _call(
+            context,
+            "ModelConfig",
+            lambda: grpc_v2.encode_model_config(self._service.model_config(request.name, request.version)),
+        )
+
+    async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        request_id = _metadata_request_id(context)
+        token = current_request_id.set(request_id)
+        try:
+            decoded = grpc_v2.decode_request(request, request_id=request_id)
+            request_id = decoded.request_id
+            current_request_id.set(request_id)
+            response = await self._service.infer(decoded)
+            context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+            return grpc_v2.encode_response(response)
+        except InferdError as exc:
+            await _abort(context, "ModelInfer", exc, exc.request_id or request_id or new_request_id())
+        except Exception:
+            await _abort_unexpected(context, "ModelInfer", request_id)
+        finally:
+            current_request_id.reset(token)
+
+
+async def _call(context: grpc.aio.ServicerContext, method: str, build: Callable[[], T]) -> T:
+    try:
+        return build()
+    except InferdError as exc:
+        await _abort(context, method, exc, _metadata_request_id(context) or new_request_id())
+    except Exception:
+        await _abort_unexpected(context, method, _metadata_request_id(context))
+    raise AssertionError("unreachable: abort raises")
+
+
+async def _abort(context: grpc.aio.ServicerContext, method: str, error: InferdError, request_id: str) -> None:
+    status = GRPC_STATUS[error.code]
+    log = logger.error if status is grpc.StatusCode.INTERNAL else logger.warning
+    log("%s -> %s %s: %s", method, status.name, error.code.value, error.message, extra={"request_id": request_id})
+    # The machine-readable fields the REST body carries, as trailing metadata: inferd-code, inferd-tensor, ...
+    details = tuple((f"inferd-{key}", str(value)) for key, value in error.details().items())
+    context.set_trailing_metadata(((REQUEST_ID_KEY, request_id), *details))
+    await context.abort(status, error.message)
+
+
+async def _abort_unexpected(context: grpc.aio.ServicerContext, method: str, request_id: str) -> None:
+    request_id = request_id or new_request_id()
+    logger.exception("unexpected error in %s", method, extra={"request_id": request_id})
+    await _abort(context, method, InternalError("internal error; see the server log"), request_id)
+
+
+def _metadata_request_id(context: grpc.aio.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == REQUEST_ID_KEY:
+            return str(value)
+    return ""
+
+
+def build_grpc_server(service: InferenceService, *, max_message_bytes: int) -> grpc.aio.Server:
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service), server)
+    return server

@@ -1,0 +1,69 @@
+"""Structured logs: one JSON object per line (or plain text), carrying the current request's id.
+
+The request id lives in a context variable that the transports set per request, so every log line
+emitted while serving a request, in any layer, carries it without being passed around.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import sys
+import time
+from typing import Any
+
+import orjson
+
+from inferd.config.server import LogFormat
+
+current_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("inferd_request_id", default="")
+
+# LogRecord attributes that are not user fields; anything else passed in `extra` is emitted.
+_STANDARD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+class _RequestIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(record, "request_id", ""):
+            record.request_id = current_request_id.get()
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD_ATTRIBUTES and value not in ("", None):
+                entry[key] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(name)s%(rid)s %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        request_id = getattr(record, "request_id", "")
+        record.rid = f" [{request_id}]" if request_id else ""
+        return super().format(record)
+
+
+def configure_logging(log_format: LogFormat, level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format is LogFormat.JSON else TextFormatter())
+    handler.addFilter(_RequestIdFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # uvicorn's own loggers go through the same handler; its access log is replaced by ours.
+    for name in ("uvicorn", "uvicorn.error"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
+    logging.getLogger("uvicorn.access").disabled = True

@@ -1,0 +1,132 @@
+"""Small ONNX models built with onnx.helper, and model repositories made of them.
+
+Needs the `onnx` package (the `test` extra); nothing here downloads anything.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferd.types import DataType
+
+# v2 datatype → ONNX TensorProto element type name.
+ONNX_ELEMENT_TYPES = {
+    DataType.BOOL: "BOOL",
+    DataType.UINT8: "UINT8",
+    DataType.UINT16: "UINT16",
+    DataType.UINT32: "UINT32",
+    DataType.UINT64: "UINT64",
+    DataType.INT8: "INT8",
+    DataType.INT16: "INT16",
+    DataType.INT32: "INT32",
+    DataType.INT64: "INT64",
+    DataType.FP16: "FLOAT16",
+    DataType.FP32: "FLOAT",
+    DataType.FP64: "DOUBLE",
+    DataType.BYTES: "STRING",
+}
+OPSET = 17
+
+
+def _onnx() -> Any:
+    import onnx
+
+    return onnx
+
+
+def _save(graph: Any, path: Path) -> None:
+    onnx = _onnx()
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+
+
+def identity_model(path: Path, datatype: DataType, shape: list[int | str]) -> None:
+    """OUTPUT0 = INPUT0, for any datatype."""
+    helper = _onnx().helper
+    element = getattr(_onnx().TensorProto, ONNX_ELEMENT_TYPES[datatype])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        f"identity_{datatype.value.lower()}",
+        [helper.make_tensor_value_info("INPUT0", element, shape)],
+        [helper.make_tensor_value_info("OUTPUT0", element, shape)],
+    )
+    _save(graph, path)
+
+
+def add_sub_model(path: Path, size: int = 16) -> None:
+    """OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, FP32 [batch, size]."""
+    helper = _onnx().helper
+    fp32 = _onnx().TensorProto.FLOAT
+    shape: list[int | str] = ["batch", size]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+        ],
+        "add_sub",
+        [helper.make_tensor_value_info("INPUT0", fp32, shape), helper.make_tensor_value_info("INPUT1", fp32, shape)],
+        [helper.make_tensor_value_info("OUTPUT0", fp32, shape), helper.make_tensor_value_info("OUTPUT1", fp32, shape)],
+    )
+    _save(graph, path)
+
+
+def mlp_model(path: Path, sizes: tuple[int, ...] = (16, 64, 4), seed: int = 0) -> None:
+    """x [batch, 16] → Gemm → Relu → Gemm → y [batch, 4], seeded weights."""
+    onnx = _onnx()
+    helper, numpy_helper = onnx.helper, onnx.numpy_helper
+    rng = np.random.default_rng(seed)
+    nodes, initializers = [], []
+    current = "x"
+    for index, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
+        weight = (rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)).astype(np.float32)
+        bias = (rng.standard_normal(fan_out) * 0.1).astype(np.float32)
+        initializers += [numpy_helper.from_array(weight, f"w{index}"), numpy_helper.from_array(bias, f"b{index}")]
+        last = index == len(sizes) - 2
+        out = "y" if last else f"h{index}"
+        nodes.append(helper.make_node("Gemm", [current, f"w{index}", f"b{index}"], [out if last else f"g{index}"]))
+        if not last:
+            nodes.append(helper.make_node("Relu", [f"g{index}"], [out]))
+        current = out
+    fp32 = onnx.TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", fp32, ["batch", sizes[0]])],
+        [helper.make_tensor_value_info("y", fp32, ["batch", sizes[-1]])],
+        initializer=initializers,
+    )
+    _save(graph, path)
+
+
+def slow_model(path: Path, size: int = 1024, repeats: int = 24) -> None:
+    """y = x @ W repeated: tens to hundreds of milliseconds per call, for in-flight tests."""
+    onnx = _onnx()
+    helper, numpy_helper = onnx.helper, onnx.numpy_helper
+    weight = np.eye(size, dtype=np.float32)
+    nodes = []
+    current = "x"
+    for index in range(repeats):
+        out = "y" if index == repeats - 1 else f"m{index}"
+        nodes.append(helper.make_node("MatMul", [current, "w"], [out]))
+        current = out
+    fp32 = onnx.TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "slow",
+        [helper.make_tensor_value_info("x", fp32, [size, size])],
+        [helper.make_tensor_value_info("y", fp32, [size, size])],
+        initializer=[numpy_helper.from_array(weight, "w")],
+    )
+    _save(graph, path)
+
+
+def write_config(model_dir: Path, text: str) -> None:
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.pbtxt").write_text(text.strip() + "\n", encoding="utf-8")

@@ -1,0 +1,97 @@
+"""`run_server()`: a real `inferd serve` subprocess on free 127.0.0.1 ports, ready when it returns."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+STARTUP_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    process: subprocess.Popen[bytes]
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    log_path: Path
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def terminate(self, timeout_s: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+
+def wait_ready(http_port: int, process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    url = f"http://127.0.0.1:{http_port}/v2/health/ready"
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"inferd serve exited with {process.returncode} before becoming ready")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as response:
+            if response.status == 200:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"inferd serve was not ready within {timeout_s} s")
+
+
+@contextlib.contextmanager
+def run_server(repository: Path, log_path: Path, *extra_args: str) -> Iterator[ServerProcess]:
+    """Start `inferd serve` on free ports, wait on its own readiness endpoint, stop it after."""
+    ports = free_port(), free_port(), free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "inferd",
+        "serve",
+        "--model-repository",
+        str(repository),
+        "--host",
+        "127.0.0.1",
+        "--http-port",
+        str(ports[0]),
+        "--grpc-port",
+        str(ports[1]),
+        "--metrics-port",
+        str(ports[2]),
+        *extra_args,
+    ]
+    log_file = log_path.open("wb")
+    process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ})
+    server = ServerProcess(process, *ports, log_path=log_path)
+    try:
+        wait_ready(ports[0], process, STARTUP_TIMEOUT_S)
+        yield server
+    finally:
+        server.terminate()
+        log_file.close()

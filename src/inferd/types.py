@@ -1,0 +1,148 @@
+"""The domain types every layer shares: datatypes, tensors, requests and responses.
+
+Tensors hold numpy arrays. BYTES tensors are numpy object arrays whose elements are `bytes`.
+Nothing here imports from inferd or does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+class DataType(enum.Enum):
+    """The KServe v2 tensor datatypes, valued by their wire names."""
+
+    BOOL = "BOOL"
+    UINT8 = "UINT8"
+    UINT16 = "UINT16"
+    UINT32 = "UINT32"
+    UINT64 = "UINT64"
+    INT8 = "INT8"
+    INT16 = "INT16"
+    INT32 = "INT32"
+    INT64 = "INT64"
+    FP16 = "FP16"
+    FP32 = "FP32"
+    FP64 = "FP64"
+    BYTES = "BYTES"
+
+    @property
+    def numpy_dtype(self) -> np.dtype[Any]:
+        return _NUMPY_DTYPES[self]
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element on the wire; 0 for BYTES, whose elements carry their own length."""
+        return 0 if self is DataType.BYTES else _NUMPY_DTYPES[self].itemsize
+
+    @classmethod
+    def from_wire(cls, name: str) -> DataType:
+        """Raises ValueError for a name that is not a v2 datatype."""
+        return cls(name)
+
+    @classmethod
+    def from_numpy(cls, dtype: np.dtype[Any]) -> DataType:
+        if dtype.kind in ("O", "S", "U"):
+            return DataType.BYTES
+        try:
+            return _DATATYPES_BY_NUMPY[np.dtype(dtype).newbyteorder("=")]
+        except KeyError:
+            raise ValueError(f"numpy dtype {dtype} has no v2 datatype") from None
+
+
+# Little-endian everywhere: the v2 binary extension and gRPC raw contents are little-endian.
+_NUMPY_DTYPES: dict[DataType, np.dtype[Any]] = {
+    DataType.BOOL: np.dtype(np.bool_),
+    DataType.UINT8: np.dtype("<u1"),
+    DataType.UINT16: np.dtype("<u2"),
+    DataType.UINT32: np.dtype("<u4"),
+    DataType.UINT64: np.dtype("<u8"),
+    DataType.INT8: np.dtype("<i1"),
+    DataType.INT16: np.dtype("<i2"),
+    DataType.INT32: np.dtype("<i4"),
+    DataType.INT64: np.dtype("<i8"),
+    DataType.FP16: np.dtype("<f2"),
+    DataType.FP32: np.dtype("<f4"),
+    DataType.FP64: np.dtype("<f8"),
+    DataType.BYTES: np.dtype(object),
+}
+_DATATYPES_BY_NUMPY = {dtype.newbyteorder("="): dt for dt, dtype in _NUMPY_DTYPES.items() if dt is not DataType.BYTES}
+
+
+def new_request_id() -> str:
+    """A random 16-hex-digit id for requests that bring none."""
+    return os.urandom(8).hex()
+
+
+def element_count(shape: tuple[int, ...]) -> int:
+    """Python ints, so a hostile shape cannot overflow into a small number."""
+    return math.prod(shape)
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    name: str
+    datatype: DataType
+    shape: tuple[int, ...]
+    data: np.ndarray[Any, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedOutput:
+    name: str
+    # Wire-level wishes (such as binary_data) travel untouched to the encoder.
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class InferRequest:
+    model_name: str
+    # "" means the version the model's policy serves by default (the newest ready one).
+    model_version: str
+    # Correlates logs, errors and headers: X-Request-ID, else the v2 id, else generated.
+    request_id: str
+    inputs: tuple[Tensor, ...]
+    # Empty means "every output of the model".
+    outputs: tuple[RequestedOutput, ...] = ()
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    # The v2 `id` the client sent, echoed verbatim in the response ("" when absent).
+    id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class InferResponse:
+    model_name: str
+    model_version: str
+    request_id: str
+    outputs: tuple[Tensor, ...]
+    id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMetadata:
+    name: str
+    version: str
+    extensions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMetadata:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    name: str
+    versions: tuple[str, ...]
+    platform: str
+    inputs: tuple[TensorMetadata, ...]
+    outputs: tuple[TensorMetadata, ...]

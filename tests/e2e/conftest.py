@@ -1,0 +1,100 @@
+"""One real `inferd serve` subprocess over a repository of models built by code, shared by the
+end-to-end tests; clients are tritonclient's and plain HTTP."""
+
+from __future__ import annotations
+
+import http.client
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from inferd.testing.models import add_sub_model, identity_model, mlp_model, write_config
+from inferd.testing.server import ServerProcess, run_server
+from inferd.types import DataType
+
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+
+
+def build_repository(root: Path) -> Path:
+    # One identity model per datatype, with no config.pbtxt: inferd completes it from the file.
+    for datatype in DataType:
+        identity_model(root / f"identity_{datatype.value.lower()}" / "1" / "model.onnx", datatype, ["batch", -1])
+    # Inputs given, outputs left to auto-complete.
+    add_sub_model(root / "add_sub" / "1" / "model.onnx")
+    write_config(
+        root / "add_sub",
+        """
+        name: "add_sub"
+        platform: "onnxruntime_onnx"
+        max_batch_size: 8
+        input [
+          { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+          { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
+        ]
+        instance_group [ { count: 2 kind: KIND_CPU } ]
+        """,
+    )
+    # Three versions on disk, the latest two served.
+    for version in (1, 2, 3):
+        mlp_model(root / "mlp" / str(version) / "model.onnx", seed=version)
+    write_config(
+        root / "mlp",
+        """
+        max_batch_size: 32
+        version_policy: { latest: { num_versions: 2 } }
+        input [ { name: "x" data_type: TYPE_FP32 dims: [ 16 ] } ]
+        output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        model_transaction_policy { decoupled: false }
+        """,
+    )
+    for version in (1, 2, 3):
+        mlp_model(root / "mlp_specific" / str(version) / "model.onnx", seed=version)
+    write_config(root / "mlp_specific", "max_batch_size: 32\nversion_policy: { specific: { versions: [ 1, 3 ] } }")
+    # A model without batching: shapes are the dims as they are.
+    identity_model(root / "unbatched" / "1" / "model.onnx", DataType.INT32, [2, 3])
+    write_config(root / "unbatched", "max_batch_size: 0")
+    # Models that must fail alone.
+    (root / "broken_file" / "1").mkdir(parents=True)
+    (root / "broken_file" / "1" / "model.onnx").write_bytes(b"this is not an onnx file")
+    mlp_model(root / "bad_config" / "1" / "model.onnx")
+    write_config(root / "bad_config", 'max_batch_size: 8\ninput [ { name: "x" data_typo: TYPE_FP32 } ]')
+    mlp_model(root / "needs_gpu" / "1" / "model.onnx")
+    write_config(root / "needs_gpu", "max_batch_size: 8\ninstance_group [ { kind: KIND_GPU } ]")
+    mlp_model(root / "auto_kind" / "1" / "model.onnx")
+    write_config(root / "auto_kind", "max_batch_size: 8\ninstance_group [ { kind: KIND_AUTO } ]")
+    mlp_model(root / "wrong_dims" / "1" / "model.onnx")
+    write_config(root / "wrong_dims", 'max_batch_size: 8\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 17 ] } ]')
+    return root
+
+
+@pytest.fixture(scope="session")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_repository(tmp_path_factory.mktemp("repository"))
+
+
+@pytest.fixture(scope="session")
+def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    log_path = tmp_path_factory.mktemp("logs") / "server.log"
+    with run_server(repository, log_path, "--max-request-bytes", str(MAX_REQUEST_BYTES)) as process:
+        yield process
+
+
+@dataclass
+class HttpReply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def http_request(
+    server: ServerProcess, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+) -> HttpReply:
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+    try:
+        connection.request(method, path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        return HttpReply(response.status, {k.lower(): v for k, v in response.getheaders()}, response.read())
+    finally:
+        connection.close()

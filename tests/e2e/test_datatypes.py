@@ -1,0 +1,100 @@
+"""Every v2 datatype round-trips through an identity model: HTTP JSON, HTTP binary, gRPC."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from inferd.testing.server import ServerProcess
+from inferd.types import DataType
+
+pytestmark = pytest.mark.e2e
+
+
+def sample(datatype: DataType) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    if datatype is DataType.BYTES:
+        return np.array([[b"hello", b"", "wörld".encode()], [b"a" * 40, b"x y", b"0"]], dtype=object)
+    if datatype is DataType.BOOL:
+        return np.array([[True, False, True], [False, False, True]])
+    dtype = datatype.numpy_dtype
+    if dtype.kind == "f":
+        return rng.standard_normal((2, 3)).astype(dtype)
+    info = np.iinfo(dtype)
+    # The extremes of each integer type, to catch any narrowing on the way.
+    return np.array([[info.min, info.max, 0], [1, info.max - 1, info.min + 1]], dtype=dtype)
+
+
+@pytest.mark.parametrize("datatype", list(DataType), ids=lambda d: d.value)
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_http_round_trip(server: ServerProcess, datatype: DataType, binary: bool) -> None:
+    data = sample(datatype)
+    client = httpclient.InferenceServerClient(server.http_url)
+    tensor = httpclient.InferInput("INPUT0", list(data.shape), datatype.value)
+    tensor.set_data_from_numpy(data, binary_data=binary)
+    requested = httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary)
+    result = client.infer(f"identity_{datatype.value.lower()}", [tensor], outputs=[requested])
+    output = result.as_numpy("OUTPUT0")
+    assert output.shape == data.shape
+    if datatype is DataType.BYTES:
+        assert [bytes(x) if isinstance(x, bytes) else str(x).encode() for x in output.reshape(-1)] == list(
+            data.reshape(-1)
+        )
+    elif datatype is DataType.FP16 and not binary:
+        np.testing.assert_allclose(output.astype(np.float32), data.astype(np.float32), rtol=1e-3)
+    else:
+        np.testing.assert_array_equal(output, data)
+        assert output.dtype == data.dtype
+
+
+@pytest.mark.parametrize("datatype", list(DataType), ids=lambda d: d.value)
+def test_grpc_round_trip(server: ServerProcess, datatype: DataType) -> None:
+    data = sample(datatype)
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    tensor = grpcclient.InferInput("INPUT0", list(data.shape), datatype.value)
+    tensor.set_data_from_numpy(data)
+    result = client.infer(f"identity_{datatype.value.lower()}", [tensor])
+    output = result.as_numpy("OUTPUT0")
+    assert output.shape == data.shape
+    if datatype is DataType.BYTES:
+        assert list(output.reshape(-1)) == list(data.reshape(-1))
+    else:
+        np.testing.assert_array_equal(output, data)
+        assert output.dtype == data.dtype
+
+
+@pytest.mark.parametrize(
+    ("datatype", "field"),
+    [
+        (DataType.BOOL, "bool_contents"),
+        (DataType.INT8, "int_contents"),
+        (DataType.INT32, "int_contents"),
+        (DataType.INT64, "int64_contents"),
+        (DataType.UINT16, "uint_contents"),
+        (DataType.UINT64, "uint64_contents"),
+        (DataType.FP32, "fp32_contents"),
+        (DataType.FP64, "fp64_contents"),
+        (DataType.BYTES, "bytes_contents"),
+    ],
+    ids=lambda v: v.value if isinstance(v, DataType) else v,
+)
+def test_grpc_typed_contents(server: ServerProcess, datatype: DataType, field: str) -> None:
+    """Clients other than tritonclient send typed `contents` instead of raw bytes."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    data = sample(datatype)
+    request = service_pb2.ModelInferRequest(model_name=f"identity_{datatype.value.lower()}", id="typed-1")
+    item = request.inputs.add(name="INPUT0", datatype=datatype.value, shape=list(data.shape))
+    getattr(item.contents, field).extend(data.reshape(-1).tolist())
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        response = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=10)
+    assert response.id == "typed-1"
+    assert list(response.outputs[0].shape) == list(data.shape)
+    if datatype is DataType.BYTES:
+        assert response.raw_output_contents[0].startswith(len(b"hello").to_bytes(4, "little") + b"hello")
+    else:
+        output = np.frombuffer(response.raw_output_contents[0], dtype=datatype.numpy_dtype).reshape(data.shape)
+        np.testing.assert_array_equal(output, data)

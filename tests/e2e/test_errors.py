@@ -1,0 +1,319 @@
+"""Bad requests get a 4xx (or gRPC status) that says what was wrong and where; failed models fail alone."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import grpc
+import numpy as np
+import orjson
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from inferd.testing.server import ServerProcess
+from tests.e2e.conftest import MAX_REQUEST_BYTES, http_request
+
+pytestmark = pytest.mark.e2e
+
+
+def post_infer(
+    server: ServerProcess, model: str, document: Any, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any]]:
+    body = document if isinstance(document, bytes) else orjson.dumps(document)
+    reply = http_request(server, "POST", f"/v2/models/{model}/infer", body, headers)
+    return reply.status, orjson.loads(reply.body)
+
+
+def fp32_input(name: str, shape: list[int], datatype: str = "FP32") -> dict[str, Any]:
+    count = int(np.prod(shape))
+    return {"name": name, "datatype": datatype, "shape": shape, "data": [1] * count}
+
+
+def test_unknown_model_and_version(server: ServerProcess) -> None:
+    status, body = post_infer(server, "nope", {"inputs": [fp32_input("x", [1, 16])]})
+    assert status == 404
+    assert body["code"] == "MODEL_NOT_FOUND"
+    assert "'nope'" in body["error"]
+    reply = http_request(
+        server, "POST", "/v2/models/mlp/versions/9/infer", orjson.dumps({"inputs": [fp32_input("x", [1, 16])]})
+    )
+    assert reply.status == 404
+    assert orjson.loads(reply.body)["code"] == "VERSION_NOT_FOUND"
+    assert http_request(server, "GET", "/v2/models/mlp/versions/1").status == 404
+    assert http_request(server, "GET", "/v2/nothing/here").status == 404
+
+
+def test_wrong_datatype_names_tensor_and_types(server: ServerProcess) -> None:
+    status, body = post_infer(
+        server, "add_sub", {"inputs": [fp32_input("INPUT0", [1, 16], "FP64"), fp32_input("INPUT1", [1, 16])]}
+    )
+    assert status == 400
+    assert body["code"] == "DATATYPE_MISMATCH"
+    assert body["tensor"] == "INPUT0"
+    assert (body["expected"], body["actual"]) == ("FP32", "FP64")
+    assert body["request_id"]
+
+
+def test_wrong_shape(server: ServerProcess) -> None:
+    status, body = post_infer(
+        server, "add_sub", {"inputs": [fp32_input("INPUT0", [1, 15]), fp32_input("INPUT1", [1, 16])]}
+    )
+    assert status == 400
+    assert body["code"] == "SHAPE_MISMATCH"
+    assert body["tensor"] == "INPUT0"
+    assert body["expected"] == "[-1, 16]"
+    assert body["actual"] == "[1, 15]"
+
+
+def test_missing_batch_dimension_is_said_plainly(server: ServerProcess) -> None:
+    status, body = post_infer(server, "add_sub", {"inputs": [fp32_input("INPUT0", [16]), fp32_input("INPUT1", [16])]})
+    assert status == 400
+    assert body["code"] == "BATCH_SIZE"
+    assert "lacks the batch dimension" in body["error"]
+
+
+def test_batch_too_large(server: ServerProcess) -> None:
+    status, body = post_infer(
+        server, "add_sub", {"inputs": [fp32_input("INPUT0", [9, 16]), fp32_input("INPUT1", [9, 16])]}
+    )
+    assert status == 400
+    assert body["code"] == "BATCH_SIZE"
+    assert "max_batch_size 8" in body["error"]
+
+
+def test_inconsistent_batch(server: ServerProcess) -> None:
+    status, body = post_infer(
+        server, "add_sub", {"inputs": [fp32_input("INPUT0", [2, 16]), fp32_input("INPUT1", [1, 16])]}
+    )
+    assert status == 400
+    assert body["code"] == "BATCH_SIZE"
+    assert body["tensor"] == "INPUT1"
+
+
+def test_unknown_and_missing_inputs_and_outputs(server: ServerProcess) -> None:
+    status, body = post_infer(
+        server, "add_sub", {"inputs": [fp32_input("INPUT0", [1, 16]), fp32_input("INPUT9", [1, 16])]}
+    )
+    assert (status, body["code"], body["tensor"]) == (400, "UNKNOWN_TENSOR", "INPUT9")
+    status, body = post_infer(server, "add_sub", {"inputs": [fp32_input("INPUT0", [1, 16])]})
+    assert (status, body["code"], body["tensor"]) == (400, "MISSING_INPUT", "INPUT1")
+    status, body = post_infer(
+        server,
+        "add_sub",
+        {"inputs": [fp32_input("INPUT0", [1, 16]), fp32_input("INPUT1", [1, 16])], "outputs": [{"name": "NOPE"}]},
+    )
+    assert (status, body["code"], body["tensor"]) == (400, "UNKNOWN_TENSOR", "NOPE")
+
+
+@pytest.mark.parametrize(
+    ("document", "code", "fragment"),
+    [
+        (b"{not json", "MALFORMED_REQUEST", "not valid JSON"),
+        (b"[]", "MALFORMED_REQUEST", "JSON object"),
+        ({"inputs": []}, "MALFORMED_REQUEST", "non-empty 'inputs'"),
+        (
+            {"inputs": [{"name": "INPUT0", "datatype": "FLOAT", "shape": [1], "data": [1]}]},
+            "MALFORMED_REQUEST",
+            "not a v2 datatype",
+        ),
+        (
+            {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, -2], "data": [1]}]},
+            "MALFORMED_REQUEST",
+            "non-negative",
+        ),
+        (
+            {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 3], "data": [1, 2]}]},
+            "INVALID_TENSOR_DATA",
+            "holds 3 elements",
+        ),
+        (
+            {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": ["a", "b"]}]},
+            "INVALID_TENSOR_DATA",
+            "strings",
+        ),
+        (
+            {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [[1], [2, 3]]}]},
+            "INVALID_TENSOR_DATA",
+            "ragged",
+        ),
+        ({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2]}]}, "MALFORMED_REQUEST", "neither 'data'"),
+    ],
+)
+def test_malformed_json_requests(server: ServerProcess, document: Any, code: str, fragment: str) -> None:
+    status, body = post_infer(server, "identity_fp32", document)
+    assert status == 400
+    assert body["code"] == code
+    assert fragment in body["error"]
+
+
+def test_integer_out_of_range(server: ServerProcess) -> None:
+    status, body = post_infer(
+        server, "identity_uint8", {"inputs": [{"name": "INPUT0", "datatype": "UINT8", "shape": [1, 1], "data": [300]}]}
+    )
+    assert (status, body["code"]) == (400, "INVALID_TENSOR_DATA")
+    assert "range" in body["error"]
+
+
+def test_binary_size_checked_against_shape_before_allocation(server: ServerProcess) -> None:
+    # Declares a gigantic shape but sends 8 bytes: refused from the sizes alone.
+    header = orjson.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT0", "datatype": "FP32", "shape": [1, 1 << 40], "parameters": {"binary_data_size": 8}}
+            ]
+        }
+    )
+    reply = http_request(
+        server,
+        "POST",
+        "/v2/models/identity_fp32/infer",
+        header + b"\x00" * 8,
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
+    body = orjson.loads(reply.body)
+    assert reply.status == 400
+    assert body["code"] == "INVALID_TENSOR_DATA"
+    assert "needs 4398046511104 bytes" in body["error"]
+
+
+def test_binary_size_past_end(server: ServerProcess) -> None:
+    header = orjson.dumps(
+        {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 16}}]}
+    )
+    reply = http_request(
+        server,
+        "POST",
+        "/v2/models/identity_fp32/infer",
+        header + b"\x00" * 8,
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
+    assert reply.status == 400
+    assert "runs past the binary data" in orjson.loads(reply.body)["error"]
+
+
+def test_bytes_tensor_with_impossible_element_count(server: ServerProcess) -> None:
+    header = orjson.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT0", "datatype": "BYTES", "shape": [1, 1 << 30], "parameters": {"binary_data_size": 9}}
+            ]
+        }
+    )
+    reply = http_request(
+        server,
+        "POST",
+        "/v2/models/identity_bytes/infer",
+        header + b"\x05\x00\x00\x00hello",
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
+    assert reply.status == 400
+    assert orjson.loads(reply.body)["code"] == "INVALID_TENSOR_DATA"
+
+
+def test_bad_header_length(server: ServerProcess) -> None:
+    reply = http_request(
+        server, "POST", "/v2/models/identity_fp32/infer", b"{}", {"Inference-Header-Content-Length": "99"}
+    )
+    assert reply.status == 400
+    assert "Inference-Header-Content-Length" in orjson.loads(reply.body)["error"]
+
+
+def test_request_too_large(server: ServerProcess) -> None:
+    body = b" " * (MAX_REQUEST_BYTES + 1)
+    reply = http_request(server, "POST", "/v2/models/identity_fp32/infer", body, {"X-Request-ID": "big-1"})
+    assert reply.status == 413
+    document = orjson.loads(reply.body)
+    assert document["code"] == "REQUEST_TOO_LARGE"
+    assert document["request_id"] == "big-1"
+    assert http_request(server, "GET", "/v2/health/live").status == 200
+
+
+def test_wrong_method(server: ServerProcess) -> None:
+    assert http_request(server, "GET", "/v2/models/add_sub/infer").status == 405
+    assert http_request(server, "POST", "/v2/models/add_sub").status == 405
+
+
+def test_failed_models_fail_alone_with_their_reason(server: ServerProcess) -> None:
+    cases = {
+        "broken_file": "onnxruntime cannot load",
+        "bad_config": "data_typo",
+        "needs_gpu": "KIND_GPU",
+        "wrong_dims": "shape [-1, 17]",
+    }
+    for model, reason in cases.items():
+        status, body = post_infer(server, model, {"inputs": [fp32_input("x", [1, 16])]})
+        assert status == 503, model
+        assert body["code"] == "MODEL_NOT_READY"
+        assert reason in body["error"], body["error"]
+        reply = http_request(server, "GET", f"/v2/models/{model}/ready")
+        assert reply.status == 503
+        assert reason in server.log()
+    # Everyone else still serves.
+    status, body = post_infer(server, "mlp", {"inputs": [fp32_input("x", [1, 16])]})
+    assert status == 200
+
+
+def test_error_is_logged_with_request_id(server: ServerProcess) -> None:
+    post_infer(server, "add_sub", {"inputs": [fp32_input("INPUT0", [16])]}, {"X-Request-ID": "log-me-42"})
+    lines = [json.loads(line) for line in server.log().splitlines() if "log-me-42" in line]
+    assert lines, "the error was not logged with its request id"
+    assert lines[0]["request_id"] == "log-me-42"
+    assert lines[0]["level"] == "WARNING"
+
+
+# -- gRPC -------------------------------------------------------------------------------------
+
+
+def grpc_infer_error(server: ServerProcess, request: Any) -> grpc.RpcError:
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.ModelInfer(request, timeout=10, metadata=(("x-request-id", "grpc-rid-1"),))
+    return raised.value
+
+
+def test_grpc_status_codes(server: ServerProcess) -> None:
+    bad_dtype = service_pb2.ModelInferRequest(model_name="add_sub")
+    bad_dtype.inputs.add(name="INPUT0", datatype="FP64", shape=[1, 16]).contents.fp64_contents.extend([1.0] * 16)
+    error = grpc_infer_error(server, bad_dtype)
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "expected FP32" in error.details()
+    trailers = dict(error.trailing_metadata())
+    assert trailers["x-request-id"] == "grpc-rid-1"
+    assert trailers["inferd-code"] == "DATATYPE_MISMATCH"
+    assert trailers["inferd-tensor"] == "INPUT0"
+
+    unknown = service_pb2.ModelInferRequest(model_name="nope")
+    unknown.inputs.add(name="x", datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0)
+    assert grpc_infer_error(server, unknown).code() is grpc.StatusCode.NOT_FOUND
+
+    broken = service_pb2.ModelInferRequest(model_name="broken_file")
+    broken.inputs.add(name="x", datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0)
+    error = grpc_infer_error(server, broken)
+    assert error.code() is grpc.StatusCode.UNAVAILABLE
+    assert "onnxruntime cannot load" in error.details()
+
+    short = service_pb2.ModelInferRequest(model_name="identity_fp32")
+    short.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 4])
+    short.raw_input_contents.append(b"\x00" * 8)
+    error = grpc_infer_error(server, short)
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "needs 16 bytes" in error.details()
+
+
+def test_grpc_message_too_large(server: ServerProcess) -> None:
+    request = service_pb2.ModelInferRequest(model_name="identity_uint8")
+    request.inputs.add(name="INPUT0", datatype="UINT8", shape=[1, MAX_REQUEST_BYTES + 16])
+    request.raw_input_contents.append(b"\x00" * (MAX_REQUEST_BYTES + 16))
+    assert grpc_infer_error(server, request).code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_grpc_tritonclient_errors(server: ServerProcess) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    with pytest.raises(InferenceServerException) as raised:
+        client.get_model_metadata("nope")
+    assert "StatusCode.NOT_FOUND" in raised.value.status()
+    assert not client.is_model_ready("needs_gpu")

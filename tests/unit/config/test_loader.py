@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import pytest
+
+from inferd.config.loader import complete_config, parse_model_config
+from inferd.config.model import (
+    InstanceKind,
+    ModelSignature,
+    TensorSpec,
+    VersionPolicyKind,
+    WarmupDataKind,
+)
+from inferd.errors import ModelConfigError
+from inferd.types import DataType
+
+FULL = """
+name: "m"
+platform: "onnxruntime_onnx"
+max_batch_size: 16
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 3, -1 ] reshape: { shape: [ 3, -1 ] } } ]
+input [ { name: "s" data_type: TYPE_STRING dims: [ 1 ] optional: true } ]
+output [ { name: "y" data_type: TYPE_FP16 dims: [ 4 ] label_filename: "labels.txt" } ]
+instance_group [ { count: 3 kind: KIND_CPU }, { count: 1 kind: KIND_GPU gpus: [ 0 ] } ]
+version_policy: { specific: { versions: [ 2, 5 ] } }
+dynamic_batching {
+  max_queue_delay_microseconds: 500
+  preferred_batch_size: [ 4, 8 ]
+  default_queue_policy { max_queue_size: 64 default_timeout_microseconds: 1000 }
+}
+model_warmup [ {
+  name: "w" batch_size: 2
+  inputs { key: "x" value { data_type: TYPE_FP32 dims: [3, 2] zero_data: true } }
+} ]
+parameters { key: "intra_op_thread_count" value: { string_value: "2" } }
+response_cache { enable: true }
+"""
+
+
+def test_parses_the_supported_subset() -> None:
+    config = parse_model_config(FULL, model_name="m")
+    assert config.max_batch_size == 16
+    assert config.inputs[0].dims == (3, -1)
+    assert config.inputs[0].reshape == (3, -1)
+    assert config.inputs[1].datatype is DataType.BYTES
+    assert config.inputs[1].optional
+    assert config.outputs[0].datatype is DataType.FP16
+    assert [(g.count, g.kind) for g in config.instance_groups] == [(3, InstanceKind.CPU), (1, InstanceKind.GPU)]
+    assert config.version_policy.kind is VersionPolicyKind.SPECIFIC
+    assert config.version_policy.versions == (2, 5)
+    assert config.dynamic_batching is not None
+    assert config.dynamic_batching.max_queue_delay_us == 500
+    assert config.dynamic_batching.preferred_batch_sizes == (4, 8)
+    assert config.dynamic_batching.default_queue_policy.max_queue_size == 64
+    assert config.warmup[0].inputs["x"].kind is WarmupDataKind.ZERO
+    assert config.parameters == {"intra_op_thread_count": "2"}
+
+
+def test_reports_fields_outside_the_subset() -> None:
+    config = parse_model_config(FULL, model_name="m")
+    assert set(config.ignored_fields) == {"output[0].label_filename", "response_cache"}
+
+
+def test_syntax_error_names_line_and_column() -> None:
+    with pytest.raises(ModelConfigError, match=r"config.pbtxt: 2:\d+ .*max_batch_sise"):
+        parse_model_config('name: "m"\nmax_batch_sise: 4', model_name="m")
+
+
+def test_name_must_match_folder() -> None:
+    with pytest.raises(ModelConfigError, match="differs from the model's folder name"):
+        parse_model_config('name: "other"', model_name="m")
+
+
+@pytest.mark.parametrize(
+    ("policy", "available", "selected"),
+    [
+        ("", [1, 2, 3], [3]),
+        ("version_policy: { latest: { num_versions: 2 } }", [3, 1, 2], [2, 3]),
+        ("version_policy: { all: {} }", [1, 2, 3], [1, 2, 3]),
+        ("version_policy: { specific: { versions: [1, 4] } }", [1, 2, 3], [1]),
+    ],
+)
+def test_version_policy(policy: str, available: list[int], selected: list[int]) -> None:
+    assert parse_model_config(policy, model_name="m").version_policy.select(available) == selected
+
+
+SIGNATURE = ModelSignature(
+    inputs=(TensorSpec("a", DataType.FP32, (-1, 8)), TensorSpec("b", DataType.INT64, (-1, 2))),
+    outputs=(TensorSpec("c", DataType.FP32, (-1, 8)),),
+)
+
+
+def test_complete_from_nothing_makes_a_batching_model() -> None:
+    config = complete_config(parse_model_config("", model_name="m"), SIGNATURE)
+    assert config.max_batch_size == 4
+    assert [(t.name, t.dims) for t in config.inputs] == [("a", (8,)), ("b", (2,))]
+    assert [(t.name, t.dims) for t in config.outputs] == [("c", (8,))]
+    assert config.platform == "onnxruntime_onnx"
+    assert len(config.instance_groups) == 1
+
+
+def test_complete_keeps_given_inputs_and_fills_outputs() -> None:
+    text = (
+        'max_batch_size: 2\ninput [ { name: "a" data_type: TYPE_FP32 dims: [8] }, '
+        '{ name: "b" data_type: TYPE_INT64 dims: [2] } ]'
+    )
+    config = complete_config(parse_model_config(text, model_name="m"), SIGNATURE)
+    assert config.max_batch_size == 2
+    assert config.outputs[0].name == "c"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('input [ { name: "zz" data_type: TYPE_FP32 dims: [8] } ]', "not in the model file"),
+        (
+            'max_batch_size: 2\ninput [ { name: "a" data_type: TYPE_FP16 dims: [8] } ]',
+            "TYPE_FP16 but the model file has TYPE_FP32",
+        ),
+        ('max_batch_size: 2\ninput [ { name: "a" data_type: TYPE_FP32 dims: [9] } ]', r"shape \[-1, 9\]"),
+        (
+            'max_batch_size: 0\ninput [ { name: "a" data_type: TYPE_FP32 dims: [8] } ]',
+            r"shape \[8\] but the model file has \[-1, 8\]",
+        ),
+    ],
+)
+def test_complete_rejects_configs_that_contradict_the_file(text: str, message: str) -> None:
+    with pytest.raises(ModelConfigError, match=message):
+        complete_config(parse_model_config(text, model_name="m"), SIGNATURE)
