@@ -1,0 +1,82 @@
+"""SIGTERM lets in-flight requests finish (HTTP and gRPC), then the server exits cleanly."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+import tritonclient.grpc as grpcclient
+
+from inferd.testing.models import slow_model, write_config
+from inferd.testing.server import ServerProcess, run_server
+
+pytestmark = pytest.mark.e2e
+
+SIZE = 384
+
+
+def http_infer(server: ServerProcess, value: float) -> tuple[int, float]:
+    data = np.full((SIZE, SIZE), value, dtype=np.float32)
+    header = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "datatype": "FP32",
+                    "shape": [SIZE, SIZE],
+                    "parameters": {"binary_data_size": data.nbytes},
+                }
+            ],
+            "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
+        }
+    )
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=120)
+    try:
+        connection.request(
+            "POST",
+            "/v2/models/slow/infer",
+            header + data.tobytes(),
+            {"Inference-Header-Content-Length": str(len(header))},
+        )
+        response = connection.getresponse()
+        body = response.read()
+        length = int(response.getheader("Inference-Header-Content-Length", "0"))
+        return response.status, float(np.frombuffer(body[length:], dtype="<f4")[0]) if response.status == 200 else -1.0
+    finally:
+        connection.close()
+
+
+def grpc_infer(server: ServerProcess, value: float) -> float:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    tensor = grpcclient.InferInput("x", [SIZE, SIZE], "FP32")
+    tensor.set_data_from_numpy(np.full((SIZE, SIZE), value, dtype=np.float32))
+    return float(client.infer("slow", [tensor], client_timeout=120).as_numpy("y")[0, 0])
+
+
+def test_sigterm_finishes_in_flight_requests(tmp_path: Path) -> None:
+    repository = tmp_path / "repository"
+    slow_model(repository / "slow" / "1" / "model.onnx", size=SIZE, repeats=48)
+    write_config(repository / "slow", "max_batch_size: 0\ninstance_group [ { count: 1 kind: KIND_CPU } ]")
+    with run_server(repository, tmp_path / "server.log") as server, ThreadPoolExecutor(max_workers=6) as pool:
+        first_done = threading.Event()
+        http_futures: list[Future[tuple[int, float]]] = []
+        for value in (1.0, 2.0, 3.0, 4.0):
+            future = pool.submit(http_infer, server, value)
+            future.add_done_callback(lambda _: first_done.set())
+            http_futures.append(future)
+        grpc_futures = [pool.submit(grpc_infer, server, value) for value in (5.0, 6.0)]
+        # One instance runs them one at a time: when the first answer is back, the rest are in flight.
+        assert first_done.wait(timeout=120)
+        server.process.send_signal(15)
+        # The identity weights keep each value; every request in flight is answered in full.
+        assert [f.result(timeout=120) for f in http_futures] == [(200, 1.0), (200, 2.0), (200, 3.0), (200, 4.0)]
+        assert [f.result(timeout=120) for f in grpc_futures] == [5.0, 6.0]
+        assert server.process.wait(timeout=60) == 0
+    log = server.log()
+    assert "shutting down" in log
+    assert "stopped" in log
