@@ -7,7 +7,9 @@ import http.client
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from inferd.testing.models import add_sub_model, identity_model, mlp_model, write_config
@@ -64,6 +66,7 @@ def build_repository(root: Path) -> Path:
     write_config(root / "needs_gpu", "max_batch_size: 8\ninstance_group [ { kind: KIND_GPU } ]")
     mlp_model(root / "auto_kind" / "1" / "model.onnx")
     write_config(root / "auto_kind", "max_batch_size: 8\ninstance_group [ { kind: KIND_AUTO } ]")
+    write_config(root / "no_versions", "max_batch_size: 8")
     mlp_model(root / "wrong_dims" / "1" / "model.onnx")
     write_config(root / "wrong_dims", 'max_batch_size: 8\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 17 ] } ]')
     return root
@@ -86,6 +89,18 @@ class HttpReply:
     status: int
     headers: dict[str, str]
     body: bytes
+
+
+def post_binary(server: ServerProcess, model: str, header: dict[str, Any], binary: bytes) -> HttpReply:
+    """POST a v2 request whose tensors follow its JSON header (the binary tensor extension)."""
+    encoded = orjson.dumps(header)
+    return http_request(
+        server,
+        "POST",
+        f"/v2/models/{model}/infer",
+        encoded + binary,
+        {"Inference-Header-Content-Length": str(len(encoded))},
+    )
 
 
 def http_request(

@@ -14,7 +14,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing.server import ServerProcess
-from tests.e2e.conftest import MAX_REQUEST_BYTES, http_request
+from tests.e2e.conftest import MAX_REQUEST_BYTES, http_request, post_binary
 
 pytestmark = pytest.mark.e2e
 
@@ -157,22 +157,13 @@ def test_integer_out_of_range(server: ServerProcess) -> None:
     assert "range" in body["error"]
 
 
+def binary_input(name: str, datatype: str, shape: list[int], size: int) -> dict[str, Any]:
+    return {"inputs": [{"name": name, "datatype": datatype, "shape": shape, "parameters": {"binary_data_size": size}}]}
+
+
 def test_binary_size_checked_against_shape_before_allocation(server: ServerProcess) -> None:
     # Declares a gigantic shape but sends 8 bytes: refused from the sizes alone.
-    header = orjson.dumps(
-        {
-            "inputs": [
-                {"name": "INPUT0", "datatype": "FP32", "shape": [1, 1 << 40], "parameters": {"binary_data_size": 8}}
-            ]
-        }
-    )
-    reply = http_request(
-        server,
-        "POST",
-        "/v2/models/identity_fp32/infer",
-        header + b"\x00" * 8,
-        {"Inference-Header-Content-Length": str(len(header))},
-    )
+    reply = post_binary(server, "identity_fp32", binary_input("INPUT0", "FP32", [1, 1 << 40], 8), b"\x00" * 8)
     body = orjson.loads(reply.body)
     assert reply.status == 400
     assert body["code"] == "INVALID_TENSOR_DATA"
@@ -180,34 +171,14 @@ def test_binary_size_checked_against_shape_before_allocation(server: ServerProce
 
 
 def test_binary_size_past_end(server: ServerProcess) -> None:
-    header = orjson.dumps(
-        {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 16}}]}
-    )
-    reply = http_request(
-        server,
-        "POST",
-        "/v2/models/identity_fp32/infer",
-        header + b"\x00" * 8,
-        {"Inference-Header-Content-Length": str(len(header))},
-    )
+    reply = post_binary(server, "identity_fp32", binary_input("INPUT0", "FP32", [1, 4], 16), b"\x00" * 8)
     assert reply.status == 400
     assert "runs past the binary data" in orjson.loads(reply.body)["error"]
 
 
 def test_bytes_tensor_with_impossible_element_count(server: ServerProcess) -> None:
-    header = orjson.dumps(
-        {
-            "inputs": [
-                {"name": "INPUT0", "datatype": "BYTES", "shape": [1, 1 << 30], "parameters": {"binary_data_size": 9}}
-            ]
-        }
-    )
-    reply = http_request(
-        server,
-        "POST",
-        "/v2/models/identity_bytes/infer",
-        header + b"\x05\x00\x00\x00hello",
-        {"Inference-Header-Content-Length": str(len(header))},
+    reply = post_binary(
+        server, "identity_bytes", binary_input("INPUT0", "BYTES", [1, 1 << 30], 9), b"\x05\x00\x00\x00hello"
     )
     assert reply.status == 400
     assert orjson.loads(reply.body)["code"] == "INVALID_TENSOR_DATA"
@@ -242,6 +213,7 @@ def test_failed_models_fail_alone_with_their_reason(server: ServerProcess) -> No
         "bad_config": "data_typo",
         "needs_gpu": "KIND_GPU",
         "wrong_dims": "shape [-1, 17]",
+        "no_versions": "no version of model 'no_versions' to load",
     }
     for model, reason in cases.items():
         status, body = post_infer(server, model, {"inputs": [fp32_input("x", [1, 16])]})
