@@ -117,12 +117,25 @@ class InferRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Timing:
+    """Where a request's time went inside the core, in seconds."""
+
+    queue_s: float = 0.0
+    """Waiting in the batcher's queue (and for company) until its batch was dispatched."""
+    compute_s: float = 0.0
+    """Running the batch it was part of."""
+    batch_rows: int = 0
+    """Rows of that batch (its own and its neighbours')."""
+
+
+@dataclass(frozen=True, slots=True)
 class InferResponse:
     model_name: str
     model_version: str
     request_id: str
     outputs: tuple[Tensor, ...]
     id: str = ""
+    timing: Timing = field(default_factory=Timing)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from inferd.runtimes import Runtime
+
+Arrays = dict[str, np.ndarray[Any, Any]]
 
 
 def cores_available() -> int:
@@ -27,10 +30,18 @@ def intra_op_threads_per_instance(total_instances: int) -> int:
 class InstancePool:
     """The loaded instances of one model version and the threads that run them."""
 
-    def __init__(self, instances: Sequence[Runtime], *, name: str) -> None:
+    def __init__(
+        self,
+        instances: Sequence[Runtime],
+        *,
+        name: str,
+        on_execute: Callable[[int, float], None] | None = None,
+    ) -> None:
+        """`on_execute(rows, compute_s)` hears of every execution (for metrics)."""
         if not instances:
             raise ValueError("an instance pool needs at least one instance")
         self._instances = list(instances)
+        self._on_execute = on_execute
         self._threads = ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"inferd-{name}")
         # NOTE: created lazily on the serving loop; the pool may be built on a loader thread.
         self._free: asyncio.Queue[Runtime] | None = None
@@ -39,22 +50,44 @@ class InstancePool:
     def size(self) -> int:
         return len(self._instances)
 
-    async def run(
-        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]
-    ) -> dict[str, np.ndarray[Any, Any]]:
-        free = self._free_instances()
-        instance = await free.get()
-        try:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._threads, instance.execute, inputs, output_names)
-        finally:
-            free.put_nowait(instance)
+    @property
+    def idle(self) -> int:
+        """Instances not executing now (all of them before serving starts)."""
+        return self._free_instances().qsize()
 
-    def run_blocking(
-        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]
-    ) -> dict[str, np.ndarray[Any, Any]]:
-        """For use before serving starts (warm-up), from the loading thread."""
-        return self._instances[0].execute(inputs, output_names)
+    async def acquire(self) -> Runtime:
+        """An idle instance, waiting for one to be released when all are busy."""
+        return await self._free_instances().get()
+
+    def release(self, instance: Runtime) -> None:
+        self._free_instances().put_nowait(instance)
+
+    async def execute(
+        self, instance: Runtime, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str], rows: int
+    ) -> Arrays:
+        """Run one batch of `rows` rows on an acquired instance, on its worker thread."""
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        try:
+            return await loop.run_in_executor(self._threads, instance.execute, inputs, names)
+        finally:
+            if self._on_execute is not None:
+                self._on_execute(rows, time.perf_counter() - started)
+
+    async def run(self, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str], rows: int) -> Arrays:
+        """Acquire, execute, release: the path of requests that are not batched."""
+        instance = await self.acquire()
+        try:
+            return await self.execute(instance, inputs, names, rows)
+        finally:
+            self.release(instance)
+
+    def run_blocking(self, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str]) -> Arrays:
+        """Run on every instance in turn, before serving starts (warm-up), from the loading thread."""
+        results: Arrays = {}
+        for instance in self._instances:
+            results = instance.execute(inputs, names)
+        return results
 
     def close(self) -> None:
         self._threads.shutdown(wait=True)

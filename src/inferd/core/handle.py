@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from inferd.config.model import ModelConfig
+from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import InstancePool
 from inferd.core.validation import output_names, prepare_inputs
-from inferd.errors import InternalError
-from inferd.types import InferRequest, InferResponse, Tensor
+from inferd.errors import InternalError, InvalidRequestError
+from inferd.types import InferRequest, InferResponse, Tensor, Timing
 
 
 @dataclass(slots=True)
@@ -19,17 +21,31 @@ class ModelHandle:
     config: ModelConfig
     version: int
     pool: InstancePool
+    # Present when the config asks for dynamic batching (and the model batches).
+    batcher: DynamicBatcher | None = None
 
     async def infer(self, request: InferRequest) -> InferResponse:
         feeds, batch_size = prepare_inputs(self.config, request)
         names = output_names(self.config, request)
-        results = await self.pool.run(feeds, names)
+        if self.batcher is None:
+            started = time.perf_counter()
+            results = await self.pool.run(feeds, names, batch_size)
+            timing = Timing(compute_s=time.perf_counter() - started, batch_rows=batch_size)
+        else:
+            results, timing = await self.batcher.submit(
+                feeds,
+                batch_size,
+                names,
+                priority=_int_parameter(request, "priority"),
+                timeout_us=_int_parameter(request, "timeout"),
+            )
         return InferResponse(
             model_name=self.config.name,
             model_version=str(self.version),
             request_id=request.request_id,
             outputs=tuple(self._output_tensor(name, results.get(name), batch_size) for name in names),
             id=request.id,
+            timing=timing,
         )
 
     def close(self) -> None:
@@ -51,3 +67,11 @@ class ModelHandle:
                 f"{spec.datatype.value}"
             )
         return Tensor(name=name, datatype=spec.datatype, shape=tuple(int(d) for d in array.shape), data=array)
+
+
+def _int_parameter(request: InferRequest, name: str) -> int:
+    """Triton's scheduling parameters (`priority`, `timeout` in microseconds): 0 when absent."""
+    value = request.parameters.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidRequestError(f"request parameter '{name}' must be a non-negative integer, got {value!r}")
+    return value

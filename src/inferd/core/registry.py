@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 
 from inferd.config.loader import complete_config, read_model_config
 from inferd.config.model import InstanceGroup, ModelConfig
+from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import InstancePool, intra_op_threads_per_instance
 from inferd.core.handle import ModelHandle
+from inferd.core.metrics import Metrics, NoMetrics
 from inferd.core.repository import ModelRepository
 from inferd.errors import (
     InferdError,
@@ -67,8 +69,9 @@ class ModelRecord:
 
 
 class ModelRegistry:
-    def __init__(self, repository: ModelRepository) -> None:
+    def __init__(self, repository: ModelRepository, metrics: Metrics | None = None) -> None:
         self._repository = repository
+        self._metrics = metrics or NoMetrics()
         self._records: dict[str, ModelRecord] = {}
         self._lock = threading.Lock()
         self.startup_complete = False
@@ -140,7 +143,18 @@ class ModelRegistry:
                 extra={"model": config.name, "version": version},
             )
             return VersionRecord(version=version, state=ModelState.FAILED, reason=exc.message)
-        handle = ModelHandle(config=completed, version=version, pool=InstancePool(instances, name=config.name))
+        metrics, name, label = self._metrics, config.name, str(version)
+        pool = InstancePool(
+            instances,
+            name=config.name,
+            on_execute=lambda rows, compute_s: metrics.batch_executed(name, label, rows, compute_s),
+        )
+        batcher = None
+        if completed.dynamic_batching is not None and completed.max_batch_size > 0:
+            batcher = DynamicBatcher(
+                config.name, pool, max_batch_size=completed.max_batch_size, config=completed.dynamic_batching
+            )
+        handle = ModelHandle(config=completed, version=version, pool=pool, batcher=batcher)
         logger.info(
             "model %s version %d ready (%d instance(s), %d thread(s) each, max_batch_size %d)",
             config.name,

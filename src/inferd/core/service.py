@@ -9,9 +9,10 @@ from inferd.config.model import ModelConfig, TensorConfig
 from inferd.core.metrics import Metrics, NoMetrics
 from inferd.core.registry import ModelRegistry, ModelState
 from inferd.errors import InferdError, ModelNotReadyError
-from inferd.types import InferRequest, InferResponse, ModelMetadata, ServerMetadata, TensorMetadata
+from inferd.types import InferRequest, InferResponse, ModelMetadata, ServerMetadata, TensorMetadata, Timing
 
 SERVER_NAME = "inferd"
+_NO_TIMING = Timing()
 # Triton's extension names, so clients that probe for them find what inferd implements.
 EXTENSIONS = ("binary_tensor_data", "model_configuration")
 
@@ -73,10 +74,22 @@ class InferenceService:
             response = await handle.infer(request)
         except InferdError as exc:
             exc.request_id = exc.request_id or request.request_id
-            self._metrics.request_finished(request.model_name, version, exc.code.value, time.perf_counter() - started)
+            elapsed_s = time.perf_counter() - started
+            self._metrics.request_finished(request.model_name, version, exc.code.value, elapsed_s, _NO_TIMING)
             raise
-        self._metrics.request_finished(request.model_name, version, "success", time.perf_counter() - started)
+        elapsed_s = time.perf_counter() - started
+        self._metrics.request_finished(request.model_name, version, "success", elapsed_s, response.timing)
         return response
+
+    def queue_depths(self) -> list[tuple[str, str, int]]:
+        """(model, version, requests queued) for every version that batches."""
+        depths = []
+        for record in self._registry.records():
+            for version, version_record in sorted(record.versions.items()):
+                handle = version_record.handle
+                if handle is not None and handle.batcher is not None:
+                    depths.append((record.name, str(version), handle.batcher.queued))
+        return depths
 
     def model_states(self) -> list[tuple[str, str, ModelState]]:
         """(model, version, state) for every known version; a model with none reports version ""."""

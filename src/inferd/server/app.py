@@ -49,8 +49,8 @@ def run(settings: ServerSettings) -> None:
 async def serve(settings: ServerSettings) -> None:
     repository = ModelRepository(Path(settings.model_repository))
     repository.check()
-    registry = ModelRegistry(repository)
-    metrics = PrometheusMetrics(lambda: service.model_states())
+    metrics = PrometheusMetrics(lambda: service.model_states(), lambda: service.queue_depths())
+    registry = ModelRegistry(repository, metrics)
     service = InferenceService(registry, strict_readiness=settings.strict_readiness, metrics=metrics)
 
     http_server = _UvicornServer(

@@ -5,46 +5,80 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    disable_created_metrics,
-    start_http_server,
-)
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from inferd.core.registry import ModelState
+from inferd.types import Timing
 
-# Latency buckets from 100 µs to 10 s: tiny models answer in well under a millisecond.
+# Latency buckets from 100 us to 10 s: tiny models answer in well under a millisecond.
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+ModelStates = Callable[[], list[tuple[str, str, ModelState]]]
+QueueDepths = Callable[[], list[tuple[str, str, int]]]
 
 
 class PrometheusMetrics:
-    def __init__(self, model_states: Callable[[], list[tuple[str, str, ModelState]]]) -> None:
+    def __init__(self, model_states: ModelStates, queue_depths: QueueDepths) -> None:
         # The *_created series double the exposition for no use to a scraper.
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
+        labels = ["model", "version"]
         self._requests = Counter(
             "inferd_requests",
             "Inference requests finished, by outcome (success or the error code).",
-            ["model", "version", "outcome"],
+            [*labels, "outcome"],
             registry=self.registry,
         )
         self._duration = Histogram(
             "inferd_request_duration_seconds",
-            "Time from a decoded request to its response, in seconds.",
-            ["model", "version"],
+            "Successful requests: time from a decoded request to its response, in seconds.",
+            labels,
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
         )
-        self.registry.register(_ModelStateCollector(model_states))
+        self._queue = Histogram(
+            "inferd_request_queue_duration_seconds",
+            "Successful requests: time waiting in the batcher's queue before their batch ran, in seconds.",
+            labels,
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self._compute = Histogram(
+            "inferd_request_compute_duration_seconds",
+            "Successful requests: run time of the batch each was part of, in seconds.",
+            labels,
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self._batch_size = Histogram(
+            "inferd_batch_size",
+            "Rows per execution of the model (one request or a merged batch).",
+            labels,
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=self.registry,
+        )
+        self._execution = Histogram(
+            "inferd_execution_duration_seconds",
+            "Time per execution of the model, in seconds (its count is the number of executions).",
+            labels,
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.registry.register(_StateCollector(model_states, queue_depths))
 
-    def request_finished(self, model: str, version: str, outcome: str, duration_s: float) -> None:
+    def request_finished(self, model: str, version: str, outcome: str, duration_s: float, timing: Timing) -> None:
         self._requests.labels(model, version, outcome).inc()
         if outcome == "success":
             self._duration.labels(model, version).observe(duration_s)
+            self._queue.labels(model, version).observe(timing.queue_s)
+            self._compute.labels(model, version).observe(timing.compute_s)
+
+    def batch_executed(self, model: str, version: str, rows: int, compute_s: float) -> None:
+        self._batch_size.labels(model, version).observe(rows)
+        self._execution.labels(model, version).observe(compute_s)
 
     def serve(self, host: str, port: int) -> Any:
         """Start the /metrics listener on a daemon thread; returns the server (has `.shutdown()`)."""
@@ -52,14 +86,23 @@ class PrometheusMetrics:
         return server
 
 
-class _ModelStateCollector(Collector):
-    def __init__(self, model_states: Callable[[], list[tuple[str, str, ModelState]]]) -> None:
+class _StateCollector(Collector):
+    """Gauges read at scrape time: model states and queue depths."""
+
+    def __init__(self, model_states: ModelStates, queue_depths: QueueDepths) -> None:
         self._model_states = model_states
+        self._queue_depths = queue_depths
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        gauge = GaugeMetricFamily(
+        states = GaugeMetricFamily(
             "inferd_model_state", "1 for the state each model version is in.", labels=["model", "version", "state"]
         )
         for model, version, state in self._model_states():
-            gauge.add_metric([model, version, state.value], 1.0)
-        yield gauge
+            states.add_metric([model, version, state.value], 1.0)
+        yield states
+        depths = GaugeMetricFamily(
+            "inferd_queue_depth", "Requests waiting in each batching model's queue.", labels=["model", "version"]
+        )
+        for model, version, depth in self._queue_depths():
+            depths.add_metric([model, version], float(depth))
+        yield depths

@@ -105,8 +105,11 @@ def mlp_model(path: Path, sizes: tuple[int, ...] = (16, 64, 4), seed: int = 0) -
     _save(graph, path)
 
 
-def slow_model(path: Path, size: int = 1024, repeats: int = 24) -> None:
-    """y = x @ W repeated: tens to hundreds of milliseconds per call, for in-flight tests."""
+def slow_model(path: Path, size: int = 1024, repeats: int = 24, batched: bool = False) -> None:
+    """y = x @ I repeated `repeats` times: y equals x, after real work (for in-flight and overload tests).
+
+    `batched` gives x the shape [batch, size] instead of [size, size].
+    """
     onnx = _onnx()
     helper, numpy_helper = onnx.helper, onnx.numpy_helper
     weight = np.eye(size, dtype=np.float32)
@@ -120,8 +123,8 @@ def slow_model(path: Path, size: int = 1024, repeats: int = 24) -> None:
     graph = helper.make_graph(
         nodes,
         "slow",
-        [helper.make_tensor_value_info("x", fp32, [size, size])],
-        [helper.make_tensor_value_info("y", fp32, [size, size])],
+        [helper.make_tensor_value_info("x", fp32, ["batch" if batched else size, size])],
+        [helper.make_tensor_value_info("y", fp32, ["batch" if batched else size, size])],
         initializer=[numpy_helper.from_array(weight, "w")],
     )
     _save(graph, path)

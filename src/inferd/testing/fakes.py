@@ -1,0 +1,54 @@
+"""Fakes for unit tests: a runtime that doubles its input and records every batch it ran."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from inferd.config.model import ModelSignature, TensorSpec
+from inferd.errors import InvalidRequestError
+from inferd.types import DataType
+
+
+class FakeRuntime:
+    """y = 2 * x. Rejects a batch holding a negative value (as an engine rejects bad input).
+
+    `gate`, when given, holds every execution until it is set, so a test can keep an instance busy.
+    """
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.batches: list[int] = []
+        self.gate = gate
+        self.signature = ModelSignature(
+            inputs=(TensorSpec("x", DataType.FP32, (-1, -1)),), outputs=(TensorSpec("y", DataType.FP32, (-1, -1)),)
+        )
+        self.started = threading.Event()
+
+    def execute(self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]) -> dict[str, Any]:
+        self.started.set()
+        if self.gate is not None:
+            self.gate.wait(timeout=30)
+        x = inputs["x"]
+        self.batches.append(int(x.shape[0]))
+        if (x < 0).any():
+            raise InvalidRequestError("negative input")
+        return {"y": x * 2}
+
+    def close(self) -> None:
+        return None
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told to."""
+
+    def __init__(self, start_s: float = 1000.0) -> None:
+        self.now_s = start_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def advance(self, seconds: float) -> None:
+        self.now_s += seconds

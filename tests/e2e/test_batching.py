@@ -1,0 +1,134 @@
+"""Dynamic batching with several instances, under many concurrent clients, and under overload."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import tritonclient.grpc.aio as grpcaio
+import tritonclient.http.aio as httpaio
+from tritonclient.utils import InferenceServerException
+
+from inferd.testing.models import add_sub_model, slow_model, write_config
+from inferd.testing.server import ServerProcess, run_server
+from tests.e2e.conftest import http_request
+
+pytestmark = pytest.mark.e2e
+
+WIDTH = 16
+SLOW_SIZE = 256
+
+
+@pytest.fixture(scope="module")
+def batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("batching")
+    add_sub_model(root / "add_sub" / "1" / "model.onnx", size=WIDTH)
+    write_config(
+        root / "add_sub",
+        """
+        max_batch_size: 16
+        dynamic_batching { max_queue_delay_microseconds: 2000 preferred_batch_size: [ 8, 16 ] }
+        instance_group [ { count: 2 kind: KIND_CPU } ]
+        """,
+    )
+    slow_model(root / "slow" / "1" / "model.onnx", size=SLOW_SIZE, repeats=64, batched=True)
+    write_config(
+        root / "slow",
+        """
+        max_batch_size: 2
+        dynamic_batching { default_queue_policy { max_queue_size: 4 } }
+        instance_group [ { count: 1 kind: KIND_CPU } ]
+        """,
+    )
+    with run_server(root, tmp_path_factory.mktemp("logs") / "server.log") as server:
+        yield server
+
+
+def request_rows(index: int) -> np.ndarray:
+    # Distinct inputs, and every fifth request carries several rows of its own.
+    rows = 1 + (index % 5 == 0) * (index % 3 + 1)
+    return np.arange(rows * WIDTH, dtype=np.float32).reshape(rows, WIDTH) + 1000 * index
+
+
+async def http_call(client: httpaio.InferenceServerClient, index: int) -> None:
+    a = request_rows(index)
+    b = np.full_like(a, index)
+    inputs = [httpaio.InferInput("INPUT0", list(a.shape), "FP32"), httpaio.InferInput("INPUT1", list(b.shape), "FP32")]
+    inputs[0].set_data_from_numpy(a, binary_data=index % 2 == 0)  # JSON and binary mixed in one batch
+    inputs[1].set_data_from_numpy(b, binary_data=index % 2 == 0)
+    result = await client.infer("add_sub", inputs, request_id=f"h{index}")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+    assert result.get_response()["id"] == f"h{index}"
+
+
+async def grpc_call(client: grpcaio.InferenceServerClient, index: int) -> None:
+    a = request_rows(index)
+    b = np.full_like(a, -index)
+    inputs = [grpcaio.InferInput("INPUT0", list(a.shape), "FP32"), grpcaio.InferInput("INPUT1", list(b.shape), "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    result = await client.infer("add_sub", inputs, request_id=f"g{index}")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+    assert result.get_response().id == f"g{index}"
+
+
+def batch_size_histogram(server: ServerProcess, model: str) -> dict[str, float]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    buckets = {}
+    for line in text.splitlines():
+        if line.startswith("inferd_batch_size_bucket") and f'model="{model}"' in line:
+            le = line.split('le="')[1].split('"')[0]
+            buckets[le] = float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+async def test_every_concurrent_request_gets_its_own_rows(batching_server: ServerProcess) -> None:
+    http_client = httpaio.InferenceServerClient(batching_server.http_url, conn_limit=150)
+    grpc_client = grpcaio.InferenceServerClient(batching_server.grpc_url)
+    try:
+        calls = [http_call(http_client, i) for i in range(150)] + [grpc_call(grpc_client, i) for i in range(150)]
+        await asyncio.wait_for(asyncio.gather(*calls), timeout=120)
+    finally:
+        await http_client.close()
+        await grpc_client.close()
+    buckets = batch_size_histogram(batching_server, "add_sub")
+    executions, single_row = buckets["+Inf"], buckets["1.0"]
+    assert executions < 300, "no request was batched with another"
+    assert single_row < executions
+
+
+async def slow_call(client: httpaio.InferenceServerClient, index: int) -> str:
+    x = np.full((1, SLOW_SIZE), float(index), dtype=np.float32)
+    tensor = httpaio.InferInput("x", [1, SLOW_SIZE], "FP32")
+    tensor.set_data_from_numpy(x)
+    try:
+        result = await client.infer("slow", [tensor])
+    except InferenceServerException as exc:
+        assert exc.status() == "503", exc.message()
+        assert "model 'slow'" in exc.message() and "max_queue_size 4" in exc.message()
+        return "shed"
+    np.testing.assert_array_equal(result.as_numpy("y"), x)
+    return "served"
+
+
+async def test_overload_sheds_with_503_and_recovers(batching_server: ServerProcess) -> None:
+    client = httpaio.InferenceServerClient(batching_server.http_url, conn_limit=80)
+    try:
+        burst = asyncio.gather(*(slow_call(client, i) for i in range(80)))
+        # The server stays responsive while shedding.
+        live = await asyncio.to_thread(http_request, batching_server, "GET", "/v2/health/live")
+        assert live.status == 200
+        outcomes = await asyncio.wait_for(burst, timeout=120)
+        assert outcomes.count("shed") > 0
+        assert outcomes.count("served") >= 4
+        # Recovered: the next request is served.
+        assert await slow_call(client, 999) == "served"
+    finally:
+        await client.close()

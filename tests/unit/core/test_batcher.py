@@ -1,0 +1,222 @@
+"""DynamicBatcher through its public interface, on a fake runtime; no sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from inferd.config.model import DynamicBatchingConfig, QueuePolicy
+from inferd.core.batcher import DynamicBatcher
+from inferd.core.executor import InstancePool
+from inferd.errors import InvalidRequestError, UnavailableError
+from inferd.testing.fakes import FakeClock, FakeRuntime
+
+# Long enough that a test which waited it out would time out instead of passing.
+LONG_DELAY_US = 60_000_000
+
+
+def rows(values: list[float], width: int = 2) -> dict[str, np.ndarray[Any, Any]]:
+    return {"x": np.repeat(np.array(values, dtype=np.float32)[:, None], width, axis=1)}
+
+
+def make(
+    runtimes: list[FakeRuntime], max_batch_size: int = 8, clock: FakeClock | None = None, **config: Any
+) -> DynamicBatcher:
+    pool = InstancePool(runtimes, name="fake")
+    return DynamicBatcher(
+        "fake",
+        pool,
+        max_batch_size=max_batch_size,
+        config=DynamicBatchingConfig(**config),
+        clock=clock or FakeClock(),
+    )
+
+
+async def submit(batcher: DynamicBatcher, values: list[float], **kwargs: Any) -> np.ndarray[Any, Any]:
+    outputs, _timing = await batcher.submit(rows(values), len(values), ["y"], **kwargs)
+    return outputs["y"]
+
+
+async def until(predicate: Any) -> None:
+    """Yield to the loop (and the worker threads) until `predicate()` holds; bounded."""
+    for _ in range(2000):
+        if predicate():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("condition never held")
+
+
+async def test_lone_request_on_idle_server_runs_at_once() -> None:
+    batcher = make([FakeRuntime()], max_queue_delay_us=LONG_DELAY_US)
+    result = await asyncio.wait_for(submit(batcher, [3.0]), timeout=10)
+    assert result.tolist() == [[6.0, 6.0]]
+
+
+async def test_requests_queued_while_busy_merge_and_each_gets_its_rows() -> None:
+    gate = threading.Event()
+    runtime = FakeRuntime(gate)
+    batcher = make([runtime], max_batch_size=8)
+    first = asyncio.ensure_future(submit(batcher, [1.0]))
+    await until(runtime.started.is_set)
+    others = [asyncio.ensure_future(submit(batcher, [float(v), float(v) + 0.5])) for v in (10, 20, 30)]
+    await until(lambda: batcher.queued == 3)
+    gate.set()
+    assert (await first).tolist() == [[2.0, 2.0]]
+    results = await asyncio.gather(*others)
+    assert runtime.batches == [1, 6]
+    for value, result in zip((10, 20, 30), results, strict=True):
+        assert result[:, 0].tolist() == [2 * value, 2 * value + 1]
+
+
+async def test_batches_never_exceed_max_batch_size() -> None:
+    gate = threading.Event()
+    runtime = FakeRuntime(gate)
+    batcher = make([runtime], max_batch_size=4)
+    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
+    await until(runtime.started.is_set)
+    waiting = [asyncio.ensure_future(submit(batcher, [float(i)] * 3)) for i in range(5)]
+    await until(lambda: batcher.queued == 5)
+    gate.set()
+    await blocker
+    results = await asyncio.gather(*waiting)
+    assert max(runtime.batches) <= 4
+    assert [r[:, 0].tolist() for r in results] == [[2.0 * i] * 3 for i in range(5)]
+
+
+async def test_different_non_batch_shapes_are_never_merged() -> None:
+    gate = threading.Event()
+    runtime = FakeRuntime(gate)
+    batcher = make([runtime])
+    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
+    await until(runtime.started.is_set)
+    narrow = asyncio.ensure_future(batcher.submit(rows([1.0], width=2), 1, ["y"]))
+    wide = asyncio.ensure_future(batcher.submit(rows([2.0], width=3), 1, ["y"]))
+    narrow2 = asyncio.ensure_future(batcher.submit(rows([3.0], width=2), 1, ["y"]))
+    await until(lambda: batcher.queued == 3)
+    gate.set()
+    await blocker
+    (n1, _), (w, _), (n2, _) = await asyncio.gather(narrow, wide, narrow2)
+    assert runtime.batches == [1, 2, 1]
+    assert w["y"].shape == (1, 3)
+    assert n1["y"].tolist() == [[2.0, 2.0]] and n2["y"].tolist() == [[6.0, 6.0]]
+
+
+async def test_waits_for_company_only_while_another_instance_is_busy() -> None:
+    gate = threading.Event()
+    busy, free = FakeRuntime(gate), FakeRuntime()
+    clock = FakeClock()
+    batcher = make([busy, free], max_batch_size=4, clock=clock, max_queue_delay_us=1000)
+    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
+    await until(lambda: busy.started.is_set() or free.started.is_set())
+    # One instance is busy now; a new request waits for company rather than running alone.
+    first = asyncio.ensure_future(submit(batcher, [1.0]))
+    await until(lambda: batcher.queued == 1)
+    second = asyncio.ensure_future(submit(batcher, [2.0]))
+    await until(lambda: batcher.queued == 2)
+    clock.advance(0.002)  # past max_queue_delay: the two go together
+    await asyncio.gather(first, second)
+    gate.set()
+    await blocker
+    ran = busy.batches + free.batches
+    assert sorted(ran) == [1, 2]
+
+
+async def test_preferred_batch_size_dispatches_without_waiting() -> None:
+    gate = threading.Event()
+    busy, free = FakeRuntime(gate), FakeRuntime()
+    batcher = make([busy, free], max_batch_size=8, max_queue_delay_us=LONG_DELAY_US, preferred_batch_sizes=(2,))
+    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
+    await until(lambda: busy.started.is_set() or free.started.is_set())
+    pair = await asyncio.wait_for(asyncio.gather(submit(batcher, [1.0]), submit(batcher, [2.0])), timeout=10)
+    assert [r.tolist() for r in pair] == [[[2.0, 2.0]], [[4.0, 4.0]]]
+    gate.set()
+    await blocker
+
+
+async def test_full_queue_refuses_at_once_naming_model_and_limit() -> None:
+    gate = threading.Event()
+    runtime = FakeRuntime(gate)
+    batcher = make([runtime], default_queue_policy=QueuePolicy(max_queue_size=2))
+    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
+    await until(runtime.started.is_set)
+    queued = [asyncio.ensure_future(submit(batcher, [1.0])) for _ in range(2)]
+    await until(lambda: batcher.queued == 2)
+    with pytest.raises(UnavailableError, match=r"model 'fake'.*max_queue_size 2"):
+        await submit(batcher, [1.0])
+    gate.set()
+    await asyncio.gather(blocker, *queued)
+
+
+async def test_a_bad_request_fails_alone() -> None:
+    gate = threading.Event()
+    runtime = FakeRuntime(gate)
+    batcher = make([runtime])
+    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
+    await until(runtime.started.is_set)
+    good = asyncio.ensure_future(submit(batcher, [1.0]))
+    bad = asyncio.ensure_future(submit(batcher, [-1.0]))
+    good2 = asyncio.ensure_future(submit(batcher, [2.0]))
+    await until(lambda: batcher.queued == 3)
+    gate.set()
+    await blocker
+    assert (await good).tolist() == [[2.0, 2.0]]
+    assert (await good2).tolist() == [[4.0, 4.0]]
+    with pytest.raises(InvalidRequestError, match="negative"):
+        await bad
+
+
+async def test_cancelled_request_is_dropped_before_it_runs() -> None:
+    gate = threading.Event()
+    runtime = FakeRuntime(gate)
+    batcher = make([runtime])
+    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
+    await until(runtime.started.is_set)
+    gone = asyncio.ensure_future(submit(batcher, [5.0, 5.0, 5.0]))
+    kept = asyncio.ensure_future(submit(batcher, [1.0]))
+    await until(lambda: batcher.queued == 2)
+    gone.cancel()
+    gate.set()
+    await blocker
+    assert (await kept).tolist() == [[2.0, 2.0]]
+    assert runtime.batches == [1, 1]  # the 3-row request never reached the runtime
+
+
+async def test_queue_timeout_rejects_expired_requests() -> None:
+    gate = threading.Event()
+    runtime = FakeRuntime(gate)
+    clock = FakeClock()
+    batcher = make([runtime], clock=clock, default_queue_policy=QueuePolicy(default_timeout_us=500))
+    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
+    await until(runtime.started.is_set)
+    late = asyncio.ensure_future(submit(batcher, [1.0]))
+    await until(lambda: batcher.queued == 1)
+    clock.advance(0.001)
+    gate.set()
+    await blocker
+    with pytest.raises(UnavailableError, match="timed out after 1000 us"):
+        await late
+
+
+async def test_higher_priority_runs_first() -> None:
+    gate = threading.Event()
+    runtime = FakeRuntime(gate)
+    batcher = make([runtime], max_batch_size=1, priority_levels=2, default_priority_level=2)
+    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
+    await until(runtime.started.is_set)
+    order: list[str] = []
+
+    async def tracked(name: str, value: float, priority: int) -> None:
+        await submit(batcher, [value], priority=priority)
+        order.append(name)
+
+    low = asyncio.ensure_future(tracked("low", 1.0, 2))
+    await until(lambda: batcher.queued == 1)
+    high = asyncio.ensure_future(tracked("high", 2.0, 1))
+    await until(lambda: batcher.queued == 2)
+    gate.set()
+    await asyncio.gather(blocker, low, high)
+    assert order == ["high", "low"]
