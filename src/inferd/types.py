@@ -114,18 +114,35 @@ class InferRequest:
     parameters: Mapping[str, Any] = field(default_factory=dict)
     # The v2 `id` the client sent, echoed verbatim in the response ("" when absent).
     id: str = ""
+    timing: RequestTiming = field(default_factory=lambda: RequestTiming())
 
 
-@dataclass(frozen=True, slots=True)
-class Timing:
-    """Where a request's time went inside the core, in seconds."""
+@dataclass(slots=True)
+class RequestTiming:
+    """Where one request's time went, in seconds. Each layer fills in its own part as the request
+    passes (the transport: decode and encode; the core: queue, batch-wait and compute), so this one
+    object is mutable while the request types around it are frozen."""
 
+    decode_s: float = 0.0
     queue_s: float = 0.0
-    """Waiting in the batcher's queue (and for company) until its batch was dispatched."""
-    compute_s: float = 0.0
-    """Running the batch it was part of."""
+    """Waiting for a free instance."""
+    batch_wait_s: float = 0.0
+    """Waiting, with an instance free, for more requests to join the batch."""
+    compute_input_s: float = 0.0
+    """Merging the batch's inputs."""
+    compute_infer_s: float = 0.0
+    """Running the batch on the runtime."""
+    compute_output_s: float = 0.0
+    """Splitting the batch's outputs back per request."""
+    encode_s: float = 0.0
+    rows: int = 0
+    """Rows of this request."""
     batch_rows: int = 0
-    """Rows of that batch (its own and its neighbours')."""
+    """Rows of the batch the request ran in (its own and its neighbours')."""
+
+    @property
+    def compute_s(self) -> float:
+        return self.compute_input_s + self.compute_infer_s + self.compute_output_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +152,6 @@ class InferResponse:
     request_id: str
     outputs: tuple[Tensor, ...]
     id: str = ""
-    timing: Timing = field(default_factory=Timing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,3 +175,37 @@ class ModelMetadata:
     platform: str
     inputs: tuple[TensorMetadata, ...]
     outputs: tuple[TensorMetadata, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DurationStatistic:
+    """Triton's StatisticDuration: how many, and their total time in nanoseconds."""
+
+    count: int = 0
+    ns: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStatistics:
+    batch_size: int
+    compute_input: DurationStatistic
+    compute_infer: DurationStatistic
+    compute_output: DurationStatistic
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStatistics:
+    """Cumulative counts and durations of one model version (Triton's statistics extension)."""
+
+    name: str
+    version: str
+    last_inference_ms: int
+    inference_count: int
+    execution_count: int
+    success: DurationStatistic
+    fail: DurationStatistic
+    queue: DurationStatistic
+    compute_input: DurationStatistic
+    compute_infer: DurationStatistic
+    compute_output: DurationStatistic
+    batches: tuple[BatchStatistics, ...]

@@ -36,7 +36,7 @@ from inferd.config.model import DynamicBatchingConfig
 from inferd.core.executor import Arrays, InstancePool
 from inferd.errors import InferdError, InternalError, UnavailableError
 from inferd.runtimes import Runtime
-from inferd.types import Timing
+from inferd.types import RequestTiming
 
 logger = logging.getLogger("inferd.batcher")
 
@@ -52,6 +52,7 @@ class _Pending:
     key: tuple[Any, ...]
     enqueued_s: float
     expires_s: float | None
+    timing: RequestTiming
     future: asyncio.Future[Arrays] = field(repr=False)
 
 
@@ -93,10 +94,14 @@ class DynamicBatcher:
         rows: int,
         output_names: Sequence[str],
         *,
+        timing: RequestTiming,
         priority: int = 0,
         timeout_us: int = 0,
-    ) -> tuple[Arrays, Timing]:
-        """Queue a request of `rows` rows; its own rows of each output once its batch ran."""
+    ) -> Arrays:
+        """Queue a request of `rows` rows; its own rows of each output once its batch ran.
+
+        Fills in the queue, batch-wait and compute parts of `timing`.
+        """
         self._ensure_started()
         queue = self._queues[self._priority_index(priority)]
         policy = self._config.default_queue_policy
@@ -115,6 +120,7 @@ class DynamicBatcher:
             key=tuple((name, array.dtype.str, array.shape[1:]) for name, array in sorted(feeds.items())),
             enqueued_s=now,
             expires_s=now + timeout / 1e6 if timeout > 0 and policy.timeout_action_reject else None,
+            timing=timing,
             future=loop.create_future(),
         )
         queue.append(pending)
@@ -122,7 +128,7 @@ class DynamicBatcher:
         self._wakeup.set()
         # NOTE: if the caller is cancelled (client gone), the future is cancelled with it and the
         # scheduler drops the request when it reaches it, before spending compute on it.
-        return await pending.future  # type: ignore[return-value]
+        return await pending.future
 
     async def close(self) -> None:
         if self._scheduler is not None:
@@ -156,6 +162,7 @@ class DynamicBatcher:
                 await self._wakeup.wait()
                 continue
             instance = await self._pool.acquire()
+            acquired_s = self._clock()
             try:
                 batch = await self._form_batch()
             except BaseException:
@@ -168,7 +175,7 @@ class DynamicBatcher:
             loop = asyncio.get_running_loop()
             turn = self._take_turn(loop) if self._config.preserve_ordering else None
             # NOTE: the set keeps running batches referenced; the loop holds tasks only weakly.
-            task = loop.create_task(self._execute(instance, batch, turn))
+            task = loop.create_task(self._execute(instance, batch, acquired_s, turn))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
@@ -225,12 +232,14 @@ class DynamicBatcher:
         self,
         instance: Runtime,
         batch: list[_Pending],
+        acquired_s: float,
         turn: tuple[asyncio.Future[None] | None, asyncio.Future[None]] | None,
     ) -> None:
         dispatched_s = self._clock()
         outcomes: list[Arrays | BaseException] = []
+        phases = (0.0, 0.0, 0.0)
         try:
-            outcomes = await self._run_batch(instance, batch)
+            outcomes, phases = await self._run_batch(instance, batch)
         except BaseException as exc:  # cancelled at shutdown, or a bug: every waiter must hear of it
             outcomes = [exc] * len(batch)
         finally:
@@ -238,37 +247,49 @@ class DynamicBatcher:
             self._executing -= 1
             assert self._wakeup is not None
             self._wakeup.set()
-        compute_s = self._clock() - dispatched_s
         rows = sum(p.rows for p in batch)
         if turn is not None:
             previous = turn[0]
             if previous is not None:
                 await previous
         for pending, outcome in zip(batch, outcomes, strict=True):
+            timing = pending.timing
+            # Before an instance was free it queued; after, it waited for company.
+            timing.queue_s = max(0.0, acquired_s - pending.enqueued_s)
+            timing.batch_wait_s = dispatched_s - max(acquired_s, pending.enqueued_s)
+            timing.compute_input_s, timing.compute_infer_s, timing.compute_output_s = phases
+            timing.batch_rows = rows
             if pending.future.done():
                 continue
             if isinstance(outcome, BaseException):
                 pending.future.set_exception(outcome)
             else:
-                timing = Timing(queue_s=dispatched_s - pending.enqueued_s, compute_s=compute_s, batch_rows=rows)
-                pending.future.set_result((outcome, timing))  # type: ignore[arg-type]
+                pending.future.set_result(outcome)
         if turn is not None:
             turn[1].set_result(None)
 
-    async def _run_batch(self, instance: Runtime, batch: list[_Pending]) -> list[Arrays | BaseException]:
+    async def _run_batch(
+        self, instance: Runtime, batch: list[_Pending]
+    ) -> tuple[list[Arrays | BaseException], tuple[float, float, float]]:
+        """Each request's outputs or error, and the seconds spent merging, running and splitting."""
+        started_s = self._clock()
         names = list(dict.fromkeys(name for pending in batch for name in pending.output_names))
         if len(batch) == 1:
             feeds = batch[0].feeds
         else:
             feeds = {name: np.concatenate([p.feeds[name] for p in batch]) for name in batch[0].feeds}
+        merged_s = self._clock()
         try:
             results = await self._pool.execute(instance, feeds, names, sum(p.rows for p in batch))
         except InferdError as exc:
             if len(batch) == 1:
-                return [exc]
+                return [exc], (merged_s - started_s, self._clock() - merged_s, 0.0)
             # Find whose request it was: each runs alone, so only the faulty one fails.
-            return [(await self._run_batch(instance, [pending]))[0] for pending in batch]
-        return self._split(batch, results)
+            alone = [(await self._run_batch(instance, [pending]))[0][0] for pending in batch]
+            return alone, (merged_s - started_s, self._clock() - merged_s, 0.0)
+        ran_s = self._clock()
+        outcomes = self._split(batch, results)
+        return outcomes, (merged_s - started_s, ran_s - merged_s, self._clock() - ran_s)
 
     def _split(self, batch: list[_Pending], results: Arrays) -> list[Arrays | BaseException]:
         rows = sum(p.rows for p in batch)

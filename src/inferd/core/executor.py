@@ -74,14 +74,6 @@ class InstancePool:
             if self._on_execute is not None:
                 self._on_execute(rows, time.perf_counter() - started)
 
-    async def run(self, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str], rows: int) -> Arrays:
-        """Acquire, execute, release: the path of requests that are not batched."""
-        instance = await self.acquire()
-        try:
-            return await self.execute(instance, inputs, names, rows)
-        finally:
-            self.release(instance)
-
     def run_blocking(self, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str]) -> Arrays:
         """Run on every instance in turn, before serving starts (warm-up), from the loading thread."""
         results: Arrays = {}

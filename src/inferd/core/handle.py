@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,10 +11,10 @@ import numpy as np
 
 from inferd.config.model import ModelConfig
 from inferd.core.batcher import DynamicBatcher
-from inferd.core.executor import InstancePool
+from inferd.core.executor import Arrays, InstancePool
 from inferd.core.validation import output_names, prepare_inputs
 from inferd.errors import InternalError, InvalidRequestError
-from inferd.types import InferRequest, InferResponse, Tensor, Timing
+from inferd.types import InferRequest, InferResponse, RequestTiming, Tensor
 
 
 @dataclass(slots=True)
@@ -27,15 +28,15 @@ class ModelHandle:
     async def infer(self, request: InferRequest) -> InferResponse:
         feeds, batch_size = prepare_inputs(self.config, request)
         names = output_names(self.config, request)
+        request.timing.rows = batch_size
         if self.batcher is None:
-            started = time.perf_counter()
-            results = await self.pool.run(feeds, names, batch_size)
-            timing = Timing(compute_s=time.perf_counter() - started, batch_rows=batch_size)
+            results = await self._run_alone(feeds, batch_size, names, request.timing)
         else:
-            results, timing = await self.batcher.submit(
+            results = await self.batcher.submit(
                 feeds,
                 batch_size,
                 names,
+                timing=request.timing,
                 priority=_int_parameter(request, "priority"),
                 timeout_us=_int_parameter(request, "timeout"),
             )
@@ -45,8 +46,22 @@ class ModelHandle:
             request_id=request.request_id,
             outputs=tuple(self._output_tensor(name, results.get(name), batch_size) for name in names),
             id=request.id,
-            timing=timing,
         )
+
+    async def _run_alone(
+        self, feeds: Mapping[str, np.ndarray[Any, Any]], rows: int, names: list[str], timing: RequestTiming
+    ) -> Arrays:
+        started = time.perf_counter()
+        instance = await self.pool.acquire()
+        acquired = time.perf_counter()
+        try:
+            results = await self.pool.execute(instance, feeds, names, rows)
+        finally:
+            self.pool.release(instance)
+        timing.queue_s = acquired - started
+        timing.compute_infer_s = time.perf_counter() - acquired
+        timing.batch_rows = rows
+        return results
 
     def close(self) -> None:
         self.pool.close()

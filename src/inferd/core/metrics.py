@@ -1,26 +1,57 @@
-"""What core reports about its work. The Prometheus adapter lives in `server.prometheus`; core only
-knows this protocol, so tests and tools can run it with no metrics at all."""
+"""What core reports about its work, and to whom. The Prometheus adapter lives in
+`server.prometheus`; core only knows this protocol, so tests and tools can run with no metrics."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
-from inferd.types import Timing
+from inferd.types import RequestTiming
 
 
 class Metrics(Protocol):
-    def request_finished(self, model: str, version: str, outcome: str, duration_s: float, timing: Timing) -> None:
+    def request_finished(
+        self, model: str, version: str, outcome: str, duration_s: float, rows: int, timing: RequestTiming
+    ) -> None:
         """`outcome` is "success" or the failing ErrorCode's value; `version` "" if none was resolved."""
         ...
 
-    def batch_executed(self, model: str, version: str, rows: int, compute_s: float) -> None:
+    def response_encoded(self, model: str, version: str, encode_s: float) -> None: ...
+
+    def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
         """One execution of the runtime, on a batch of `rows` rows from one or more requests."""
         ...
 
 
 class NoMetrics:
-    def request_finished(self, model: str, version: str, outcome: str, duration_s: float, timing: Timing) -> None:
+    def request_finished(
+        self, model: str, version: str, outcome: str, duration_s: float, rows: int, timing: RequestTiming
+    ) -> None:
         return None
 
-    def batch_executed(self, model: str, version: str, rows: int, compute_s: float) -> None:
+    def response_encoded(self, model: str, version: str, encode_s: float) -> None:
         return None
+
+    def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
+        return None
+
+
+class FanOutMetrics:
+    """Reports to several sinks (e.g. the statistics extension and Prometheus)."""
+
+    def __init__(self, sinks: Sequence[Metrics]) -> None:
+        self._sinks = tuple(sinks)
+
+    def request_finished(
+        self, model: str, version: str, outcome: str, duration_s: float, rows: int, timing: RequestTiming
+    ) -> None:
+        for sink in self._sinks:
+            sink.request_finished(model, version, outcome, duration_s, rows, timing)
+
+    def response_encoded(self, model: str, version: str, encode_s: float) -> None:
+        for sink in self._sinks:
+            sink.response_encoded(model, version, encode_s)
+
+    def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
+        for sink in self._sinks:
+            sink.batch_executed(model, version, rows, compute_infer_s)

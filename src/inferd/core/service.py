@@ -8,21 +8,35 @@ from inferd import __version__
 from inferd.config.model import ModelConfig, TensorConfig
 from inferd.core.metrics import Metrics, NoMetrics
 from inferd.core.registry import ModelRegistry, ModelState
+from inferd.core.statistics import StatisticsCollector
 from inferd.errors import InferdError, ModelNotReadyError
-from inferd.types import InferRequest, InferResponse, ModelMetadata, ServerMetadata, TensorMetadata, Timing
+from inferd.types import (
+    InferRequest,
+    InferResponse,
+    ModelMetadata,
+    ModelStatistics,
+    ServerMetadata,
+    TensorMetadata,
+)
 
 SERVER_NAME = "inferd"
-_NO_TIMING = Timing()
 # Triton's extension names, so clients that probe for them find what inferd implements.
-EXTENSIONS = ("binary_tensor_data", "model_configuration")
+EXTENSIONS = ("binary_tensor_data", "model_configuration", "statistics")
 
 
 class InferenceService:
     def __init__(
-        self, registry: ModelRegistry, *, strict_readiness: bool = False, metrics: Metrics | None = None
+        self,
+        registry: ModelRegistry,
+        *,
+        strict_readiness: bool = False,
+        metrics: Metrics | None = None,
+        statistics: StatisticsCollector | None = None,
     ) -> None:
+        """`metrics` should include `statistics` among its sinks (the composition root wires both)."""
         self._registry = registry
         self._metrics = metrics or NoMetrics()
+        self._statistics = statistics or StatisticsCollector()
         self._strict_readiness = strict_readiness
         self.shutting_down = False
 
@@ -74,12 +88,31 @@ class InferenceService:
             response = await handle.infer(request)
         except InferdError as exc:
             exc.request_id = exc.request_id or request.request_id
-            elapsed_s = time.perf_counter() - started
-            self._metrics.request_finished(request.model_name, version, exc.code.value, elapsed_s, _NO_TIMING)
+            elapsed_s = time.perf_counter() - started + request.timing.decode_s
+            self._metrics.request_finished(
+                request.model_name, version, exc.code.value, elapsed_s, request.timing.rows, request.timing
+            )
             raise
-        elapsed_s = time.perf_counter() - started
-        self._metrics.request_finished(request.model_name, version, "success", elapsed_s, response.timing)
+        # Counted from the start of decoding, as Triton counts from the request's arrival.
+        elapsed_s = time.perf_counter() - started + request.timing.decode_s
+        self._metrics.request_finished(
+            request.model_name, version, "success", elapsed_s, request.timing.rows, request.timing
+        )
         return response
+
+    def response_encoded(self, response: InferResponse, encode_s: float) -> None:
+        self._metrics.response_encoded(response.model_name, response.model_version, encode_s)
+
+    def model_statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:
+        """Cumulative statistics of every ready version of `name` (of every model when "")."""
+        if not name:
+            records = list(self._registry.records())
+        else:
+            records = [self._registry.record(name)]
+            if version:
+                found = self._registry.version_record(name, version)
+                return [self._statistics.snapshot(name, str(found.version))]
+        return [self._statistics.snapshot(record.name, str(v)) for record in records for v in record.ready_versions()]
 
     def queue_depths(self) -> list[tuple[str, str, int]]:
         """(model, version, requests queued) for every version that batches."""

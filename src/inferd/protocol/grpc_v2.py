@@ -20,6 +20,7 @@ from inferd.types import (
     InferRequest,
     InferResponse,
     ModelMetadata,
+    ModelStatistics,
     RequestedOutput,
     ServerMetadata,
     Tensor,
@@ -173,3 +174,26 @@ def _typed_contents(name: str, datatype: DataType, shape: tuple[int, ...], conte
                 f"input '{name}': a value is outside {datatype.value}'s range [{info.min}, {info.max}]", tensor=name
             )
     return array.astype(target).reshape(shape)
+
+
+def encode_statistics(statistics: list[ModelStatistics]) -> Any:
+    message = pb.ModelStatisticsResponse()
+    for s in statistics:
+        item = message.model_stats.add(
+            name=s.name,
+            version=s.version,
+            last_inference=s.last_inference_ms,
+            inference_count=s.inference_count,
+            execution_count=s.execution_count,
+        )
+        for field_name in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output"):
+            duration = getattr(s, field_name)
+            getattr(item.inference_stats, field_name).CopyFrom(
+                pb.StatisticDuration(count=duration.count, ns=duration.ns)
+            )
+        for b in s.batches:
+            batch = item.batch_stats.add(batch_size=b.batch_size)
+            for field_name in ("compute_input", "compute_infer", "compute_output"):
+                duration = getattr(b, field_name)
+                getattr(batch, field_name).CopyFrom(pb.StatisticDuration(count=duration.count, ns=duration.ns))
+    return message

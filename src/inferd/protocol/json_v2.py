@@ -19,9 +19,11 @@ from inferd.errors import InferdError, MalformedRequestError, TensorDataError
 from inferd.protocol.tensor_bytes import tensor_from_bytes, tensor_to_bytes
 from inferd.types import (
     DataType,
+    DurationStatistic,
     InferRequest,
     InferResponse,
     ModelMetadata,
+    ModelStatistics,
     RequestedOutput,
     ServerMetadata,
     Tensor,
@@ -304,3 +306,42 @@ def _json_data(tensor: Tensor) -> Any:
         except UnicodeDecodeError:
             return None
     return np.ascontiguousarray(tensor.data).reshape(-1)
+
+
+def _duration_json(duration: DurationStatistic) -> dict[str, int]:
+    return {"count": duration.count, "ns": duration.ns}
+
+
+def statistics_json(statistics: list[ModelStatistics]) -> dict[str, Any]:
+    """Triton's statistics extension body."""
+    return {
+        "model_stats": [
+            {
+                "name": s.name,
+                "version": s.version,
+                "last_inference": s.last_inference_ms,
+                "inference_count": s.inference_count,
+                "execution_count": s.execution_count,
+                "inference_stats": {
+                    "success": _duration_json(s.success),
+                    "fail": _duration_json(s.fail),
+                    "queue": _duration_json(s.queue),
+                    "compute_input": _duration_json(s.compute_input),
+                    "compute_infer": _duration_json(s.compute_infer),
+                    "compute_output": _duration_json(s.compute_output),
+                    "cache_hit": {"count": 0, "ns": 0},
+                    "cache_miss": {"count": 0, "ns": 0},
+                },
+                "batch_stats": [
+                    {
+                        "batch_size": b.batch_size,
+                        "compute_input": _duration_json(b.compute_input),
+                        "compute_infer": _duration_json(b.compute_infer),
+                        "compute_output": _duration_json(b.compute_output),
+                    }
+                    for b in s.batches
+                ],
+            }
+            for s in statistics
+        ]
+    }

@@ -16,9 +16,11 @@ from pathlib import Path
 import uvicorn
 
 from inferd.config.server import ServerSettings
+from inferd.core.metrics import FanOutMetrics
 from inferd.core.registry import ModelRegistry
 from inferd.core.repository import ModelRepository
 from inferd.core.service import InferenceService
+from inferd.core.statistics import StatisticsCollector
 from inferd.server.grpc import build_grpc_server
 from inferd.server.http import HttpApp
 from inferd.server.logging import configure_logging
@@ -49,9 +51,13 @@ def run(settings: ServerSettings) -> None:
 async def serve(settings: ServerSettings) -> None:
     repository = ModelRepository(Path(settings.model_repository))
     repository.check()
-    metrics = PrometheusMetrics(lambda: service.model_states(), lambda: service.queue_depths())
+    statistics = StatisticsCollector()
+    prometheus = PrometheusMetrics(lambda: service.model_states(), lambda: service.queue_depths())
+    metrics = FanOutMetrics([statistics, prometheus])
     registry = ModelRegistry(repository, metrics)
-    service = InferenceService(registry, strict_readiness=settings.strict_readiness, metrics=metrics)
+    service = InferenceService(
+        registry, strict_readiness=settings.strict_readiness, metrics=metrics, statistics=statistics
+    )
 
     http_server = _UvicornServer(
         uvicorn.Config(
@@ -69,7 +75,7 @@ async def serve(settings: ServerSettings) -> None:
     )
     grpc_server = build_grpc_server(service, max_message_bytes=settings.max_request_bytes)
     grpc_server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
-    metrics_server = metrics.serve(settings.host, settings.metrics_port)
+    metrics_server = prometheus.serve(settings.host, settings.metrics_port)
 
     # Listeners come up before models load: liveness answers at once, readiness once loading is done.
     await grpc_server.start()

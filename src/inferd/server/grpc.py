@@ -8,6 +8,7 @@ request id and the error code.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -17,7 +18,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from inferd.core.service import InferenceService
 from inferd.errors import InferdError, InternalError
-from inferd.protocol import grpc_v2
+from inferd.protocol import grpc_v2, server_timing
 from inferd.protocol.status import GRPC_STATUS
 from inferd.server.logging import current_request_id
 from inferd.types import new_request_id
@@ -64,16 +65,33 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             lambda: grpc_v2.encode_model_config(self._service.model_config(request.name, request.version)),
         )
 
+    async def ModelStatistics(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await _call(
+            context,
+            "ModelStatistics",
+            lambda: grpc_v2.encode_statistics(self._service.model_statistics(request.name, request.version)),
+        )
+
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        request_id = _metadata_request_id(context)
+        metadata = dict(context.invocation_metadata() or ())
+        request_id = str(metadata.get(REQUEST_ID_KEY, ""))
         token = current_request_id.set(request_id)
         try:
+            decode_started = time.perf_counter()
             decoded = grpc_v2.decode_request(request, request_id=request_id)
+            decoded.timing.decode_s = time.perf_counter() - decode_started
             request_id = decoded.request_id
             current_request_id.set(request_id)
             response = await self._service.infer(decoded)
-            context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
-            return grpc_v2.encode_response(response)
+            encode_started = time.perf_counter()
+            message = grpc_v2.encode_response(response)
+            decoded.timing.encode_s = time.perf_counter() - encode_started
+            self._service.response_encoded(response, decoded.timing.encode_s)
+            trailers = [(REQUEST_ID_KEY, request_id)]
+            if server_timing.wanted(metadata.get(server_timing.REQUEST_HEADER)):
+                trailers.append((server_timing.RESPONSE_HEADER, server_timing.encode(decoded.timing)))
+            context.set_trailing_metadata(tuple(trailers))
+            return message
         except InferdError as exc:
             await _abort(context, "ModelInfer", exc, exc.request_id or request_id or new_request_id())
         except Exception:

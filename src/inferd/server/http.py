@@ -9,6 +9,7 @@ the status from `protocol.status`.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,7 +22,7 @@ from inferd.errors import (
     NotFoundError,
     RequestTooLargeError,
 )
-from inferd.protocol import json_v2, model_config
+from inferd.protocol import json_v2, model_config, server_timing
 from inferd.protocol.status import HTTP_STATUS
 from inferd.server.logging import current_request_id
 from inferd.types import new_request_id
@@ -35,6 +36,8 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 REQUEST_ID_HEADER = b"x-request-id"
 _HEADER_LENGTH = json_v2.HEADER_LENGTH_HEADER.encode()
 _JSON_HEADERS = [(b"content-type", json_v2.JSON_CONTENT_TYPE)]
+_SERVER_TIMING_REQUEST = server_timing.REQUEST_HEADER.encode()
+_SERVER_TIMING_RESPONSE = server_timing.RESPONSE_HEADER.encode()
 # An oversized body is drained up to this many times the limit before the connection is dropped.
 _DISCARD_FACTOR = 4
 
@@ -80,6 +83,8 @@ class HttpApp:
             return await _send(send, 200 if ok else 503, b"", [])
         if parts[1] != "models" or len(parts) < 3:
             raise NotFoundError(f"no route for {method} {scope['path']}")
+        if len(parts) == 3 and parts[2] == "stats":
+            return await self._get(method, send, lambda: json_v2.statistics_json(self._service.model_statistics()))
         model, version, rest = parts[2], "", parts[3:]
         if rest[:1] == ["versions"]:
             if len(rest) < 2:
@@ -97,6 +102,10 @@ class HttpApp:
         if action == "ready":
             ready = self._service.model_ready(model, version)
             return await _send(send, 200 if ready else 503, b"", [])
+        if action == "stats":
+            return await self._get(
+                method, send, lambda: json_v2.statistics_json(self._service.model_statistics(model, version))
+            )
         if action == "config":
             return await self._get(
                 method, send, lambda: model_config.to_json(self._service.model_config(model, version))
@@ -110,6 +119,7 @@ class HttpApp:
 
     async def _infer(self, model: str, version: str, headers: dict[bytes, bytes], receive: Receive, send: Send) -> None:
         body = await self._read_body(headers, receive)
+        decode_started = time.perf_counter()
         header_length = _header_length(headers)
         request = json_v2.decode_request(
             body,
@@ -118,10 +128,16 @@ class HttpApp:
             header_length=header_length,
             request_id=current_request_id.get(),
         )
+        request.timing.decode_s = time.perf_counter() - decode_started
         current_request_id.set(request.request_id)
         response = await self._service.infer(request)
+        encode_started = time.perf_counter()
         payload, json_length = json_v2.encode_response(response, request)
+        request.timing.encode_s = time.perf_counter() - encode_started
+        self._service.response_encoded(response, request.timing.encode_s)
         response_headers = [(REQUEST_ID_HEADER, request.request_id.encode("latin-1"))]
+        if server_timing.wanted(headers.get(_SERVER_TIMING_REQUEST)):
+            response_headers.append((_SERVER_TIMING_RESPONSE, server_timing.encode(request.timing).encode()))
         if json_length is None:
             response_headers.extend(_JSON_HEADERS)
         else:

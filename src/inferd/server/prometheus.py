@@ -10,7 +10,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from inferd.core.registry import ModelState
-from inferd.types import Timing
+from inferd.types import RequestTiming
 
 # Latency buckets from 100 us to 10 s: tiny models answer in well under a millisecond.
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -39,16 +39,37 @@ class PrometheusMetrics:
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
         )
+        self._decode = Histogram(
+            "inferd_request_decode_duration_seconds",
+            "Successful requests: time parsing the request body or message, in seconds.",
+            labels,
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
         self._queue = Histogram(
             "inferd_request_queue_duration_seconds",
-            "Successful requests: time waiting in the batcher's queue before their batch ran, in seconds.",
+            "Successful requests: time waiting for a free instance, in seconds.",
+            labels,
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self._batch_wait = Histogram(
+            "inferd_request_batch_wait_duration_seconds",
+            "Successful requests: time waiting, with an instance free, for the batch to fill, in seconds.",
+            labels,
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self._encode = Histogram(
+            "inferd_request_encode_duration_seconds",
+            "Successful requests: time writing the response body or message, in seconds.",
             labels,
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
         )
         self._compute = Histogram(
             "inferd_request_compute_duration_seconds",
-            "Successful requests: run time of the batch each was part of, in seconds.",
+            "Successful requests: merging, running and splitting the batch each was part of, in seconds.",
             labels,
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
@@ -69,16 +90,23 @@ class PrometheusMetrics:
         )
         self.registry.register(_StateCollector(model_states, queue_depths))
 
-    def request_finished(self, model: str, version: str, outcome: str, duration_s: float, timing: Timing) -> None:
+    def request_finished(
+        self, model: str, version: str, outcome: str, duration_s: float, rows: int, timing: RequestTiming
+    ) -> None:
         self._requests.labels(model, version, outcome).inc()
         if outcome == "success":
             self._duration.labels(model, version).observe(duration_s)
+            self._decode.labels(model, version).observe(timing.decode_s)
             self._queue.labels(model, version).observe(timing.queue_s)
+            self._batch_wait.labels(model, version).observe(timing.batch_wait_s)
             self._compute.labels(model, version).observe(timing.compute_s)
 
-    def batch_executed(self, model: str, version: str, rows: int, compute_s: float) -> None:
+    def response_encoded(self, model: str, version: str, encode_s: float) -> None:
+        self._encode.labels(model, version).observe(encode_s)
+
+    def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
         self._batch_size.labels(model, version).observe(rows)
-        self._execution.labels(model, version).observe(compute_s)
+        self._execution.labels(model, version).observe(compute_infer_s)
 
     def serve(self, host: str, port: int) -> Any:
         """Start the /metrics listener on a daemon thread; returns the server (has `.shutdown()`)."""

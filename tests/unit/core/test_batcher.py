@@ -14,6 +14,7 @@ from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import InstancePool
 from inferd.errors import InvalidRequestError, UnavailableError
 from inferd.testing.fakes import FakeClock, FakeRuntime
+from inferd.types import RequestTiming
 
 # Long enough that a test which waited it out would time out instead of passing.
 LONG_DELAY_US = 60_000_000
@@ -37,7 +38,7 @@ def make(
 
 
 async def submit(batcher: DynamicBatcher, values: list[float], **kwargs: Any) -> np.ndarray[Any, Any]:
-    outputs, _timing = await batcher.submit(rows(values), len(values), ["y"], **kwargs)
+    outputs = await batcher.submit(rows(values), len(values), ["y"], timing=RequestTiming(), **kwargs)
     return outputs["y"]
 
 
@@ -93,13 +94,13 @@ async def test_different_non_batch_shapes_are_never_merged() -> None:
     batcher = make([runtime])
     blocker = asyncio.ensure_future(submit(batcher, [0.0]))
     await until(runtime.started.is_set)
-    narrow = asyncio.ensure_future(batcher.submit(rows([1.0], width=2), 1, ["y"]))
-    wide = asyncio.ensure_future(batcher.submit(rows([2.0], width=3), 1, ["y"]))
-    narrow2 = asyncio.ensure_future(batcher.submit(rows([3.0], width=2), 1, ["y"]))
+    narrow = asyncio.ensure_future(batcher.submit(rows([1.0], width=2), 1, ["y"], timing=RequestTiming()))
+    wide = asyncio.ensure_future(batcher.submit(rows([2.0], width=3), 1, ["y"], timing=RequestTiming()))
+    narrow2 = asyncio.ensure_future(batcher.submit(rows([3.0], width=2), 1, ["y"], timing=RequestTiming()))
     await until(lambda: batcher.queued == 3)
     gate.set()
     await blocker
-    (n1, _), (w, _), (n2, _) = await asyncio.gather(narrow, wide, narrow2)
+    n1, w, n2 = await asyncio.gather(narrow, wide, narrow2)
     assert runtime.batches == [1, 2, 1]
     assert w["y"].shape == (1, 3)
     assert n1["y"].tolist() == [[2.0, 2.0]] and n2["y"].tolist() == [[6.0, 6.0]]
@@ -220,3 +221,23 @@ async def test_higher_priority_runs_first() -> None:
     gate.set()
     await asyncio.gather(blocker, low, high)
     assert order == ["high", "low"]
+
+
+async def test_timing_splits_queue_batch_wait_and_compute() -> None:
+    gate = threading.Event()
+    busy, free = FakeRuntime(gate), FakeRuntime()
+    clock = FakeClock()
+    batcher = make([busy, free], max_batch_size=4, clock=clock, max_queue_delay_us=1000)
+    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
+    await until(lambda: busy.started.is_set() or free.started.is_set())
+    timing = RequestTiming()
+    waiting = asyncio.ensure_future(batcher.submit(rows([1.0]), 1, ["y"], timing=timing))
+    await until(lambda: batcher.queued == 1)
+    clock.advance(0.0015)  # an instance is free, the request waits for company until the delay passes
+    wakeup = asyncio.ensure_future(submit(batcher, [2.0]))
+    await asyncio.gather(waiting, wakeup)
+    gate.set()
+    await blocker
+    assert timing.queue_s == 0.0
+    assert timing.batch_wait_s == pytest.approx(0.0015)
+    assert timing.batch_rows == 2

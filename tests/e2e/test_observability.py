@@ -1,0 +1,111 @@
+"""Prometheus metrics, Triton's statistics extension and the Server-Timing split, end to end."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import numpy as np
+import orjson
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from inferd.testing.server import ServerProcess
+from tests.e2e.conftest import http_request
+
+pytestmark = pytest.mark.e2e
+
+PHASES = ("decode", "queue", "batch-wait", "compute", "encode")
+
+
+def infer_mlp(server: ServerProcess, rows: int) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    tensor = httpclient.InferInput("x", [rows, 16], "FP32")
+    tensor.set_data_from_numpy(np.ones((rows, 16), dtype=np.float32))
+    client.infer("mlp_specific", [tensor], model_version="3")
+
+
+def scrape(server: ServerProcess) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
+def sample(text: str, name: str, missing: float | None = None, **labels: str) -> float:
+    """The value of the series `name{labels...}`; `missing` (or a failed assertion) if absent."""
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    assert missing is not None, f"{name} {labels} not in the exposition"
+    return missing
+
+
+def test_statistics_extension_counts_requests_and_rows(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    before = client.get_inference_statistics("mlp_specific", "3")["model_stats"][0]
+    infer_mlp(server, rows=3)
+    infer_mlp(server, rows=2)
+    after = client.get_inference_statistics("mlp_specific", "3")["model_stats"][0]
+    assert after["name"] == "mlp_specific" and after["version"] == "3"
+    assert after["inference_count"] - before["inference_count"] == 5
+    assert after["execution_count"] - before["execution_count"] == 2
+    success = after["inference_stats"]["success"]
+    assert success["count"] - before["inference_stats"]["success"]["count"] == 2
+    assert success["ns"] > before["inference_stats"]["success"]["ns"]
+    assert {b["batch_size"] for b in after["batch_stats"]} >= {2, 3}
+    # Every loaded version of every model, and over gRPC the same numbers.
+    everything = client.get_inference_statistics()["model_stats"]
+    assert {"add_sub", "mlp_specific"} <= {s["name"] for s in everything}
+    grpc_stats = grpcclient.InferenceServerClient(server.grpc_url).get_inference_statistics("mlp_specific", "3")
+    assert grpc_stats.model_stats[0].inference_count == after["inference_count"]
+
+
+def test_statistics_of_unknown_model_is_404(server: ServerProcess) -> None:
+    assert http_request(server, "GET", "/v2/models/nope/stats").status == 404
+
+
+def test_prometheus_metrics_split_the_time(server: ServerProcess) -> None:
+    before = scrape(server)
+    infer_mlp(server, rows=4)
+    after = scrape(server)
+    labels = {"model": "mlp_specific", "version": "3"}
+
+    def grew(name: str, **extra: str) -> float:
+        return sample(after, name, **labels, **extra) - sample(before, name, missing=0.0, **labels, **extra)
+
+    assert grew("inferd_requests_total", outcome="success") >= 1
+    for phase in ("decode", "queue", "batch_wait", "compute", "encode"):
+        assert grew(f"inferd_request_{phase}_duration_seconds_count") >= 1
+    assert grew("inferd_batch_size_bucket", le="4.0") >= 1
+    assert sample(after, "inferd_model_state", model="broken_file", state="UNAVAILABLE") == 1.0
+    assert sample(after, "inferd_model_state", model="add_sub", state="READY") == 1.0
+
+
+def test_failures_are_counted_by_reason(server: ServerProcess) -> None:
+    body = orjson.dumps({"inputs": [{"name": "x", "datatype": "FP64", "shape": [1, 16], "data": [0] * 16}]})
+    http_request(server, "POST", "/v2/models/mlp_specific/versions/3/infer", body)
+    text = scrape(server)
+    assert sample(text, "inferd_requests_total", model="mlp_specific", outcome="DATATYPE_MISMATCH") >= 1
+
+
+def test_server_timing_on_request_over_http(server: ServerProcess) -> None:
+    body = orjson.dumps({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 1], "data": [1]}]})
+    plain = http_request(server, "POST", "/v2/models/identity_int32/infer", body)
+    assert "server-timing" not in plain.headers
+    timed = http_request(server, "POST", "/v2/models/identity_int32/infer", body, {"Inferd-Server-Timing": "true"})
+    entries = dict(part.strip().split(";dur=") for part in timed.headers["server-timing"].split(","))
+    assert tuple(entries) == PHASES
+    assert all(float(value) >= 0 for value in entries.values())
+    assert float(entries["compute"]) > 0
+
+
+def test_server_timing_on_request_over_grpc(server: ServerProcess) -> None:
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    request = service_pb2.ModelInferRequest(model_name="identity_int32")
+    request.inputs.add(name="INPUT0", datatype="INT32", shape=[1, 1]).contents.int_contents.append(7)
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        _, call = stub.ModelInfer.with_call(request, timeout=10, metadata=(("inferd-server-timing", "1"),))
+    trailers = dict(call.trailing_metadata())
+    assert [p.split(";")[0].strip() for p in trailers["server-timing"].split(",")] == list(PHASES)
