@@ -67,6 +67,33 @@ def build_repository(root: Path) -> Path:
     mlp_model(root / "auto_kind" / "1" / "model.onnx")
     write_config(root / "auto_kind", "max_batch_size: 8\ninstance_group [ { kind: KIND_AUTO } ]")
     write_config(root / "no_versions", "max_batch_size: 8")
+    # Warm-up with every kind of data; and one whose sample names an input the model lacks.
+    mlp_model(root / "warmed" / "1" / "model.onnx")
+    (root / "warmed" / "warmup").mkdir(parents=True)
+    (root / "warmed" / "warmup" / "x.bin").write_bytes(b"\x00" * 4 * 16 * 2)
+    write_config(
+        root / "warmed",
+        """
+        max_batch_size: 8
+        instance_group [ { count: 2 kind: KIND_CPU } ]
+        model_warmup [
+          { name: "zeros" batch_size: 1 inputs { key: "x" value { data_type: TYPE_FP32 dims: [16] zero_data: true } } },
+          { name: "noise" batch_size: 4 count: 2
+            inputs { key: "x" value { data_type: TYPE_FP32 dims: [16] random_data: true } } },
+          { name: "file" batch_size: 2
+            inputs { key: "x" value { data_type: TYPE_FP32 dims: [16] input_data_file: "x.bin" } } }
+        ]
+        """,
+    )
+    mlp_model(root / "bad_warmup" / "1" / "model.onnx")
+    write_config(
+        root / "bad_warmup",
+        """
+        max_batch_size: 8
+        model_warmup [ { name: "typo" batch_size: 1
+                         inputs { key: "xx" value { data_type: TYPE_FP32 dims: [16] zero_data: true } } } ]
+        """,
+    )
     mlp_model(root / "wrong_dims" / "1" / "model.onnx")
     write_config(root / "wrong_dims", 'max_batch_size: 8\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 17 ] } ]')
     return root

@@ -214,6 +214,7 @@ def test_failed_models_fail_alone_with_their_reason(server: ServerProcess) -> No
         "needs_gpu": "KIND_GPU",
         "wrong_dims": "shape [-1, 17]",
         "no_versions": "no version of model 'no_versions' to load",
+        "bad_warmup": "model_warmup 'typo' failed: input 'xx' is not an input of the model",
     }
     for model, reason in cases.items():
         status, body = post_infer(server, model, {"inputs": [fp32_input("x", [1, 16])]})

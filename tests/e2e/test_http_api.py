@@ -169,3 +169,9 @@ def test_tritonclient_error_on_unknown_model(client: httpclient.InferenceServerC
         client.infer("no_such_model", inputs)
     assert raised.value.status() == "404"
     assert "no_such_model" in raised.value.message()
+
+
+def test_warm_up_runs_before_ready(client: httpclient.InferenceServerClient, server: ServerProcess) -> None:
+    assert client.is_model_ready("warmed")
+    for sample in ("zeros", "noise", "file"):
+        assert f"warm-up '{sample}'" in server.log()

@@ -20,6 +20,7 @@ from inferd.core.executor import InstancePool, intra_op_threads_per_instance
 from inferd.core.handle import ModelHandle
 from inferd.core.metrics import Metrics, NoMetrics
 from inferd.core.repository import ModelRepository
+from inferd.core.warmup import run_warmup
 from inferd.errors import (
     InferdError,
     ModelLoadError,
@@ -124,6 +125,7 @@ class ModelRegistry:
     def _load_version(self, config: ModelConfig, version: int) -> VersionRecord:
         version_dir = self._repository.version_dir(config.name, version)
         instances: list[Runtime] = []
+        pool: InstancePool | None = None
         try:
             groups = config.instance_groups or (InstanceGroup(),)
             threads = intra_op_threads_per_instance(sum(g.count for g in groups))
@@ -132,9 +134,20 @@ class ModelRegistry:
                     options = RuntimeOptions(instance_group=group, intra_op_threads=threads)
                     instances.append(load_runtime(config, version_dir, options))
             completed = complete_config(config, instances[0].signature)
+            metrics, label = self._metrics, str(version)
+            pool = InstancePool(
+                instances,
+                name=config.name,
+                on_execute=lambda rows, infer_s: metrics.batch_executed(config.name, label, rows, infer_s),
+            )
+            # Warm-up runs before the version is ready, outside the metrics (it is not traffic).
+            run_warmup(completed, pool, self._repository.model_dir(config.name))
         except InferdError as exc:
-            for instance in instances:
-                instance.close()
+            if pool is not None:
+                pool.close()
+            else:
+                for instance in instances:
+                    instance.close()
             logger.error(
                 "model %s version %d failed to load: %s",
                 config.name,
@@ -143,12 +156,6 @@ class ModelRegistry:
                 extra={"model": config.name, "version": version},
             )
             return VersionRecord(version=version, state=ModelState.FAILED, reason=exc.message)
-        metrics, name, label = self._metrics, config.name, str(version)
-        pool = InstancePool(
-            instances,
-            name=config.name,
-            on_execute=lambda rows, compute_s: metrics.batch_executed(name, label, rows, compute_s),
-        )
         batcher = None
         if completed.dynamic_batching is not None and completed.max_batch_size > 0:
             batcher = DynamicBatcher(
@@ -156,12 +163,13 @@ class ModelRegistry:
             )
         handle = ModelHandle(config=completed, version=version, pool=pool, batcher=batcher)
         logger.info(
-            "model %s version %d ready (%d instance(s), %d thread(s) each, max_batch_size %d)",
+            "model %s version %d ready (%d instance(s), %d thread(s) each, max_batch_size %d, dynamic batching %s)",
             config.name,
             version,
             len(instances),
             threads,
             completed.max_batch_size,
+            "on" if batcher is not None else "off",
             extra={"model": config.name, "version": version},
         )
         return VersionRecord(version=version, state=ModelState.READY, handle=handle)
