@@ -20,7 +20,7 @@ from inferd.core.executor import InstancePool, intra_op_threads_per_instance
 from inferd.core.handle import ModelHandle
 from inferd.core.metrics import Metrics, NoMetrics
 from inferd.core.repository import ModelRepository
-from inferd.core.warmup import run_warmup
+from inferd.core.warmup import probe_inputs, run_warmup
 from inferd.errors import (
     InferdError,
     ModelLoadError,
@@ -142,6 +142,7 @@ class ModelRegistry:
             )
             # Warm-up runs before the version is ready, outside the metrics (it is not traffic).
             run_warmup(completed, pool, self._repository.model_dir(config.name))
+            execute_s = self._calibrate(completed, pool)
         except InferdError as exc:
             if pool is not None:
                 pool.close()
@@ -163,16 +164,28 @@ class ModelRegistry:
             )
         handle = ModelHandle(config=completed, version=version, pool=pool, batcher=batcher)
         logger.info(
-            "model %s version %d ready (%d instance(s), %d thread(s) each, max_batch_size %d, dynamic batching %s)",
+            "model %s version %d ready (%d instance(s), %d thread(s) each, max_batch_size %d, dynamic batching %s, "
+            "%s, %.0f us per execution)",
             config.name,
             version,
             len(instances),
             threads,
             completed.max_batch_size,
             "on" if batcher is not None else "off",
+            "inline on the event loop" if pool.runs_inline else "on worker threads",
+            execute_s * 1e6,
             extra={"model": config.name, "version": version},
         )
         return VersionRecord(version=version, state=ModelState.READY, handle=handle)
+
+    @staticmethod
+    def _calibrate(config: ModelConfig, pool: InstancePool) -> float:
+        """Where the model runs (inline or on threads); a model the probe cannot feed uses threads."""
+        try:
+            return pool.calibrate(probe_inputs(config), [t.name for t in config.outputs])
+        except InferdError as exc:
+            logger.info("model %s: not timed (%s); it runs on worker threads", config.name, exc.message)
+            return 0.0
 
     # -- lookup ----------------------------------------------------------------------------------
 

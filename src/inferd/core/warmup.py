@@ -44,6 +44,22 @@ def run_warmup(config: ModelConfig, pool: InstancePool, model_dir: Path) -> None
         )
 
 
+def probe_inputs(config: ModelConfig) -> dict[str, Any]:
+    """Zeros of one row (any-size dims taken as 1) for every required input: enough to time the
+    model once it is loaded."""
+    feeds = {}
+    for tensor in config.inputs:
+        if tensor.optional:
+            continue
+        dims = tuple(1 if d < 0 else d for d in (tensor.reshape if tensor.reshape is not None else tensor.dims))
+        shape = ((1,) if config.max_batch_size > 0 else ()) + dims
+        if tensor.datatype is DataType.BYTES:
+            feeds[tensor.name] = np.full(shape, b"", dtype=object)
+        else:
+            feeds[tensor.name] = np.zeros(shape, dtype=tensor.datatype.numpy_dtype)
+    return feeds
+
+
 def _array(config: ModelConfig, sample: WarmupSample, name: str, item: WarmupInput, model_dir: Path) -> Any:
     if config.input(name) is None:
         raise ValueError(f"input '{name}' is not an input of the model")

@@ -97,6 +97,10 @@ class OnnxRuntime:
         session_options.inter_op_num_threads = _int_parameter(config, "inter_op_thread_count", 1)
         session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         session_options.log_severity_level = 3
+        # Spinning intra-op threads burn the cores the event loop needs to parse requests; they
+        # wait on the OS instead unless the model's parameters ask otherwise.
+        spinning = config.parameters.get("allow_spinning", "false").lower() == "true"
+        session_options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
         try:
             self._session = ort.InferenceSession(str(path), sess_options=session_options, providers=providers)
         except Exception as exc:  # ORT raises its own pybind exception types for corrupt files

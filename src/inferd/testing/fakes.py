@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,9 +20,11 @@ class FakeRuntime:
     `gate`, when given, holds every execution until it is set, so a test can keep an instance busy.
     """
 
-    def __init__(self, gate: threading.Event | None = None) -> None:
+    def __init__(self, gate: threading.Event | None = None, compute_s: float = 0.0) -> None:
         self.batches: list[int] = []
         self.gate = gate
+        # Stands for the model's own compute time (a busy wait: it holds the thread as compute does).
+        self.compute_s = compute_s
         self.signature = ModelSignature(
             inputs=(TensorSpec("x", DataType.FP32, (-1, -1)),), outputs=(TensorSpec("y", DataType.FP32, (-1, -1)),)
         )
@@ -31,6 +34,10 @@ class FakeRuntime:
         self.started.set()
         if self.gate is not None:
             self.gate.wait(timeout=30)
+        if self.compute_s:
+            until = time.perf_counter() + self.compute_s
+            while time.perf_counter() < until:
+                pass
         x = inputs["x"]
         self.batches.append(int(x.shape[0]))
         if (x < 0).any():

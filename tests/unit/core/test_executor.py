@@ -1,0 +1,50 @@
+"""InstancePool: where executions run (inline or on threads), and that each instance serves one at a time."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from inferd.core.executor import INLINE_THRESHOLD_S, InstancePool
+from inferd.testing.fakes import FakeRuntime
+
+FEEDS = {"x": np.ones((1, 2), dtype=np.float32)}
+
+
+def test_a_model_faster_than_a_thread_hop_runs_inline() -> None:
+    pool = InstancePool([FakeRuntime()], name="fast")
+    assert pool.calibrate(FEEDS, ["y"]) < INLINE_THRESHOLD_S
+    assert pool.runs_inline
+
+
+def test_a_slower_model_runs_on_threads() -> None:
+    pool = InstancePool([FakeRuntime(compute_s=3 * INLINE_THRESHOLD_S)], name="slow")
+    pool.calibrate(FEEDS, ["y"])
+    assert not pool.runs_inline
+
+
+async def test_inline_model_that_grows_costly_moves_to_threads() -> None:
+    runtime = FakeRuntime()
+    pool = InstancePool([runtime], name="grows")
+    pool.calibrate(FEEDS, ["y"])
+    assert pool.runs_inline
+    runtime.compute_s = 4 * INLINE_THRESHOLD_S  # e.g. much bigger batches than the probe's one row
+    for _ in range(64):
+        instance = await pool.acquire()
+        await pool.execute(instance, FEEDS, ["y"], 1)
+        pool.release(instance)
+    assert not pool.runs_inline
+
+
+async def test_reported_executions_carry_rows_and_time() -> None:
+    seen: list[tuple[int, float]] = []
+    pool = InstancePool([FakeRuntime(), FakeRuntime()], name="two", on_execute=lambda r, s: seen.append((r, s)))
+    instances = [await pool.acquire(), await pool.acquire()]
+    assert pool.idle == 0
+    results = await asyncio.gather(*(pool.execute(i, FEEDS, ["y"], 1) for i in instances))
+    for instance in instances:
+        pool.release(instance)
+    assert [r["y"].tolist() for r in results] == [[[2.0, 2.0]]] * 2
+    assert [rows for rows, _ in seen] == [1, 1]
+    assert pool.idle == 2
