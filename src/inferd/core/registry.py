@@ -76,6 +76,9 @@ class ModelRegistry:
         self._records: dict[str, ModelRecord] = {}
         self._lock = threading.Lock()
         self.startup_complete = False
+        # (name, version as asked, "" for the default) -> the handle serving it; the per-request
+        # lookup. NOTE: cleared whenever any model's state changes, so it never serves a stale one.
+        self._serving: dict[tuple[str, str], ModelHandle] = {}
 
     # -- loading ---------------------------------------------------------------------------------
 
@@ -91,6 +94,7 @@ class ModelRegistry:
         record = ModelRecord(name=name, state=ModelState.LOADING)
         with self._lock:
             self._records[name] = record
+            self._serving.clear()
         try:
             config = read_model_config(self._repository.model_dir(name))
             record.config = config
@@ -120,6 +124,8 @@ class ModelRegistry:
         else:
             record.state = ModelState.FAILED
             record.reason = "; ".join(f"version {v}: {r.reason}" for v, r in sorted(record.versions.items()))
+        with self._lock:
+            self._serving.clear()
         return record
 
     def _load_version(self, config: ModelConfig, version: int) -> VersionRecord:
@@ -218,12 +224,16 @@ class ModelRegistry:
 
     def handle(self, name: str, version: str) -> ModelHandle:
         """The ready handle that serves a request, or the error that says why there is none."""
+        cached = self._serving.get((name, version))
+        if cached is not None:
+            return cached
         found = self.version_record(name, version)
         if found.state is not ModelState.READY or found.handle is None:
             reason = f": {found.reason}" if found.reason else ""
             raise ModelNotReadyError(
                 f"model '{name}' version {found.version} is not ready ({found.state.value}){reason}"
             )
+        self._serving[(name, version)] = found.handle
         return found.handle
 
     def all_ready(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, start_http_server
@@ -89,29 +90,67 @@ class PrometheusMetrics:
             registry=self.registry,
         )
         self.registry.register(_StateCollector(model_states, queue_depths))
+        self._series: dict[tuple[str, str], _VersionSeries] = {}
 
     def request_finished(
         self, model: str, version: str, outcome: str, duration_s: float, rows: int, timing: RequestTiming
     ) -> None:
-        self._requests.labels(model, version, outcome).inc()
-        if outcome == "success":
-            self._duration.labels(model, version).observe(duration_s)
-            self._decode.labels(model, version).observe(timing.decode_s)
-            self._queue.labels(model, version).observe(timing.queue_s)
-            self._batch_wait.labels(model, version).observe(timing.batch_wait_s)
-            self._compute.labels(model, version).observe(timing.compute_s)
+        if outcome != "success":
+            self._requests.labels(model, version, outcome).inc()
+            return
+        series = self._series_of(model, version)
+        series.successes.inc()
+        series.duration.observe(duration_s)
+        series.decode.observe(timing.decode_s)
+        series.queue.observe(timing.queue_s)
+        series.batch_wait.observe(timing.batch_wait_s)
+        series.compute.observe(timing.compute_s)
 
     def response_encoded(self, model: str, version: str, encode_s: float) -> None:
-        self._encode.labels(model, version).observe(encode_s)
+        self._series_of(model, version).encode.observe(encode_s)
 
     def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
-        self._batch_size.labels(model, version).observe(rows)
-        self._execution.labels(model, version).observe(compute_infer_s)
+        series = self._series_of(model, version)
+        series.batch_size.observe(rows)
+        series.execution.observe(compute_infer_s)
+
+    def _series_of(self, model: str, version: str) -> _VersionSeries:
+        # prometheus_client's labels() costs microseconds per call; each request makes several.
+        key = (model, version)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = _VersionSeries(
+                successes=self._requests.labels(model, version, "success"),
+                duration=self._duration.labels(model, version),
+                decode=self._decode.labels(model, version),
+                queue=self._queue.labels(model, version),
+                batch_wait=self._batch_wait.labels(model, version),
+                compute=self._compute.labels(model, version),
+                encode=self._encode.labels(model, version),
+                batch_size=self._batch_size.labels(model, version),
+                execution=self._execution.labels(model, version),
+            )
+        return series
 
     def serve(self, host: str, port: int) -> Any:
         """Start the /metrics listener on a daemon thread; returns the server (has `.shutdown()`)."""
         server, _thread = start_http_server(port, addr=host, registry=self.registry)
         return server
+
+
+@dataclass(frozen=True, slots=True)
+class _VersionSeries:
+    """The labelled children of one model version, looked up once."""
+
+    successes: Any
+    duration: Any
+    decode: Any
+    queue: Any
+    batch_wait: Any
+    compute: Any
+    encode: Any
+    batch_size: Any
+    execution: Any
 
 
 class _StateCollector(Collector):
