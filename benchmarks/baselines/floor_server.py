@@ -57,6 +57,11 @@ def make_app(model_path: str) -> Any:
 
 if __name__ == "__main__":
     uvicorn.run(
-        make_app(sys.argv[1]), host="127.0.0.1", port=int(sys.argv[2]), loop="uvloop", http="httptools",
-        log_level="warning", access_log=False,
+        make_app(sys.argv[1]),
+        host="127.0.0.1",
+        port=int(sys.argv[2]),
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
     )

@@ -1,0 +1,364 @@
+#!/usr/bin/env python3
+"""inferd's serving benchmark: served throughput and latency against in-process ONNX Runtime and a
+floor server, measured in ONE run on this machine, printed as ratios.
+
+    make example && .venv/bin/python benchmarks/serving.py [--seconds 5] [--models tiny minilm]
+
+Rules (issue "Dynamic batching ... at close to the hardware's limit"):
+* inferd runs with every feature on: validation, metrics, request ids, default JSON logging and
+  dynamic batching as configured in the model's config.pbtxt.
+* Load comes from C/C++ generators, so the client is never the bottleneck: wrk with a pre-built
+  body for HTTP JSON, Triton's perf_analyzer for binary HTTP and gRPC.
+* The in-process baseline is ONNX Runtime at default threads, swept over batch sizes 1-32, best
+  taken. A served figure is the best of concurrency 8, 16 and 32.
+* The floor server (benchmarks/baselines/floor_server.py) is the cost of request handling alone
+  on this stack: uvicorn + orjson + ONNX Runtime inline, nothing else.
+Needs: wrk (apt-get install wrk) and scripts/perf_analyzer (scripts/install_perf_analyzer.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from rich.console import Console
+from rich.table import Table
+
+from inferd.testing.models import mlp_model, write_config
+from inferd.testing.server import free_port, run_server
+
+ROOT = Path(__file__).resolve().parents[1]
+PERF_ANALYZER = ROOT / "scripts" / "perf_analyzer"
+MINILM = ROOT / "examples" / "model_repository" / "minilm" / "1" / "model.onnx"
+MINILM_REQUEST = ROOT / "examples" / "requests" / "minilm.json"
+FLOOR_SERVER = ROOT / "benchmarks" / "baselines" / "floor_server.py"
+BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+console = Console()
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    max_batch_size: int
+    inputs: dict[str, np.ndarray]  # one row each, with the batch dimension
+
+    def batch(self, size: int) -> dict[str, np.ndarray]:
+        return {name: np.repeat(array, size, axis=0) for name, array in self.inputs.items()}
+
+    def v2_json(self) -> bytes:
+        return json.dumps(
+            {
+                "inputs": [
+                    {"name": n, "datatype": _datatype(a), "shape": list(a.shape), "data": a.reshape(-1).tolist()}
+                    for n, a in self.inputs.items()
+                ]
+            }
+        ).encode()
+
+    def perf_analyzer_data(self) -> str:
+        rows = {n: {"content": a.reshape(-1).tolist(), "shape": list(a.shape[1:])} for n, a in self.inputs.items()}
+        return json.dumps({"data": [rows]})
+
+
+def _datatype(array: np.ndarray) -> str:
+    return {"float32": "FP32", "int64": "INT64"}[str(array.dtype)]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    throughput: float
+    p50_us: float = 0.0
+    p99_us: float = 0.0
+
+
+# -- model repositories -------------------------------------------------------------------------
+
+
+def build_repository(root: Path, model: Model, source: Path | None, batching: bool) -> Path:
+    model_dir = root / model.name
+    (model_dir / "1").mkdir(parents=True)
+    if source is None:
+        mlp_model(model_dir / "1" / "model.onnx", sizes=(16, 64, 4), seed=0)
+    else:
+        (model_dir / "1" / "model.onnx").symlink_to(source)
+    write_config(
+        model_dir,
+        f"max_batch_size: {model.max_batch_size}\n" + ("dynamic_batching { }\n" if batching else ""),
+    )
+    return root
+
+
+def tiny_model() -> Model:
+    x = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
+    return Model("tiny", 32, {"x": x})
+
+
+def minilm_model() -> Model:
+    document = json.loads(MINILM_REQUEST.read_text())
+    return Model(
+        "minilm",
+        32,
+        {i["name"]: np.array(i["data"], dtype=np.int64).reshape(i["shape"]) for i in document["inputs"]},
+    )
+
+
+# -- in-process baseline ------------------------------------------------------------------------
+
+
+def in_process(model: Model, path: Path, seconds: float) -> tuple[float, int, float]:
+    """Best rows/s over batch sizes (default ORT threads), that batch size, and batch-1 latency (us)."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    best, best_size, batch1_latency_us = 0.0, 1, 0.0
+    for size in BATCH_SIZES:
+        feeds = model.batch(size)
+        for _ in range(3):
+            session.run(None, feeds)
+        count, durations, started = 0, [], time.perf_counter()
+        while time.perf_counter() - started < seconds / len(BATCH_SIZES) or count < 3:
+            t = time.perf_counter()
+            session.run(None, feeds)
+            durations.append(time.perf_counter() - t)
+            count += 1
+        rows_per_s = count * size / (time.perf_counter() - started)
+        if size == 1:
+            batch1_latency_us = float(np.median(durations)) * 1e6
+        if rows_per_s > best:
+            best, best_size = rows_per_s, size
+    return best, best_size, batch1_latency_us
+
+
+# -- load generators ----------------------------------------------------------------------------
+
+
+def wrk(url: str, body: bytes, concurrency: int, seconds: float, scratch: Path) -> Measurement:
+    script = scratch / "post.lua"
+    script.write_text(
+        'wrk.method = "POST"\n'
+        f"wrk.body = {json.dumps(body.decode())}\n"
+        'wrk.headers["Content-Type"] = "application/json"\n'
+    )
+    output = subprocess.run(
+        ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--latency", "-s", str(script), url],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=seconds + 60,
+    ).stdout
+    if "Non-2xx" in output:
+        raise RuntimeError(f"wrk saw errors:\n{output}")
+    return Measurement(
+        throughput=float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),  # type: ignore[union-attr]
+        p50_us=_wrk_latency_us(output, "50%"),
+        p99_us=_wrk_latency_us(output, "99%"),
+    )
+
+
+def _wrk_latency_us(output: str, percentile: str) -> float:
+    match = re.search(rf"{re.escape(percentile)}\s+([\d.]+)(us|ms|s)", output)
+    if match is None:
+        return 0.0
+    value, unit = float(match.group(1)), match.group(2)
+    return value * {"us": 1.0, "ms": 1e3, "s": 1e6}[unit]
+
+
+def perf_analyzer(
+    model: Model, url: str, protocol: str, concurrency: int, seconds: float, scratch: Path
+) -> Measurement:
+    data = scratch / f"{model.name}-data.json"
+    data.write_text(model.perf_analyzer_data())
+    report = scratch / "perf.csv"
+    subprocess.run(
+        [
+            str(PERF_ANALYZER),
+            "-m",
+            model.name,
+            "-u",
+            url,
+            "-i",
+            protocol,
+            "--concurrency-range",
+            str(concurrency),
+            "--input-data",
+            str(data),
+            "--measurement-interval",
+            str(int(seconds * 1000)),
+            "--stability-percentage",
+            "25",
+            "--max-trials",
+            "6",
+            "-f",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=seconds * 12 + 120,
+    )
+    with report.open() as handle:
+        row = next(csv.DictReader(handle))
+    return Measurement(float(row["Inferences/Second"]), float(row["p50 latency"]), float(row["p99 latency"]))
+
+
+@contextlib.contextmanager
+def floor_server(model_path: Path, scratch: Path) -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(FLOOR_SERVER), str(model_path), str(port)],
+        stdout=(scratch / "floor.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_http(port, process)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _wait_http(port: int, process: subprocess.Popen[bytes]) -> None:
+    import socket
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError("the floor server exited")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.05)
+    raise TimeoutError("the floor server did not start")
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def best_of(measure: object, concurrencies: list[int]) -> tuple[Measurement, int]:
+    results = [(measure(c), c) for c in concurrencies]  # type: ignore[operator]
+    return max(results, key=lambda pair: pair[0].throughput)
+
+
+def benchmark(model: Model, source: Path | None, args: argparse.Namespace, scratch: Path) -> None:
+    model_path = source or (scratch / "tiny-src.onnx")
+    if source is None:
+        mlp_model(model_path, sizes=(16, 64, 4), seed=0)
+    with console.status(f"{model.name}: in-process ONNX Runtime, batch sizes {BATCH_SIZES}"):
+        baseline, baseline_batch, batch1_us = in_process(model, model_path, args.seconds * 2)
+    rows: list[tuple[str, Measurement, int]] = []
+    latency: list[tuple[str, Measurement]] = []
+    gains: list[tuple[str, float, float]] = []
+    concurrencies = args.concurrency
+    body = model.v2_json()
+    for batching in (True, False):
+        repository = build_repository(scratch / f"{model.name}-{'on' if batching else 'off'}", model, source, batching)
+        label = "batching on" if batching else "batching off"
+        with run_server(repository, scratch / f"{model.name}-{label}.log") as server:
+            http_url = f"http://{server.http_url}/v2/models/{model.name}/infer"
+            with console.status(f"{model.name}, {label}: HTTP JSON (wrk)"):
+                json_best = best_of(
+                    lambda c, url=http_url: wrk(url, body, c, args.seconds, scratch),  # type: ignore[misc]
+                    concurrencies,
+                )
+            if not batching:
+                gains.append(("HTTP JSON", json_best[0].throughput, 0.0))
+                continue
+            with console.status(f"{model.name}: binary HTTP and gRPC (perf_analyzer)"):
+                binary_best = best_of(
+                    lambda c: perf_analyzer(model, server.http_url, "http", c, args.seconds, scratch), concurrencies
+                )
+                grpc_best = best_of(
+                    lambda c: perf_analyzer(model, server.grpc_url, "grpc", c, args.seconds, scratch), concurrencies
+                )
+            rows += [
+                ("inferd HTTP JSON", *json_best),
+                ("inferd HTTP binary", *binary_best),
+                ("inferd gRPC", *grpc_best),
+            ]
+            with console.status(f"{model.name}: latency at concurrency 1"):
+                latency += [
+                    ("HTTP JSON", wrk(http_url, model.v2_json(), 1, args.seconds, scratch)),
+                    ("HTTP binary", perf_analyzer(model, server.http_url, "http", 1, args.seconds, scratch)),
+                    ("gRPC", perf_analyzer(model, server.grpc_url, "grpc", 1, args.seconds, scratch)),
+                ]
+    gains[0] = ("HTTP JSON", rows[0][1].throughput, gains[0][1])
+    with floor_server(model_path, scratch) as url, console.status(f"{model.name}: floor server (wrk)"):
+        floor = best_of(lambda c: wrk(url, model.v2_json(), c, args.seconds, scratch), concurrencies)
+        latency.append(("floor server, HTTP JSON", wrk(url, model.v2_json(), 1, args.seconds, scratch)))
+    report(model, baseline, baseline_batch, batch1_us, rows, floor, latency, gains)
+
+
+def report(
+    model: Model,
+    baseline: float,
+    baseline_batch: int,
+    batch1_us: float,
+    rows: list[tuple[str, Measurement, int]],
+    floor: tuple[Measurement, int],
+    latency: list[tuple[str, Measurement]],
+    gains: list[tuple[str, float, float]],
+) -> None:
+    table = Table(title=f"{model.name}: throughput, one sample per request (best of concurrency 8/16/32)")
+    for column in ("path", "concurrency", "inferences/s", "/ in-process best", "/ floor (JSON)"):
+        table.add_column(column, justify="right" if column != "path" else "left")
+    table.add_row(f"in-process ORT, best batch ({baseline_batch})", "-", f"{baseline:,.0f}", "1.000", "")
+    table.add_row(
+        "floor server, HTTP JSON",
+        str(floor[1]),
+        f"{floor[0].throughput:,.0f}",
+        f"{floor[0].throughput / baseline:.3f}",
+        "1.000",
+    )
+    for label, measurement, concurrency in rows:
+        table.add_row(
+            label,
+            str(concurrency),
+            f"{measurement.throughput:,.0f}",
+            f"{measurement.throughput / baseline:.3f}",
+            f"{measurement.throughput / floor[0].throughput:.3f}" if "JSON" in label else "",
+        )
+    console.print(table)
+    lat = Table(title=f"{model.name}: latency at concurrency 1, minus in-process batch-1 ({batch1_us:.0f} us)")
+    for column in ("path", "p50 us", "p99 us", "p50 overhead us", "p99 overhead us"):
+        lat.add_column(column, justify="right" if column != "path" else "left")
+    for label, m in latency:
+        lat.add_row(
+            label, f"{m.p50_us:.0f}", f"{m.p99_us:.0f}", f"{m.p50_us - batch1_us:.0f}", f"{m.p99_us - batch1_us:.0f}"
+        )
+    console.print(lat)
+    for label, on, off in gains:
+        console.print(f"{model.name}: batching gain over {label}: {on:,.0f} / {off:,.0f} = {on / off:.2f}x")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of each measurement window")
+    parser.add_argument("--models", nargs="+", default=["tiny", "minilm"], choices=["tiny", "minilm"])
+    parser.add_argument("--concurrency", nargs="+", type=int, default=[8, 16, 32])
+    args = parser.parse_args()
+    if shutil.which("wrk") is None or not PERF_ANALYZER.exists():
+        print("needs wrk (apt-get install wrk) and scripts/install_perf_analyzer.sh", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in args.models:
+            if name == "tiny":
+                benchmark(tiny_model(), None, args, Path(scratch))
+            elif not MINILM.exists():
+                print("minilm: run `make example` first; skipped", file=sys.stderr)
+            else:
+                benchmark(minilm_model(), MINILM, args, Path(scratch))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
