@@ -15,8 +15,10 @@ gRPC statuses in exactly two tables, so no layer below the wire knows about stat
     ├── NotFoundError                (404 / NOT_FOUND)
     │   ├── ModelNotFoundError
     │   └── VersionNotFoundError
-    ├── UnavailableError             (503 / UNAVAILABLE)
-    │   └── ModelNotReadyError           loading, unloading or failed to load (reason attached)
+    ├── UnavailableError             (503 / UNAVAILABLE), with a Retry-After estimate when known
+    │   ├── ModelNotReadyError           loading, unloading or failed to load (reason attached)
+    │   ├── OverloadedError              the model's queue is full, or a request timed out in it
+    │   └── DeadlineUnreachableError     the request's deadline cannot be met: refused at once
     ├── ModelLoadError               raised while loading; becomes the model's failure reason
     │   └── ModelConfigError             config.pbtxt cannot be parsed or is inconsistent
     └── InternalError                a bug or a runtime failure (500 / INTERNAL)
@@ -46,6 +48,8 @@ class ErrorCode(enum.Enum):
     NOT_FOUND = "NOT_FOUND"
     MODEL_NOT_READY = "MODEL_NOT_READY"
     UNAVAILABLE = "UNAVAILABLE"
+    OVERLOADED = "OVERLOADED"
+    DEADLINE_UNREACHABLE = "DEADLINE_UNREACHABLE"
     MODEL_LOAD_FAILED = "MODEL_LOAD_FAILED"
     MODEL_CONFIG_INVALID = "MODEL_CONFIG_INVALID"
     INTERNAL = "INTERNAL"
@@ -136,6 +140,25 @@ class VersionNotFoundError(NotFoundError):
 
 class UnavailableError(InferdError):
     code = ErrorCode.UNAVAILABLE
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None, **fields: str | None) -> None:
+        super().__init__(message, **fields)
+        # How long the client should wait before retrying, when the server can estimate it.
+        self.retry_after_s = retry_after_s
+
+    def details(self) -> dict[str, Any]:
+        fields = super().details()
+        if self.retry_after_s is not None:
+            fields["retry_after_ms"] = round(self.retry_after_s * 1000, 3)
+        return fields
+
+
+class OverloadedError(UnavailableError):
+    code = ErrorCode.OVERLOADED
+
+
+class DeadlineUnreachableError(UnavailableError):
+    code = ErrorCode.DEADLINE_UNREACHABLE
 
 
 class ModelNotReadyError(UnavailableError):

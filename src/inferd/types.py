@@ -120,6 +120,8 @@ class InferRequest:
     parameters: Mapping[str, Any] = field(default_factory=dict)
     # The v2 `id` the client sent, echoed verbatim in the response ("" when absent).
     id: str = ""
+    # When the client stops waiting, on time.monotonic()'s clock; None when it did not say.
+    deadline_s: float | None = None
     timing: RequestTiming = field(default_factory=lambda: RequestTiming())
 
 

@@ -132,3 +132,51 @@ async def test_overload_sheds_with_503_and_recovers(batching_server: ServerProce
         assert await slow_call(client, 999) == "served"
     finally:
         await client.close()
+
+
+def slow_body() -> bytes:
+    import orjson
+
+    return orjson.dumps(
+        {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, SLOW_SIZE], "data": [1.0] * SLOW_SIZE}]}
+    )
+
+
+def test_deadline_that_cannot_be_met_is_refused_at_once(batching_server: ServerProcess) -> None:
+    import orjson
+
+    # One execution of the slow model takes milliseconds: half a millisecond cannot be met.
+    reply = http_request(batching_server, "POST", "/v2/models/slow/infer", slow_body(), {"Inferd-Timeout-Ms": "0.5"})
+    assert reply.status == 503
+    body = orjson.loads(reply.body)
+    assert body["code"] == "DEADLINE_UNREACHABLE"
+    assert "cannot answer within the request's deadline" in body["error"]
+    assert int(reply.headers["retry-after"]) >= 1
+    assert body["retry_after_ms"] > 0
+    # A generous deadline is met.
+    reply = http_request(batching_server, "POST", "/v2/models/slow/infer", slow_body(), {"Inferd-Timeout-Ms": "60000"})
+    assert reply.status == 200
+    # A malformed one is the client's mistake.
+    reply = http_request(batching_server, "POST", "/v2/models/slow/infer", slow_body(), {"Inferd-Timeout-Ms": "soon"})
+    assert reply.status == 400
+
+
+def test_triton_timeout_parameter_and_grpc_deadline(batching_server: ServerProcess) -> None:
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    request = service_pb2.ModelInferRequest(model_name="slow")
+    request.inputs.add(name="x", datatype="FP32", shape=[1, SLOW_SIZE]).contents.fp32_contents.extend([1.0] * SLOW_SIZE)
+    request.parameters["timeout"].int64_param = 100  # microseconds
+    with grpc.insecure_channel(batching_server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.ModelInfer(request, timeout=30)
+        assert raised.value.code() is grpc.StatusCode.UNAVAILABLE
+        trailers = dict(raised.value.trailing_metadata())
+        assert trailers["inferd-code"] == "DEADLINE_UNREACHABLE"
+        assert int(trailers["retry-after"]) >= 1
+        # The gRPC deadline itself is honoured the same way, and a roomy one is met.
+        del request.parameters["timeout"]
+        response = stub.ModelInfer(request, timeout=30)
+        assert response.outputs[0].name == "y"

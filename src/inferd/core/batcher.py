@@ -34,7 +34,7 @@ import numpy as np
 
 from inferd.config.model import DynamicBatchingConfig
 from inferd.core.executor import Arrays, InstancePool
-from inferd.errors import InferdError, InternalError, UnavailableError
+from inferd.errors import DeadlineUnreachableError, InferdError, InternalError, OverloadedError, UnavailableError
 from inferd.runtimes import Runtime
 from inferd.types import RequestTiming
 
@@ -97,21 +97,37 @@ class DynamicBatcher:
         timing: RequestTiming,
         priority: int = 0,
         timeout_us: int = 0,
+        deadline_s: float | None = None,
     ) -> Arrays:
         """Queue a request of `rows` rows; its own rows of each output once its batch ran.
 
-        Fills in the queue, batch-wait and compute parts of `timing`.
+        Refuses at once when the queue is full or when `deadline_s` (on the batcher's clock)
+        cannot be met by the estimate; a queued request that outlives its timeout or deadline is
+        refused when reached. Fills in the queue, batch-wait and compute parts of `timing`.
         """
         self._ensure_started()
         queue = self._queues[self._priority_index(priority)]
         policy = self._config.default_queue_policy
         if policy.max_queue_size and len(queue) >= policy.max_queue_size:
-            raise UnavailableError(
+            raise OverloadedError(
                 f"model '{self._model_name}' is overloaded: its queue holds max_queue_size "
-                f"{policy.max_queue_size} requests; retry later"
+                f"{policy.max_queue_size} requests; retry later",
+                retry_after_s=self.estimated_wait_s(),
             )
         now = self._clock()
+        if deadline_s is not None:
+            estimate_s = self.estimated_wait_s()
+            if now + estimate_s > deadline_s:
+                raise DeadlineUnreachableError(
+                    f"model '{self._model_name}' cannot answer within the request's deadline: "
+                    f"{max(0.0, deadline_s - now) * 1000:.1f} ms left, about {estimate_s * 1000:.1f} ms needed "
+                    f"({self.queued} request(s) queued, {self._pool.mean_execution_s * 1000:.2f} ms per execution)",
+                    retry_after_s=estimate_s,
+                )
         timeout = timeout_us if (timeout_us > 0 and policy.allow_timeout_override) else policy.default_timeout_us
+        expires_s = now + timeout / 1e6 if timeout > 0 and policy.timeout_action_reject else None
+        if deadline_s is not None:
+            expires_s = deadline_s if expires_s is None else min(expires_s, deadline_s)
         loop = asyncio.get_running_loop()
         pending = _Pending(
             feeds=feeds,
@@ -119,7 +135,7 @@ class DynamicBatcher:
             output_names=output_names,
             key=tuple((name, array.dtype.str, array.shape[1:]) for name, array in sorted(feeds.items())),
             enqueued_s=now,
-            expires_s=now + timeout / 1e6 if timeout > 0 and policy.timeout_action_reject else None,
+            expires_s=expires_s,
             timing=timing,
             future=loop.create_future(),
         )
@@ -129,6 +145,12 @@ class DynamicBatcher:
         # NOTE: if the caller is cancelled (client gone), the future is cancelled with it and the
         # scheduler drops the request when it reaches it, before spending compute on it.
         return await pending.future
+
+    def estimated_wait_s(self) -> float:
+        """When a request queued now would be answered: the batches ahead of it, spread over the
+        instances, at the recent mean execution time."""
+        rows_ahead = sum(p.rows for queue in self._queues for p in queue)
+        return self._pool.estimated_wait_s(-(-rows_ahead // self._max_batch_size))
 
     async def close(self) -> None:
         if self._scheduler is not None:
@@ -206,9 +228,11 @@ class DynamicBatcher:
                 if not pending.future.done():
                     waited_us = round((now - pending.enqueued_s) * 1e6)
                     pending.future.set_exception(
-                        UnavailableError(
+                        OverloadedError(
                             f"model '{self._model_name}': request timed out after {waited_us} us in the queue "
-                            f"(default_timeout_microseconds {self._config.default_queue_policy.default_timeout_us})"
+                            "(its deadline, or default_timeout_microseconds "
+                            f"{self._config.default_queue_policy.default_timeout_us})",
+                            retry_after_s=self.estimated_wait_s(),
                         )
                     )
             if queue:

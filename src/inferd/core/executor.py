@@ -61,6 +61,8 @@ class InstancePool:
         self._on_execute = on_execute
         self._inline = False
         self._mean_execute_s = 0.0
+        self._mean_execution_s = 0.0
+        self._waiting = 0
         self._threads = ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"inferd-{name}")
         # NOTE: created lazily on the serving loop; the pool may be built on a loader thread.
         self._free: asyncio.Queue[Runtime] | None = None
@@ -76,7 +78,26 @@ class InstancePool:
 
     async def acquire(self) -> Runtime:
         """An idle instance, waiting for one to be released when all are busy."""
-        return await self._free_instances().get()
+        free = self._free_instances()
+        if not free.empty():
+            return free.get_nowait()
+        self._waiting += 1
+        try:
+            return await free.get()
+        finally:
+            self._waiting -= 1
+
+    @property
+    def mean_execution_s(self) -> float:
+        """Recent mean time of one execution (calibrated at load, then learned from traffic)."""
+        return self._mean_execution_s
+
+    def estimated_wait_s(self, executions_ahead: int) -> float:
+        """When an execution queued behind `executions_ahead` others (and those already waiting
+        for an instance) would finish, from the recent mean execution time."""
+        busy = self.size - self.idle
+        rounds = (busy + self._waiting + executions_ahead) // self.size + 1
+        return rounds * self._mean_execution_s
 
     def release(self, instance: Runtime) -> None:
         self._free_instances().put_nowait(instance)
@@ -99,7 +120,7 @@ class InstancePool:
         # The fastest run: other models load meanwhile, and contention only ever adds time.
         fastest_s = min(durations)
         self._inline = fastest_s < INLINE_THRESHOLD_S
-        self._mean_execute_s = fastest_s
+        self._mean_execute_s = self._mean_execution_s = fastest_s
         return fastest_s
 
     async def execute(
@@ -129,6 +150,7 @@ class InstancePool:
             self._inline = False
 
     def _executed(self, rows: int, execute_s: float) -> None:
+        self._mean_execution_s += (execute_s - self._mean_execution_s) / _INLINE_WINDOW
         if self._on_execute is not None:
             self._on_execute(rows, execute_s)
 

@@ -13,7 +13,7 @@ from inferd.config.model import ModelConfig
 from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import Arrays, InstancePool
 from inferd.core.validation import output_names, prepare_inputs
-from inferd.errors import InternalError, InvalidRequestError
+from inferd.errors import DeadlineUnreachableError, InternalError, InvalidRequestError
 from inferd.types import InferRequest, InferResponse, RequestTiming, Tensor
 
 
@@ -29,7 +29,15 @@ class ModelHandle:
         feeds, batch_size = prepare_inputs(self.config, request)
         names = output_names(self.config, request)
         request.timing.rows = batch_size
+        timeout_us = _int_parameter(request, "timeout")
+        deadline_s = request.deadline_s
+        if timeout_us:
+            # Triton's `timeout` parameter doubles as a deadline: it can only shorten the client's.
+            timeout_deadline_s = time.monotonic() + timeout_us / 1e6
+            deadline_s = timeout_deadline_s if deadline_s is None else min(deadline_s, timeout_deadline_s)
         if self.batcher is None:
+            if deadline_s is not None:
+                self._check_deadline(deadline_s)
             results = await self._run_alone(feeds, batch_size, names, request.timing)
         else:
             results = await self.batcher.submit(
@@ -38,7 +46,8 @@ class ModelHandle:
                 names,
                 timing=request.timing,
                 priority=_int_parameter(request, "priority"),
-                timeout_us=_int_parameter(request, "timeout"),
+                timeout_us=timeout_us,
+                deadline_s=deadline_s,
             )
         return InferResponse(
             model_name=self.config.name,
@@ -47,6 +56,16 @@ class ModelHandle:
             outputs=tuple(self._output_tensor(name, results.get(name), batch_size) for name in names),
             id=request.id,
         )
+
+    def _check_deadline(self, deadline_s: float) -> None:
+        estimate_s = self.pool.estimated_wait_s(0)
+        left_s = deadline_s - time.monotonic()
+        if estimate_s > left_s:
+            raise DeadlineUnreachableError(
+                f"model '{self.config.name}' cannot answer within the request's deadline: "
+                f"{max(0.0, left_s) * 1000:.1f} ms left, about {estimate_s * 1000:.1f} ms needed",
+                retry_after_s=estimate_s,
+            )
 
     async def _run_alone(
         self, feeds: Mapping[str, np.ndarray[Any, Any]], rows: int, names: list[str], timing: RequestTiming

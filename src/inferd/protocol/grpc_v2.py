@@ -56,7 +56,7 @@ _FIELD_DTYPES = {
 }
 
 
-def decode_request(message: Any, *, request_id: str = "") -> InferRequest:
+def decode_request(message: Any, *, request_id: str = "", deadline_s: float | None = None) -> InferRequest:
     request_id = request_id or message.id or new_request_id()
     try:
         inputs = _decode_inputs(message)
@@ -75,6 +75,7 @@ def decode_request(message: Any, *, request_id: str = "") -> InferRequest:
         outputs=outputs,
         parameters=parameters,
         id=message.id,
+        deadline_s=deadline_s,
     )
 
 

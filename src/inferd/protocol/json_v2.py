@@ -44,6 +44,7 @@ def decode_request(
     model_version: str,
     header_length: int | None = None,
     request_id: str = "",
+    deadline_s: float | None = None,
 ) -> InferRequest:
     """Parse an infer request. `request_id` (from X-Request-ID) wins over the v2 `id`; else one is made."""
     header, binary = _split(body, header_length)
@@ -72,6 +73,7 @@ def decode_request(
         outputs=outputs,
         parameters=parameters,
         id=v2_id,
+        deadline_s=deadline_s,
     )
 
 

@@ -8,6 +8,7 @@ request id and the error code.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -17,7 +18,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from inferd.core.service import InferenceService
-from inferd.errors import InferdError, InternalError
+from inferd.errors import InferdError, InternalError, UnavailableError
 from inferd.protocol import grpc_v2, server_timing
 from inferd.protocol.status import GRPC_STATUS
 from inferd.server.logging import current_request_id
@@ -78,7 +79,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         token = current_request_id.set(request_id)
         try:
             decode_started = time.perf_counter()
-            decoded = grpc_v2.decode_request(request, request_id=request_id)
+            remaining_s = context.time_remaining()
+            deadline_s = time.monotonic() + remaining_s if remaining_s is not None else None
+            decoded = grpc_v2.decode_request(request, request_id=request_id, deadline_s=deadline_s)
             decoded.timing.decode_s = time.perf_counter() - decode_started
             request_id = decoded.request_id
             current_request_id.set(request_id)
@@ -115,8 +118,11 @@ async def _abort(context: grpc.aio.ServicerContext, method: str, error: InferdEr
     log = logger.error if status is grpc.StatusCode.INTERNAL else logger.warning
     log("%s -> %s %s: %s", method, status.name, error.code.value, error.message, extra={"request_id": request_id})
     # The machine-readable fields the REST body carries, as trailing metadata: inferd-code, inferd-tensor, ...
-    details = tuple((f"inferd-{key}", str(value)) for key, value in error.details().items())
-    context.set_trailing_metadata(((REQUEST_ID_KEY, request_id), *details))
+    details = tuple((f"inferd-{key.replace('_', '-')}", str(value)) for key, value in error.details().items())
+    retry_after: tuple[tuple[str, str], ...] = ()
+    if isinstance(error, UnavailableError) and error.retry_after_s is not None:
+        retry_after = (("retry-after", str(max(1, math.ceil(error.retry_after_s)))),)
+    context.set_trailing_metadata(((REQUEST_ID_KEY, request_id), *details, *retry_after))
     await context.abort(status, error.message)
 
 

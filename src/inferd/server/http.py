@@ -9,6 +9,7 @@ the status from `protocol.status`.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,6 +22,7 @@ from inferd.errors import (
     MethodNotAllowedError,
     NotFoundError,
     RequestTooLargeError,
+    UnavailableError,
 )
 from inferd.protocol import json_v2, model_config, server_timing
 from inferd.protocol.status import HTTP_STATUS
@@ -34,6 +36,8 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 REQUEST_ID_HEADER = b"x-request-id"
+# How long the client will wait, in milliseconds; a request that cannot make it is refused at once.
+TIMEOUT_HEADER = b"inferd-timeout-ms"
 _HEADER_LENGTH = json_v2.HEADER_LENGTH_HEADER.encode()
 _JSON_HEADERS = [(b"content-type", json_v2.JSON_CONTENT_TYPE)]
 _SERVER_TIMING_REQUEST = server_timing.REQUEST_HEADER.encode()
@@ -127,6 +131,7 @@ class HttpApp:
             model_version=version,
             header_length=header_length,
             request_id=current_request_id.get(),
+            deadline_s=_deadline(headers),
         )
         request.timing.decode_s = time.perf_counter() - decode_started
         current_request_id.set(request.request_id)
@@ -200,10 +205,26 @@ class HttpApp:
             extra={"request_id": request_id, "status": status},
         )
         headers = [*_JSON_HEADERS, (REQUEST_ID_HEADER, request_id.encode("latin-1"))]
+        if isinstance(error, UnavailableError) and error.retry_after_s is not None:
+            headers.append((b"retry-after", str(max(1, math.ceil(error.retry_after_s))).encode()))
         if isinstance(error, RequestTooLargeError):
             # The unread rest of the body would otherwise be parsed as the next request.
             headers.append((b"connection", b"close"))
         await _send(send, status, json_v2.encode_error(error, request_id), headers)
+
+
+def _deadline(headers: dict[bytes, bytes]) -> float | None:
+    """`Inferd-Timeout-Ms: N`: the client waits N milliseconds; the deadline on the monotonic clock."""
+    raw = headers.get(TIMEOUT_HEADER)
+    if raw is None:
+        return None
+    try:
+        timeout_ms = float(raw)
+    except ValueError:
+        timeout_ms = -1.0
+    if not timeout_ms > 0 or math.isinf(timeout_ms):
+        raise MalformedRequestError(f"Inferd-Timeout-Ms {raw.decode('latin-1')!r} must be a positive number")
+    return time.monotonic() + timeout_ms / 1000
 
 
 def _header_length(headers: dict[bytes, bytes]) -> int | None:

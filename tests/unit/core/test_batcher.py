@@ -12,7 +12,7 @@ import pytest
 from inferd.config.model import DynamicBatchingConfig, QueuePolicy
 from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import InstancePool
-from inferd.errors import InvalidRequestError, UnavailableError
+from inferd.errors import DeadlineUnreachableError, InvalidRequestError, OverloadedError, UnavailableError
 from inferd.testing.fakes import FakeClock, FakeRuntime
 from inferd.types import RequestTiming
 
@@ -241,3 +241,32 @@ async def test_timing_splits_queue_batch_wait_and_compute() -> None:
     assert timing.queue_s == 0.0
     assert timing.batch_wait_s == pytest.approx(0.0015)
     assert timing.batch_rows == 2
+
+
+async def test_unreachable_deadline_is_refused_at_once_with_an_estimate() -> None:
+    runtime = FakeRuntime(compute_s=0.002)
+    clock = FakeClock()
+    batcher = make([runtime], clock=clock)
+    batcher._pool.calibrate(rows([1.0]), ["y"])  # learns ~2 ms per execution
+    runtime.batches.clear()
+    with pytest.raises(DeadlineUnreachableError) as raised:
+        await submit(batcher, [1.0], deadline_s=clock() + 0.0005)
+    assert raised.value.retry_after_s is not None and raised.value.retry_after_s >= 0.002
+    assert runtime.batches == []  # refused before any compute
+    assert (await submit(batcher, [1.0], deadline_s=clock() + 10.0)).tolist() == [[2.0, 2.0]]
+
+
+async def test_queued_request_past_its_deadline_is_refused_when_reached() -> None:
+    gate = threading.Event()
+    runtime = FakeRuntime(gate)
+    clock = FakeClock()
+    batcher = make([runtime], clock=clock)
+    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
+    await until(runtime.started.is_set)
+    late = asyncio.ensure_future(submit(batcher, [1.0], deadline_s=clock() + 0.001))
+    await until(lambda: batcher.queued == 1)
+    clock.advance(0.002)
+    gate.set()
+    await blocker
+    with pytest.raises(OverloadedError, match="timed out"):
+        await late
