@@ -19,6 +19,7 @@ pytestmark = pytest.mark.e2e
 
 WIDTH = 16
 SLOW_SIZE = 256
+GLACIAL_SIZE = 1024
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,11 @@ def batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
         dynamic_batching { default_queue_policy { max_queue_size: 4 } }
         instance_group [ { count: 1 kind: KIND_CPU } ]
         """,
+    )
+    slow_model(root / "glacial" / "1" / "model.onnx", size=GLACIAL_SIZE, repeats=100, batched=True)
+    write_config(
+        root / "glacial",
+        "max_batch_size: 8\ndynamic_batching { }\ninstance_group [ { count: 1 kind: KIND_CPU } ]",
     )
     with run_server(root, tmp_path_factory.mktemp("logs") / "server.log") as server:
         yield server
@@ -180,3 +186,38 @@ def test_triton_timeout_parameter_and_grpc_deadline(batching_server: ServerProce
         del request.parameters["timeout"]
         response = stub.ModelInfer(request, timeout=30)
         assert response.outputs[0].name == "y"
+
+
+def test_request_of_a_client_that_left_is_dropped_from_the_queue(batching_server: ServerProcess) -> None:
+    import socket
+    import threading
+
+    import orjson
+
+    def glacial_request(rows: int) -> bytes:
+        data = [1.0] * (rows * GLACIAL_SIZE)
+        document = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, GLACIAL_SIZE], "data": data}]}
+        return orjson.dumps(document)
+
+    def inference_count() -> int:
+        reply = http_request(batching_server, "GET", "/v2/models/glacial/stats")
+        return int(orjson.loads(reply.body)["model_stats"][0]["inference_count"])
+
+    before = inference_count()
+    # A long batch keeps the only instance busy...
+    blocker = threading.Thread(
+        target=http_request, args=(batching_server, "POST", "/v2/models/glacial/infer", glacial_request(8))
+    )
+    blocker.start()
+    # ...while a client queues a request behind it and hangs up.
+    body = glacial_request(1)
+    with socket.create_connection(("127.0.0.1", batching_server.http_port)) as sock:
+        sock.sendall(
+            b"POST /v2/models/glacial/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+    blocker.join(timeout=120)
+    # A request after both: by the time it is answered, the queue ahead of it has been worked off.
+    assert http_request(batching_server, "POST", "/v2/models/glacial/infer", glacial_request(1)).status == 200
+    assert inference_count() - before == 8 + 1  # the departed client's row never ran

@@ -100,6 +100,14 @@ class InferenceService:
         )
         return response
 
+    def queues(self, request: InferRequest) -> bool:
+        """Whether the request may wait in a queue (its model batches): transports then watch for
+        the client leaving, so that the request is dropped from the queue."""
+        try:
+            return self._registry.handle(request.model_name, request.model_version).batcher is not None
+        except InferdError:
+            return False
+
     def response_encoded(self, response: InferResponse, encode_s: float) -> None:
         self._metrics.response_encoded(response.model_name, response.model_version, encode_s)
 

@@ -8,11 +8,12 @@ the status from `protocol.status`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 from inferd.core.service import InferenceService
 from inferd.errors import (
@@ -31,6 +32,7 @@ from inferd.types import new_request_id
 
 logger = logging.getLogger("inferd.http")
 
+T = TypeVar("T")
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -135,7 +137,10 @@ class HttpApp:
         )
         request.timing.decode_s = time.perf_counter() - decode_started
         current_request_id.set(request.request_id)
-        response = await self._service.infer(request)
+        if self._service.queues(request):
+            response = await _unless_disconnected(self._service.infer(request), receive)
+        else:
+            response = await self._service.infer(request)
         encode_started = time.perf_counter()
         payload, json_length = json_v2.encode_response(response, request)
         request.timing.encode_s = time.perf_counter() - encode_started
@@ -211,6 +216,21 @@ class HttpApp:
             # The unread rest of the body would otherwise be parsed as the next request.
             headers.append((b"connection", b"close"))
         await _send(send, status, json_v2.encode_error(error, request_id), headers)
+
+
+async def _unless_disconnected(work: Coroutine[Any, Any, T], receive: Receive) -> T:
+    """Await `work`, cancelling it if the client disconnects first: a request that waits in a
+    batcher's queue is then dropped before it costs any compute."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(receive())
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            task.cancel()
+            raise _ClientGone
+        return task.result()
+    finally:
+        watcher.cancel()
 
 
 def _deadline(headers: dict[bytes, bytes]) -> float | None:
