@@ -122,12 +122,19 @@ class ModelConfig:
     parameters: Mapping[str, str] = field(default_factory=dict)
     # Fields present in config.pbtxt that inferd does not act on, reported at load.
     ignored_fields: tuple[str, ...] = ()
+    _inputs_by_name: Mapping[str, TensorConfig] = field(init=False, repr=False, compare=False)
+    _outputs_by_name: Mapping[str, TensorConfig] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Lookups by name happen per tensor per request; build the maps once.
+        object.__setattr__(self, "_inputs_by_name", {t.name: t for t in self.inputs})
+        object.__setattr__(self, "_outputs_by_name", {t.name: t for t in self.outputs})
 
     def input(self, name: str) -> TensorConfig | None:
-        return next((t for t in self.inputs if t.name == name), None)
+        return self._inputs_by_name.get(name)
 
     def output(self, name: str) -> TensorConfig | None:
-        return next((t for t in self.outputs if t.name == name), None)
+        return self._outputs_by_name.get(name)
 
     def full_shape(self, tensor: TensorConfig) -> tuple[int, ...]:
         """The shape a client sees, with -1 for the batch dimension when the model batches."""

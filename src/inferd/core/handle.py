@@ -14,7 +14,7 @@ from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import Arrays, InstancePool
 from inferd.core.validation import output_names, prepare_inputs
 from inferd.errors import DeadlineUnreachableError, InternalError, InvalidRequestError
-from inferd.types import InferRequest, InferResponse, RequestTiming, Tensor
+from inferd.types import DataType, InferRequest, InferResponse, RequestTiming, Tensor
 
 
 @dataclass(slots=True)
@@ -91,16 +91,16 @@ class ModelHandle:
             raise InternalError(f"model '{self.config.name}' produced no output '{name}'")
         if spec.reshape is not None:
             # The runtime's shape is `reshape`; clients see `dims` (Triton's reshape semantics).
-            dims = tuple(d for d in spec.dims)
-            target = (batch_size, *dims) if self.config.max_batch_size > 0 else dims
+            target = (batch_size, *spec.dims) if self.config.max_batch_size > 0 else spec.dims
             if -1 not in target:
                 array = array.reshape(target)
-        if array.dtype != spec.datatype.numpy_dtype and spec.datatype.numpy_dtype != np.dtype(object):
+        expected = spec.datatype.numpy_dtype
+        if array.dtype is not expected and array.dtype != expected and spec.datatype is not DataType.BYTES:
             raise InternalError(
                 f"model '{self.config.name}' output '{name}' is {array.dtype}, but its config says "
                 f"{spec.datatype.value}"
             )
-        return Tensor(name=name, datatype=spec.datatype, shape=tuple(int(d) for d in array.shape), data=array)
+        return Tensor(name=name, datatype=spec.datatype, shape=array.shape, data=array)
 
 
 def _int_parameter(request: InferRequest, name: str) -> int:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Protocol
 
 from inferd.types import RequestTiming
@@ -34,24 +33,3 @@ class NoMetrics:
 
     def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
         return None
-
-
-class FanOutMetrics:
-    """Reports to several sinks (e.g. the statistics extension and Prometheus)."""
-
-    def __init__(self, sinks: Sequence[Metrics]) -> None:
-        self._sinks = tuple(sinks)
-
-    def request_finished(
-        self, model: str, version: str, outcome: str, duration_s: float, rows: int, timing: RequestTiming
-    ) -> None:
-        for sink in self._sinks:
-            sink.request_finished(model, version, outcome, duration_s, rows, timing)
-
-    def response_encoded(self, model: str, version: str, encode_s: float) -> None:
-        for sink in self._sinks:
-            sink.response_encoded(model, version, encode_s)
-
-    def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
-        for sink in self._sinks:
-            sink.batch_executed(model, version, rows, compute_infer_s)

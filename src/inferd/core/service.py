@@ -6,9 +6,9 @@ import time
 
 from inferd import __version__
 from inferd.config.model import ModelConfig, TensorConfig
-from inferd.core.metrics import Metrics, NoMetrics
+from inferd.core.metrics import Metrics
 from inferd.core.registry import ModelRegistry, ModelState
-from inferd.core.statistics import StatisticsCollector
+from inferd.core.statistics import ServingStatistics
 from inferd.errors import InferdError, ModelNotReadyError
 from inferd.types import (
     InferRequest,
@@ -30,13 +30,12 @@ class InferenceService:
         registry: ModelRegistry,
         *,
         strict_readiness: bool = False,
-        metrics: Metrics | None = None,
-        statistics: StatisticsCollector | None = None,
+        statistics: ServingStatistics | None = None,
     ) -> None:
-        """`metrics` should include `statistics` among its sinks (the composition root wires both)."""
+        """`statistics` should be the sink the registry reports executions to, as well."""
         self._registry = registry
-        self._metrics = metrics or NoMetrics()
-        self._statistics = statistics or StatisticsCollector()
+        self._statistics = statistics or ServingStatistics()
+        self._metrics: Metrics = self._statistics
         self._strict_readiness = strict_readiness
         self.shutting_down = False
 
@@ -119,8 +118,12 @@ class InferenceService:
             records = [self._registry.record(name)]
             if version:
                 found = self._registry.version_record(name, version)
-                return [self._statistics.snapshot(name, str(found.version))]
-        return [self._statistics.snapshot(record.name, str(v)) for record in records for v in record.ready_versions()]
+                return [self._statistics.model_statistics(name, str(found.version))]
+        return [
+            self._statistics.model_statistics(record.name, str(v))
+            for record in records
+            for v in record.ready_versions()
+        ]
 
     def queue_depths(self) -> list[tuple[str, str, int]]:
         """(model, version, requests queued) for every version that batches."""

@@ -1,105 +1,176 @@
-"""Cumulative per-version counts and durations, as Triton's statistics extension reports them
-(`GET /v2/models/{m}/stats`, gRPC ModelStatistics), so perf_analyzer can print the server's side."""
+"""What inferd counts about its work, per model version, recorded once per event and read at
+leisure: Triton's statistics extension (`GET /v2/models/{m}/stats`, gRPC ModelStatistics) and the
+Prometheus exposition (`server.prometheus`) are both views of these numbers.
+
+Recording is a few integer and float additions and a bisect per histogram (no locks: every event
+is recorded on the event loop's thread); snapshots copy before reading, so a scrape on another
+thread sees consistent enough numbers without stopping the loop.
+"""
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass, field
 
 from inferd.types import BatchStatistics, DurationStatistic, ModelStatistics, RequestTiming
 
-
-@dataclass(slots=True)
-class _Duration:
-    count: int = 0
-    ns: int = 0
-
-    def add(self, seconds: float) -> None:
-        self.count += 1
-        self.ns += int(seconds * 1e9)
-
-    def frozen(self) -> DurationStatistic:
-        return DurationStatistic(count=self.count, ns=self.ns)
+# Latency buckets from 100 us to 10 s: tiny models answer in well under a millisecond.
+LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 @dataclass(slots=True)
-class _Batch:
-    compute_infer: _Duration = field(default_factory=_Duration)
+class Histogram:
+    bounds: tuple[float, ...]
+    # One count per bound and one for +Inf; not cumulative.
+    counts: list[int]
+    total: float = 0.0
+
+    @classmethod
+    def with_bounds(cls, bounds: tuple[float, ...]) -> Histogram:
+        return cls(bounds, [0] * (len(bounds) + 1))
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def copy(self) -> Histogram:
+        return Histogram(self.bounds, list(self.counts), self.total)
+
+
+def _latency() -> Histogram:
+    return Histogram.with_bounds(LATENCY_BUCKETS_S)
 
 
 @dataclass(slots=True)
-class _Version:
-    last_inference_ms: int = 0
+class VersionStatistics:
+    """Everything counted for one model version."""
+
+    # outcome ("success" or an ErrorCode value) -> requests finished with it
+    outcomes: dict[str, int] = field(default_factory=dict)
+    # Successful requests, from the start of decoding to a result; and that time split.
+    duration: Histogram = field(default_factory=_latency)
+    decode: Histogram = field(default_factory=_latency)
+    queue: Histogram = field(default_factory=_latency)
+    batch_wait: Histogram = field(default_factory=_latency)
+    compute: Histogram = field(default_factory=_latency)
+    encode: Histogram = field(default_factory=_latency)
+    compute_input_s: float = 0.0
+    compute_infer_s: float = 0.0
+    compute_output_s: float = 0.0
+    failed_s: float = 0.0
     inference_count: int = 0
-    execution_count: int = 0
-    success: _Duration = field(default_factory=_Duration)
-    fail: _Duration = field(default_factory=_Duration)
-    queue: _Duration = field(default_factory=_Duration)
-    compute_input: _Duration = field(default_factory=_Duration)
-    compute_infer: _Duration = field(default_factory=_Duration)
-    compute_output: _Duration = field(default_factory=_Duration)
-    batches: dict[int, _Batch] = field(default_factory=dict)
+    last_inference_ms: int = 0
+    # Executions of the model, by rows, and their durations.
+    batch_size: Histogram = field(default_factory=lambda: Histogram.with_bounds(BATCH_SIZE_BUCKETS))
+    execution: Histogram = field(default_factory=_latency)
+    # rows -> [executions, seconds]
+    batches: dict[int, list[float]] = field(default_factory=dict)
+
+    def copy(self) -> VersionStatistics:
+        return VersionStatistics(
+            outcomes=dict(self.outcomes),
+            duration=self.duration.copy(),
+            decode=self.decode.copy(),
+            queue=self.queue.copy(),
+            batch_wait=self.batch_wait.copy(),
+            compute=self.compute.copy(),
+            encode=self.encode.copy(),
+            compute_input_s=self.compute_input_s,
+            compute_infer_s=self.compute_infer_s,
+            compute_output_s=self.compute_output_s,
+            failed_s=self.failed_s,
+            inference_count=self.inference_count,
+            last_inference_ms=self.last_inference_ms,
+            batch_size=self.batch_size.copy(),
+            execution=self.execution.copy(),
+            batches={rows: list(entry) for rows, entry in self.batches.items()},
+        )
 
 
-class StatisticsCollector:
-    """A `Metrics` sink. NOTE: called only from the event loop thread, so no locking."""
+class ServingStatistics:
+    """The `Metrics` sink the server runs with."""
 
     def __init__(self) -> None:
-        self._versions: dict[tuple[str, str], _Version] = {}
+        self._versions: dict[tuple[str, str], VersionStatistics] = {}
 
     def request_finished(
         self, model: str, version: str, outcome: str, duration_s: float, rows: int, timing: RequestTiming
     ) -> None:
-        if not version:
-            return  # never reached a model version: nothing to count against one
         stats = self._version(model, version)
+        stats.outcomes[outcome] = stats.outcomes.get(outcome, 0) + 1
         if outcome != "success":
-            stats.fail.add(duration_s)
+            stats.failed_s += duration_s
             return
-        stats.success.add(duration_s)
-        stats.queue.add(timing.queue_s + timing.batch_wait_s)
-        stats.compute_input.add(timing.compute_input_s)
-        stats.compute_infer.add(timing.compute_infer_s)
-        stats.compute_output.add(timing.compute_output_s)
+        stats.duration.observe(duration_s)
+        stats.decode.observe(timing.decode_s)
+        stats.queue.observe(timing.queue_s)
+        stats.batch_wait.observe(timing.batch_wait_s)
+        stats.compute.observe(timing.compute_s)
+        stats.compute_input_s += timing.compute_input_s
+        stats.compute_infer_s += timing.compute_infer_s
+        stats.compute_output_s += timing.compute_output_s
         stats.inference_count += rows
         stats.last_inference_ms = int(time.time() * 1000)
 
     def response_encoded(self, model: str, version: str, encode_s: float) -> None:
-        return None
+        self._version(model, version).encode.observe(encode_s)
 
     def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
         stats = self._version(model, version)
-        stats.execution_count += 1
-        stats.batches.setdefault(rows, _Batch()).compute_infer.add(compute_infer_s)
+        stats.batch_size.observe(rows)
+        stats.execution.observe(compute_infer_s)
+        entry = stats.batches.get(rows)
+        if entry is None:
+            entry = stats.batches[rows] = [0, 0.0]
+        entry[0] += 1
+        entry[1] += compute_infer_s
 
-    def snapshot(self, model: str, version: str) -> ModelStatistics:
-        stats = self._versions.get((model, version)) or _Version()
+    def snapshot(self) -> dict[tuple[str, str], VersionStatistics]:
+        """A copy of every version's numbers (safe to read from another thread)."""
+        return {key: stats.copy() for key, stats in list(self._versions.items())}
+
+    def model_statistics(self, model: str, version: str) -> ModelStatistics:
+        """One version's numbers in the shape of Triton's statistics extension."""
+        stats = self._versions.get((model, version))
+        stats = stats.copy() if stats is not None else VersionStatistics()
+        successes = stats.duration.count
+        failures = sum(n for outcome, n in stats.outcomes.items() if outcome != "success")
         return ModelStatistics(
             name=model,
             version=version,
             last_inference_ms=stats.last_inference_ms,
             inference_count=stats.inference_count,
-            execution_count=stats.execution_count,
-            success=stats.success.frozen(),
-            fail=stats.fail.frozen(),
-            queue=stats.queue.frozen(),
-            compute_input=stats.compute_input.frozen(),
-            compute_infer=stats.compute_infer.frozen(),
-            compute_output=stats.compute_output.frozen(),
+            execution_count=stats.execution.count,
+            success=_duration(successes, stats.duration.total),
+            fail=_duration(failures, stats.failed_s),
+            queue=_duration(successes, stats.queue.total + stats.batch_wait.total),
+            compute_input=_duration(successes, stats.compute_input_s),
+            compute_infer=_duration(successes, stats.compute_infer_s),
+            compute_output=_duration(successes, stats.compute_output_s),
             batches=tuple(
                 BatchStatistics(
-                    batch_size=size,
+                    batch_size=rows,
                     compute_input=DurationStatistic(),
-                    compute_infer=batch.compute_infer.frozen(),
+                    compute_infer=_duration(int(executions), seconds),
                     compute_output=DurationStatistic(),
                 )
-                for size, batch in sorted(stats.batches.items())
+                for rows, (executions, seconds) in sorted(stats.batches.items())
             ),
         )
 
-    def _version(self, model: str, version: str) -> _Version:
+    def _version(self, model: str, version: str) -> VersionStatistics:
         key = (model, version)
         stats = self._versions.get(key)
         if stats is None:
-            stats = self._versions[key] = _Version()
+            stats = self._versions[key] = VersionStatistics()
         return stats
+
+
+def _duration(count: int, seconds: float) -> DurationStatistic:
+    return DurationStatistic(count=count, ns=int(seconds * 1e9))

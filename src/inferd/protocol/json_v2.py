@@ -158,8 +158,10 @@ def _decode_inputs(raw_inputs: Any, binary: memoryview) -> tuple[Tensor, ...]:
             raise MalformedRequestError(f"inputs[{index}] has no 'name'")
         datatype = _datatype(raw.get("datatype"), name)
         shape = _shape(raw.get("shape"), name)
-        parameters = _parameters(raw.get("parameters"), f"input '{name}'")
-        size = parameters.get("binary_data_size")
+        parameters = raw.get("parameters")
+        size = None
+        if parameters is not None:
+            size = _parameters(parameters, f"input '{name}'").get("binary_data_size")
         if size is not None:
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
                 raise MalformedRequestError(f"input '{name}': binary_data_size must be a non-negative integer")
@@ -221,7 +223,8 @@ def _datatype(raw: Any, name: str) -> DataType:
 
 
 def _shape(raw: Any, name: str) -> tuple[int, ...]:
-    if not isinstance(raw, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in raw):
+    # `type(d) is int` also refuses bools, which are ints to isinstance.
+    if type(raw) is not list or not all(type(d) is int and d >= 0 for d in raw):
         raise MalformedRequestError(f"input '{name}': 'shape' must be a list of non-negative integers", tensor=name)
     return tuple(raw)
 

@@ -16,15 +16,14 @@ from pathlib import Path
 import uvicorn
 
 from inferd.config.server import ServerSettings
-from inferd.core.metrics import FanOutMetrics
 from inferd.core.registry import ModelRegistry
 from inferd.core.repository import ModelRepository
 from inferd.core.service import InferenceService
-from inferd.core.statistics import StatisticsCollector
+from inferd.core.statistics import ServingStatistics
 from inferd.server.grpc import build_grpc_server
 from inferd.server.http import HttpApp
 from inferd.server.logging import configure_logging
-from inferd.server.prometheus import PrometheusMetrics
+from inferd.server.prometheus import serve_metrics
 
 logger = logging.getLogger("inferd.server")
 
@@ -51,13 +50,9 @@ def run(settings: ServerSettings) -> None:
 async def serve(settings: ServerSettings) -> None:
     repository = ModelRepository(Path(settings.model_repository))
     repository.check()
-    statistics = StatisticsCollector()
-    prometheus = PrometheusMetrics(lambda: service.model_states(), lambda: service.queue_depths())
-    metrics = FanOutMetrics([statistics, prometheus])
-    registry = ModelRegistry(repository, metrics)
-    service = InferenceService(
-        registry, strict_readiness=settings.strict_readiness, metrics=metrics, statistics=statistics
-    )
+    statistics = ServingStatistics()
+    registry = ModelRegistry(repository, statistics)
+    service = InferenceService(registry, strict_readiness=settings.strict_readiness, statistics=statistics)
 
     http_server = _UvicornServer(
         uvicorn.Config(
@@ -80,7 +75,9 @@ async def serve(settings: ServerSettings) -> None:
     )
     grpc_server = build_grpc_server(service, max_message_bytes=settings.max_request_bytes)
     grpc_server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
-    metrics_server = prometheus.serve(settings.host, settings.metrics_port)
+    metrics_server = serve_metrics(
+        statistics, service.model_states, service.queue_depths, settings.host, settings.metrics_port
+    )
 
     # Listeners come up before models load: liveness answers at once, readiness once loading is done.
     await grpc_server.start()
