@@ -78,6 +78,7 @@ def test_prometheus_metrics_split_the_time(server: ServerProcess) -> None:
     assert grew("inferd_batch_size_bucket", le="4.0") >= 1
     assert sample(after, "inferd_model_state", model="broken_file", state="UNAVAILABLE") == 1.0
     assert sample(after, "inferd_model_state", model="add_sub", state="READY") == 1.0
+    assert sample(after, "inferd_requests_in_flight", model="mlp_specific", version="3") == 0.0
 
 
 def test_failures_are_counted_by_reason(server: ServerProcess) -> None:

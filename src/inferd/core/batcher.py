@@ -146,6 +146,12 @@ class DynamicBatcher:
         # scheduler drops the request when it reaches it, before spending compute on it.
         return await pending.future
 
+    @property
+    def may_queue(self) -> bool:
+        """Whether a request arriving now would probably wait in the queue, rather than be
+        dispatched at the scheduler's next turn (nothing queued, an instance idle, no delay due)."""
+        return self.queued > 0 or self._pool.idle == 0 or (self._executing > 0 and self._delay_s > 0)
+
     def estimated_wait_s(self) -> float:
         """When a request queued now would be answered: the batches ahead of it, spread over the
         instances, at the recent mean execution time."""

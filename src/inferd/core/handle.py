@@ -24,8 +24,17 @@ class ModelHandle:
     pool: InstancePool
     # Present when the config asks for dynamic batching (and the model batches).
     batcher: DynamicBatcher | None = None
+    # Requests inside `infer` now: queued, waiting for an instance or executing.
+    in_flight: int = 0
 
     async def infer(self, request: InferRequest) -> InferResponse:
+        self.in_flight += 1
+        try:
+            return await self._infer(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _infer(self, request: InferRequest) -> InferResponse:
         feeds, batch_size = prepare_inputs(self.config, request)
         names = output_names(self.config, request)
         request.timing.rows = batch_size

@@ -100,12 +100,13 @@ class InferenceService:
         return response
 
     def queues(self, request: InferRequest) -> bool:
-        """Whether the request may wait in a queue (its model batches): transports then watch for
-        the client leaving, so that the request is dropped from the queue."""
+        """Whether the request will probably wait in a batcher's queue: transports then watch for
+        the client leaving, so that the request is dropped from the queue unrun."""
         try:
-            return self._registry.handle(request.model_name, request.model_version).batcher is not None
+            batcher = self._registry.handle(request.model_name, request.model_version).batcher
         except InferdError:
             return False
+        return batcher is not None and batcher.may_queue
 
     def response_encoded(self, response: InferResponse, encode_s: float) -> None:
         self._metrics.response_encoded(response.model_name, response.model_version, encode_s)
@@ -125,15 +126,16 @@ class InferenceService:
             for v in record.ready_versions()
         ]
 
-    def queue_depths(self) -> list[tuple[str, str, int]]:
-        """(model, version, requests queued) for every version that batches."""
-        depths = []
+    def load(self) -> list[tuple[str, str, int, int]]:
+        """(model, version, requests in flight, requests queued) for every ready version."""
+        gauges = []
         for record in self._registry.records():
             for version, version_record in sorted(record.versions.items()):
                 handle = version_record.handle
-                if handle is not None and handle.batcher is not None:
-                    depths.append((record.name, str(version), handle.batcher.queued))
-        return depths
+                if handle is not None:
+                    queued = handle.batcher.queued if handle.batcher is not None else 0
+                    gauges.append((record.name, str(version), handle.in_flight, queued))
+        return gauges
 
     def model_states(self) -> list[tuple[str, str, ModelState]]:
         """(model, version, state) for every known version; a model with none reports version ""."""

@@ -75,9 +75,7 @@ async def serve(settings: ServerSettings) -> None:
     )
     grpc_server = build_grpc_server(service, max_message_bytes=settings.max_request_bytes)
     grpc_server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
-    metrics_server = serve_metrics(
-        statistics, service.model_states, service.queue_depths, settings.host, settings.metrics_port
-    )
+    metrics_server = serve_metrics(statistics, service.model_states, service.load, settings.host, settings.metrics_port)
 
     # Listeners come up before models load: liveness answers at once, readiness once loading is done.
     await grpc_server.start()

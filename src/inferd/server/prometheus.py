@@ -14,7 +14,7 @@ from inferd.core.registry import ModelState
 from inferd.core.statistics import Histogram, ServingStatistics, VersionStatistics
 
 ModelStates = Callable[[], list[tuple[str, str, ModelState]]]
-QueueDepths = Callable[[], list[tuple[str, str, int]]]
+Load = Callable[[], list[tuple[str, str, int, int]]]
 
 # metric name, help, the VersionStatistics histogram it shows
 _HISTOGRAMS: tuple[tuple[str, str, Callable[[VersionStatistics], Histogram]], ...] = (
@@ -57,21 +57,19 @@ _HISTOGRAMS: tuple[tuple[str, str, Callable[[VersionStatistics], Histogram]], ..
 )
 
 
-def serve_metrics(
-    statistics: ServingStatistics, model_states: ModelStates, queue_depths: QueueDepths, host: str, port: int
-) -> Any:
+def serve_metrics(statistics: ServingStatistics, model_states: ModelStates, load: Load, host: str, port: int) -> Any:
     """Start the /metrics listener on a daemon thread; returns the server (has `.shutdown()`)."""
     registry = CollectorRegistry()
-    registry.register(_Exposition(statistics, model_states, queue_depths))
+    registry.register(_Exposition(statistics, model_states, load))
     server, _thread = start_http_server(port, addr=host, registry=registry)
     return server
 
 
 class _Exposition(Collector):
-    def __init__(self, statistics: ServingStatistics, model_states: ModelStates, queue_depths: QueueDepths) -> None:
+    def __init__(self, statistics: ServingStatistics, model_states: ModelStates, load: Load) -> None:
         self._statistics = statistics
         self._model_states = model_states
-        self._queue_depths = queue_depths
+        self._load = load
 
     def collect(self) -> Iterator[Any]:
         snapshot = sorted(self._statistics.snapshot().items())
@@ -96,11 +94,18 @@ class _Exposition(Collector):
         for model, version, state in self._model_states():
             states.add_metric([model, version, state.value], 1.0)
         yield states
+        in_flight = GaugeMetricFamily(
+            "inferd_requests_in_flight",
+            "Requests being served by each model version now (queued, waiting or executing).",
+            labels=["model", "version"],
+        )
         depths = GaugeMetricFamily(
             "inferd_queue_depth", "Requests waiting in each batching model's queue.", labels=["model", "version"]
         )
-        for model, version, depth in self._queue_depths():
-            depths.add_metric([model, version], float(depth))
+        for model, version, active, queued in self._load():
+            in_flight.add_metric([model, version], float(active))
+            depths.add_metric([model, version], float(queued))
+        yield in_flight
         yield depths
 
 
