@@ -145,7 +145,10 @@ class InstancePool:
     def _executed_inline(self, cpu_s: float) -> None:
         # CPU time of the loop's thread, so that preemption by other processes does not count: if
         # the model costs more than calibrated (bigger batches), give the loop back, use threads.
-        self._mean_execute_s += (cpu_s - self._mean_execute_s) / _INLINE_WINDOW
+        # Clipped, so that one outlier (a garbage collection, a page fault) cannot tip the mean:
+        # only a sustained rise moves the model to the threads.
+        sample_s = min(cpu_s, 4 * INLINE_THRESHOLD_S)
+        self._mean_execute_s += (sample_s - self._mean_execute_s) / _INLINE_WINDOW
         if self._mean_execute_s > 2 * INLINE_THRESHOLD_S:
             self._inline = False
 
