@@ -45,6 +45,7 @@ PERF_ANALYZER = ROOT / "scripts" / "perf_analyzer"
 MINILM = ROOT / "examples" / "model_repository" / "minilm" / "1" / "model.onnx"
 MINILM_REQUEST = ROOT / "examples" / "requests" / "minilm.json"
 FLOOR_SERVER = ROOT / "benchmarks" / "baselines" / "floor_server.py"
+GRPC_FLOOR_SERVER = ROOT / "benchmarks" / "baselines" / "grpc_floor_server.py"
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 console = Console()
 
@@ -213,32 +214,33 @@ def perf_analyzer(
 
 
 @contextlib.contextmanager
-def floor_server(model_path: Path, scratch: Path) -> Iterator[str]:
+def baseline_server(script: Path, arguments: list[str], scratch: Path) -> Iterator[int]:
+    """A baseline server subprocess on a free port (its last argument); yields the port."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, str(FLOOR_SERVER), str(model_path), str(port)],
-        stdout=(scratch / "floor.log").open("wb"),
+        [sys.executable, str(script), *arguments, str(port)],
+        stdout=(scratch / f"{script.stem}.log").open("wb"),
         stderr=subprocess.STDOUT,
     )
     try:
-        _wait_http(port, process)
-        yield f"http://127.0.0.1:{port}/"
+        _wait_listening(port, process)
+        yield port
     finally:
         process.terminate()
         process.wait(timeout=30)
 
 
-def _wait_http(port: int, process: subprocess.Popen[bytes]) -> None:
+def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
     import socket
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError("the floor server exited")
+            raise RuntimeError("the baseline server exited")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
             return
         time.sleep(0.05)
-    raise TimeoutError("the floor server did not start")
+    raise TimeoutError("the baseline server did not start")
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -292,10 +294,22 @@ def benchmark(model: Model, source: Path | None, args: argparse.Namespace, scrat
                     ("gRPC", perf_analyzer(model, server.grpc_url, "grpc", 1, args.seconds, scratch)),
                 ]
     gains[0] = ("HTTP JSON", rows[0][1].throughput, gains[0][1])
-    with floor_server(model_path, scratch) as url, console.status(f"{model.name}: floor server (wrk)"):
-        floor = best_of(lambda c: wrk(url, model.v2_json(), c, args.seconds, scratch), concurrencies)
-        latency.append(("floor server, HTTP JSON", wrk(url, model.v2_json(), 1, args.seconds, scratch)))
-    report(model, baseline, baseline_batch, batch1_us, rows, floor, latency, gains)
+    with (
+        baseline_server(FLOOR_SERVER, [str(model_path)], scratch) as port,
+        console.status(f"{model.name}: floor server (wrk)"),
+    ):
+        url = f"http://127.0.0.1:{port}/"
+        floor = best_of(lambda c: wrk(url, body, c, args.seconds, scratch), concurrencies)
+        latency.append(("floor server, HTTP JSON", wrk(url, body, 1, args.seconds, scratch)))
+    arguments = [str(model_path), model.name, str(model.max_batch_size)]
+    with (
+        baseline_server(GRPC_FLOOR_SERVER, arguments, scratch) as port,
+        console.status(f"{model.name}: gRPC floor server (perf_analyzer)"),
+    ):
+        grpc_url = f"127.0.0.1:{port}"
+        grpc_floor = best_of(lambda c: perf_analyzer(model, grpc_url, "grpc", c, args.seconds, scratch), concurrencies)
+        latency.append(("gRPC floor server", perf_analyzer(model, grpc_url, "grpc", 1, args.seconds, scratch)))
+    report(model, baseline, baseline_batch, batch1_us, rows, floor, grpc_floor, latency, gains)
 
 
 def report(
@@ -305,27 +319,30 @@ def report(
     batch1_us: float,
     rows: list[tuple[str, Measurement, int]],
     floor: tuple[Measurement, int],
+    grpc_floor: tuple[Measurement, int],
     latency: list[tuple[str, Measurement]],
     gains: list[tuple[str, float, float]],
 ) -> None:
     table = Table(title=f"{model.name}: throughput, one sample per request (best of concurrency 8/16/32)")
-    for column in ("path", "concurrency", "inferences/s", "/ in-process best", "/ floor (JSON)"):
+    for column in ("path", "concurrency", "inferences/s", "/ in-process best", "/ its floor"):
         table.add_column(column, justify="right" if column != "path" else "left")
     table.add_row(f"in-process ORT, best batch ({baseline_batch})", "-", f"{baseline:,.0f}", "1.000", "")
-    table.add_row(
-        "floor server, HTTP JSON",
-        str(floor[1]),
-        f"{floor[0].throughput:,.0f}",
-        f"{floor[0].throughput / baseline:.3f}",
-        "1.000",
-    )
-    for label, measurement, concurrency in rows:
+    for label, (measurement, concurrency) in (("floor server, HTTP JSON", floor), ("gRPC floor server", grpc_floor)):
         table.add_row(
             label,
             str(concurrency),
             f"{measurement.throughput:,.0f}",
             f"{measurement.throughput / baseline:.3f}",
-            f"{measurement.throughput / floor[0].throughput:.3f}" if "JSON" in label else "",
+            "1.000",
+        )
+    for label, measurement, concurrency in rows:
+        its_floor = floor[0] if "JSON" in label else grpc_floor[0] if "gRPC" in label else None
+        table.add_row(
+            label,
+            str(concurrency),
+            f"{measurement.throughput:,.0f}",
+            f"{measurement.throughput / baseline:.3f}",
+            f"{measurement.throughput / its_floor.throughput:.3f}" if its_floor else "",
         )
     console.print(table)
     lat = Table(title=f"{model.name}: latency at concurrency 1, minus in-process batch-1 ({batch1_us:.0f} us)")
