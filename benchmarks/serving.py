@@ -37,6 +37,8 @@ import onnxruntime as ort
 from rich.console import Console
 from rich.table import Table
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 from inferd.testing.models import mlp_model, write_config
 from inferd.testing.server import free_port, run_server
 
@@ -105,6 +107,13 @@ def build_repository(root: Path, model: Model, source: Path | None, batching: bo
 def tiny_model() -> Model:
     x = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
     return Model("tiny", 32, {"x": x})
+
+
+def resnet50_model() -> Model:
+    from resnet50 import IMAGE_SHAPE
+
+    image = np.random.default_rng(0).random((1, *IMAGE_SHAPE), dtype=np.float32)
+    return Model("resnet50", 32, {"image": image})
 
 
 def minilm_model() -> Model:
@@ -197,7 +206,7 @@ def perf_analyzer(
             "--measurement-interval",
             str(int(seconds * 1000)),
             "--stability-percentage",
-            "25",
+            "50",
             "--max-trials",
             "6",
             "-f",
@@ -360,7 +369,9 @@ def report(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each measurement window")
-    parser.add_argument("--models", nargs="+", default=["tiny", "minilm"], choices=["tiny", "minilm"])
+    parser.add_argument(
+        "--models", nargs="+", default=["tiny", "minilm", "resnet50"], choices=["tiny", "minilm", "resnet50"]
+    )
     parser.add_argument("--concurrency", nargs="+", type=int, default=[8, 16, 32])
     args = parser.parse_args()
     if shutil.which("wrk") is None or not PERF_ANALYZER.exists():
@@ -370,6 +381,13 @@ def main() -> int:
         for name in args.models:
             if name == "tiny":
                 benchmark(tiny_model(), None, args, Path(scratch))
+            elif name == "resnet50":
+                from resnet50 import export
+
+                path = Path(scratch) / "resnet50.onnx"
+                with console.status("resnet50: exporting (seeded weights)"):
+                    export(path)
+                benchmark(resnet50_model(), path, args, Path(scratch))
             elif not MINILM.exists():
                 print("minilm: run `make example` first; skipped", file=sys.stderr)
             else:
