@@ -82,6 +82,7 @@ _SUPPORTED_FIELDS: dict[str, frozenset[str]] = {
             "preferred_batch_size",
             "preserve_ordering",
             "default_queue_policy",
+            "priority_queue_policy",
             "priority_levels",
             "default_priority_level",
         }
@@ -259,19 +260,25 @@ def _version_policy(message: Any, source: str) -> VersionPolicy:
 
 def _dynamic_batching(message: Any, pb: Any) -> DynamicBatchingConfig:
     batching = message.dynamic_batching
-    queue = batching.default_queue_policy
     return DynamicBatchingConfig(
         max_queue_delay_us=int(batching.max_queue_delay_microseconds),
         preferred_batch_sizes=tuple(int(s) for s in batching.preferred_batch_size),
         preserve_ordering=bool(batching.preserve_ordering),
         priority_levels=int(batching.priority_levels),
         default_priority_level=int(batching.default_priority_level),
-        default_queue_policy=QueuePolicy(
-            max_queue_size=int(queue.max_queue_size),
-            default_timeout_us=int(queue.default_timeout_microseconds),
-            timeout_action_reject=queue.timeout_action == pb.ModelQueuePolicy.REJECT,
-            allow_timeout_override=bool(queue.allow_timeout_override),
-        ),
+        default_queue_policy=_queue_policy(batching.default_queue_policy, pb),
+        priority_queue_policies={
+            int(level): _queue_policy(policy, pb) for level, policy in batching.priority_queue_policy.items()
+        },
+    )
+
+
+def _queue_policy(queue: Any, pb: Any) -> QueuePolicy:
+    return QueuePolicy(
+        max_queue_size=int(queue.max_queue_size),
+        default_timeout_us=int(queue.default_timeout_microseconds),
+        timeout_action_reject=queue.timeout_action == pb.ModelQueuePolicy.REJECT,
+        allow_timeout_override=bool(queue.allow_timeout_override),
     )
 
 

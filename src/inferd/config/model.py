@@ -80,6 +80,11 @@ class DynamicBatchingConfig:
     priority_levels: int = 0
     default_priority_level: int = 0
     default_queue_policy: QueuePolicy = field(default_factory=QueuePolicy)
+    # priority level -> its own queue policy (levels not listed use the default one)
+    priority_queue_policies: Mapping[int, QueuePolicy] = field(default_factory=dict)
+
+    def queue_policy(self, level: int) -> QueuePolicy:
+        return self.priority_queue_policies.get(level, self.default_queue_policy)
 
 
 class WarmupDataKind(enum.Enum):

@@ -106,11 +106,13 @@ class DynamicBatcher:
         refused when reached. Fills in the queue, batch-wait and compute parts of `timing`.
         """
         self._ensure_started()
-        queue = self._queues[self._priority_index(priority)]
-        policy = self._config.default_queue_policy
+        level = self._priority_index(priority)
+        queue = self._queues[level]
+        policy = self._config.queue_policy(level + 1)
         if policy.max_queue_size and len(queue) >= policy.max_queue_size:
             raise OverloadedError(
-                f"model '{self._model_name}' is overloaded: its queue holds max_queue_size "
+                f"model '{self._model_name}' is overloaded: its queue"
+                f"{f' for priority {level + 1}' if self._config.priority_queue_policies else ''} holds max_queue_size "
                 f"{policy.max_queue_size} requests; retry later",
                 retry_after_s=self.estimated_wait_s(),
             )
@@ -228,7 +230,7 @@ class DynamicBatcher:
     def _drop_dead(self) -> deque[_Pending] | None:
         """Remove cancelled and expired requests; the first queue that still holds work."""
         now = self._clock()
-        for queue in self._queues:
+        for level, queue in enumerate(self._queues):
             for pending in [p for p in queue if p.future.done() or (p.expires_s is not None and p.expires_s <= now)]:
                 queue.remove(pending)
                 if not pending.future.done():
@@ -236,8 +238,8 @@ class DynamicBatcher:
                     pending.future.set_exception(
                         OverloadedError(
                             f"model '{self._model_name}': request timed out after {waited_us} us in the queue "
-                            "(its deadline, or default_timeout_microseconds "
-                            f"{self._config.default_queue_policy.default_timeout_us})",
+                            "(its deadline, or the queue policy's default_timeout_microseconds "
+                            f"{self._config.queue_policy(level + 1).default_timeout_us})",
                             retry_after_s=self.estimated_wait_s(),
                         )
                     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferd.config.loader import CONFIG_NAMES_BY_DATATYPE, is_repeated
-from inferd.config.model import ModelConfig, TensorConfig, VersionPolicyKind
+from inferd.config.model import ModelConfig, QueuePolicy, TensorConfig, VersionPolicyKind
 
 
 def to_proto(config: ModelConfig) -> Any:
@@ -39,13 +39,13 @@ def to_proto(config: ModelConfig) -> Any:
             kind=pb.ModelInstanceGroup.Kind.Value(group.kind.value),
             gpus=group.gpus,
         )
-    policy = config.version_policy
-    if policy.kind is VersionPolicyKind.ALL:
+    versions = config.version_policy
+    if versions.kind is VersionPolicyKind.ALL:
         message.version_policy.all.SetInParent()
-    elif policy.kind is VersionPolicyKind.SPECIFIC:
-        message.version_policy.specific.versions.extend(policy.versions)
+    elif versions.kind is VersionPolicyKind.SPECIFIC:
+        message.version_policy.specific.versions.extend(versions.versions)
     else:
-        message.version_policy.latest.num_versions = policy.latest_n
+        message.version_policy.latest.num_versions = versions.latest_n
     if config.dynamic_batching is not None:
         batching = config.dynamic_batching
         message.dynamic_batching.max_queue_delay_microseconds = batching.max_queue_delay_us
@@ -53,18 +53,19 @@ def to_proto(config: ModelConfig) -> Any:
         message.dynamic_batching.preserve_ordering = batching.preserve_ordering
         message.dynamic_batching.priority_levels = batching.priority_levels
         message.dynamic_batching.default_priority_level = batching.default_priority_level
-        queue = message.dynamic_batching.default_queue_policy
-        queue.max_queue_size = batching.default_queue_policy.max_queue_size
-        queue.default_timeout_microseconds = batching.default_queue_policy.default_timeout_us
-        queue.allow_timeout_override = batching.default_queue_policy.allow_timeout_override
-        queue.timeout_action = (
-            pb.ModelQueuePolicy.REJECT
-            if batching.default_queue_policy.timeout_action_reject
-            else pb.ModelQueuePolicy.DELAY
-        )
+        _fill_queue_policy(pb, message.dynamic_batching.default_queue_policy, batching.default_queue_policy)
+        for level, queue_policy in batching.priority_queue_policies.items():
+            _fill_queue_policy(pb, message.dynamic_batching.priority_queue_policy[level], queue_policy)
     for key, value in config.parameters.items():
         message.parameters[key].string_value = value
     return message
+
+
+def _fill_queue_policy(pb: Any, message: Any, policy: QueuePolicy) -> None:
+    message.max_queue_size = policy.max_queue_size
+    message.default_timeout_microseconds = policy.default_timeout_us
+    message.allow_timeout_override = policy.allow_timeout_override
+    message.timeout_action = pb.ModelQueuePolicy.REJECT if policy.timeout_action_reject else pb.ModelQueuePolicy.DELAY
 
 
 def to_json(config: ModelConfig) -> dict[str, Any]:

@@ -126,3 +126,19 @@ def test_complete_keeps_given_inputs_and_fills_outputs() -> None:
 def test_complete_rejects_configs_that_contradict_the_file(text: str, message: str) -> None:
     with pytest.raises(ModelConfigError, match=message):
         complete_config(parse_model_config(text, model_name="m"), SIGNATURE)
+
+
+def test_priority_queue_policies() -> None:
+    text = """
+    max_batch_size: 4
+    dynamic_batching {
+      priority_levels: 2
+      default_queue_policy { max_queue_size: 8 }
+      priority_queue_policy { key: 1 value: { max_queue_size: 2 default_timeout_microseconds: 500 } }
+    }
+    """
+    batching = parse_model_config(text, model_name="m").dynamic_batching
+    assert batching is not None
+    assert batching.queue_policy(1).max_queue_size == 2
+    assert batching.queue_policy(1).default_timeout_us == 500
+    assert batching.queue_policy(2).max_queue_size == 8

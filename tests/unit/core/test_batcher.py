@@ -270,3 +270,24 @@ async def test_queued_request_past_its_deadline_is_refused_when_reached() -> Non
     await blocker
     with pytest.raises(OverloadedError, match="timed out"):
         await late
+
+
+async def test_each_priority_level_has_its_own_queue_policy() -> None:
+    gate = threading.Event()
+    runtime = FakeRuntime(gate)
+    batcher = make(
+        [runtime],
+        max_batch_size=1,
+        priority_levels=2,
+        default_priority_level=2,
+        priority_queue_policies={1: QueuePolicy(max_queue_size=1)},
+    )
+    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
+    await until(runtime.started.is_set)
+    urgent = asyncio.ensure_future(submit(batcher, [1.0], priority=1))
+    relaxed = [asyncio.ensure_future(submit(batcher, [2.0])) for _ in range(3)]  # level 2: unbounded
+    await until(lambda: batcher.queued == 4)
+    with pytest.raises(OverloadedError, match="for priority 1 holds max_queue_size 1"):
+        await submit(batcher, [3.0], priority=1)
+    gate.set()
+    await asyncio.gather(blocker, urgent, *relaxed)
