@@ -74,10 +74,6 @@ class InferenceService:
             outputs=tuple(_tensor_metadata(config, t) for t in config.outputs),
         )
 
-    def model_state(self, name: str) -> tuple[ModelState, str]:
-        record = self._registry.record(name)
-        return record.state, record.reason
-
     async def infer(self, request: InferRequest) -> InferResponse:
         started = time.perf_counter()
         version = request.model_version

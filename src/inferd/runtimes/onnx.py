@@ -116,10 +116,6 @@ class OnnxRuntime:
     def signature(self) -> ModelSignature:
         return self._signature
 
-    @property
-    def providers(self) -> list[str]:
-        return list(self._session.get_providers())
-
     def execute(
         self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]
     ) -> dict[str, np.ndarray[Any, Any]]:
