@@ -43,7 +43,7 @@ def batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
         instance_group [ { count: 1 kind: KIND_CPU } ]
         """,
     )
-    slow_model(root / "glacial" / "1" / "model.onnx", size=GLACIAL_SIZE, repeats=100, batched=True)
+    slow_model(root / "glacial" / "1" / "model.onnx", size=GLACIAL_SIZE, repeats=400, batched=True)
     write_config(
         root / "glacial",
         "max_batch_size: 8\ndynamic_batching { }\ninstance_group [ { count: 1 kind: KIND_CPU } ]",

@@ -12,8 +12,8 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from inferd.core.service import InferenceService
 from inferd.errors import (
@@ -32,7 +32,6 @@ from inferd.types import new_request_id
 
 logger = logging.getLogger("inferd.http")
 
-T = TypeVar("T")
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -138,7 +137,8 @@ class HttpApp:
         request.timing.decode_s = time.perf_counter() - decode_started
         current_request_id.set(request.request_id)
         if self._service.queues(request):
-            response = await _unless_disconnected(self._service.infer(request), receive)
+            with _DisconnectWatch(receive):
+                response = await self._service.infer(request)
         else:
             response = await self._service.infer(request)
         encode_started = time.perf_counter()
@@ -218,19 +218,46 @@ class HttpApp:
         await _send(send, status, json_v2.encode_error(error, request_id), headers)
 
 
-async def _unless_disconnected(work: Coroutine[Any, Any, T], receive: Receive) -> T:
-    """Await `work`, cancelling it if the client disconnects first: a request that waits in a
-    batcher's queue is then dropped before it costs any compute."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(receive())
-    try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-        if not task.done():
-            task.cancel()
+class _DisconnectWatch:
+    """Cancels the current request's task if its client disconnects while it waits, so a request
+    queued in a batcher is dropped before it costs compute.
+
+    Watching costs a task; most requests finish within WATCH_AFTER_S, so the watch starts only
+    when a request is still waiting then. Use as `with _DisconnectWatch(receive): ...`.
+    """
+
+    WATCH_AFTER_S = 0.005
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self._task = asyncio.current_task()
+        self._timer: asyncio.TimerHandle | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self.client_gone = False
+
+    def __enter__(self) -> _DisconnectWatch:
+        self._timer = asyncio.get_running_loop().call_later(self.WATCH_AFTER_S, self._start)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._watcher is not None:
+            self._watcher.cancel()
+        if self.client_gone and isinstance(error, asyncio.CancelledError):
+            # The cancellation was ours: the client left. Nobody is there to answer.
+            if self._task is not None:
+                self._task.uncancel()
             raise _ClientGone
-        return task.result()
-    finally:
-        watcher.cancel()
+
+    def _start(self) -> None:
+        self._watcher = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        message = await self._receive()
+        if message["type"] == "http.disconnect" and self._task is not None:
+            self.client_gone = True
+            self._task.cancel()
 
 
 def _deadline(headers: dict[bytes, bytes]) -> float | None:
