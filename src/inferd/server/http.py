@@ -244,9 +244,10 @@ class _DisconnectWatch:
             self._timer.cancel()
         if self._watcher is not None:
             self._watcher.cancel()
-        if self.client_gone and isinstance(error, asyncio.CancelledError):
-            # The cancellation was ours: the client left. Nobody is there to answer.
-            if self._task is not None:
+        if self.client_gone:
+            # The cancellation was ours (or raced the result): the client left, nobody is there to
+            # answer. The request ends here without another await, so a pending cancel is moot.
+            if self._task is not None and isinstance(error, asyncio.CancelledError):
                 self._task.uncancel()
             raise _ClientGone
 
