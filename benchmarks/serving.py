@@ -48,6 +48,20 @@ MINILM = ROOT / "examples" / "model_repository" / "minilm" / "1" / "model.onnx"
 MINILM_REQUEST = ROOT / "examples" / "requests" / "minilm.json"
 FLOOR_SERVER = ROOT / "benchmarks" / "baselines" / "floor_server.py"
 GRPC_FLOOR_SERVER = ROOT / "benchmarks" / "baselines" / "grpc_floor_server.py"
+# The peers the tiny model is compared with over HTTP JSON, each in its own venv
+# (scripts/install_baselines.sh): label, python, launcher.
+PEERS = (
+    (
+        "Seldon MLServer 1.7.1 (adaptive batching)",
+        ROOT / ".venv-mlserver" / "bin" / "python",
+        ROOT / "benchmarks" / "baselines" / "mlserver_server.py",
+    ),
+    (
+        "FastAPI + uvicorn + ORT",
+        ROOT / ".venv-fastapi" / "bin" / "python",
+        ROOT / "benchmarks" / "baselines" / "fastapi_server.py",
+    ),
+)
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 console = Console()
 
@@ -217,11 +231,11 @@ def perf_analyzer(
 
 
 @contextlib.contextmanager
-def baseline_server(script: Path, arguments: list[str], scratch: Path) -> Iterator[int]:
+def baseline_server(script: Path, arguments: list[str], scratch: Path, python: Path | None = None) -> Iterator[int]:
     """A baseline server subprocess on a free port (its last argument); yields the port."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, str(script), *arguments, str(port)],
+        [str(python or sys.executable), str(script), *arguments, str(port)],
         stdout=(scratch / f"{script.stem}.log").open("wb"),
         stderr=subprocess.STDOUT,
     )
@@ -312,7 +326,44 @@ def benchmark(model: Model, source: Path | None, args: argparse.Namespace, scrat
         grpc_url = f"127.0.0.1:{port}"
         grpc_floor = best_of(lambda c: perf_analyzer(model, grpc_url, "grpc", c, args.seconds, scratch), concurrencies)
         latency.append(("gRPC floor server", perf_analyzer(model, grpc_url, "grpc", 1, args.seconds, scratch)))
+    if model.name == "tiny":
+        rows += measure_peers(model, model_path, body, concurrencies, args, scratch)
     report(model, baseline, baseline_batch, batch1_us, rows, floor, grpc_floor, latency, gains)
+
+
+def measure_peers(
+    model: Model, model_path: Path, body: bytes, concurrencies: list[int], args: argparse.Namespace, scratch: Path
+) -> list[tuple[str, Measurement, int]]:
+    rows = []
+    for label, python, script in PEERS:
+        if not python.exists():
+            console.print(f"{label}: not installed (scripts/install_baselines.sh); skipped")
+            continue
+        with (
+            baseline_server(script, [str(model_path), model.name], scratch, python) as port,
+            console.status(f"{model.name}: {label} (wrk)"),
+        ):
+            url = f"http://127.0.0.1:{port}/v2/models/{model.name}/infer"
+            _wait_answering(url, body)
+            measurement, concurrency = best_of(
+                lambda c, url=url: wrk(url, body, c, args.seconds, scratch), concurrencies
+            )
+        rows.append((f"{label}, HTTP JSON", measurement, concurrency))
+    return rows
+
+
+def _wait_answering(url: str, body: bytes) -> None:
+    """Until the server answers an inference (some load their model after they listen); bounded."""
+    import urllib.request
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=5) as response:
+            if response.status == 200:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} never answered")
 
 
 def report(

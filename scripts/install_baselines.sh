@@ -17,26 +17,39 @@ ORT_VERSION="${ORT_VERSION:-1.32.0}"
 NUMPY_VERSION="${NUMPY_VERSION:-2.4.6}"
 
 # mlserver 1.7.1's own requirements are unbounded; newer protobuf (7), fastapi (0.116+) and
-# uvloop (0.22+) break it at import or at start, hence the upper bounds in the same pip call.
+# uvloop (0.22+) are known to break it, hence the upper bounds in the same pip call.
 MLSERVER_PINS=(
   "mlserver==1.7.1" "protobuf<7" "fastapi<0.116" "uvloop<0.22"
   "onnxruntime==$ORT_VERSION" "numpy==$NUMPY_VERSION"
 )
-MLSERVER_CHECK='import importlib.metadata as m, mlserver, onnxruntime, numpy; assert m.version("mlserver") == "1.7.1"'
+MLSERVER_MODULES="mlserver onnxruntime numpy"
 
 FASTAPI_PINS=(
   "fastapi==0.165.0" "uvicorn[standard]==0.54.0"
   "onnxruntime==$ORT_VERSION" "numpy==$NUMPY_VERSION"
 )
-FASTAPI_CHECK='import importlib.metadata as m, fastapi, uvicorn, uvloop, httptools, onnxruntime, numpy; assert m.version("fastapi") == "0.165.0"'
+FASTAPI_MODULES="fastapi uvicorn uvloop httptools onnxruntime numpy"
 
 log() { echo "install_baselines: $*" >&2; }
 
-# install VENV_DIR CHECK_CODE PIN...
+# Exits 0 when every "name==version" pin is installed at that version and MODULES import.
+CHECK='
+import importlib, importlib.metadata as m, sys
+modules, pins = sys.argv[1].split(), sys.argv[2:]
+for pin in pins:
+    name, _, version = pin.partition("==")
+    installed = m.version(name.split("[")[0])  # raises when absent
+    if version and installed != version:
+        sys.exit(f"{name} is {installed}, want {version}")
+for module in modules:
+    importlib.import_module(module)
+'
+
+# install VENV_DIR MODULES PIN...
 install() {
-  local venv="$ROOT/$1" check="$2"
+  local venv="$ROOT/$1" modules="$2"
   shift 2
-  if [[ -x "$venv/bin/python" ]] && "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
+  if [[ -x "$venv/bin/python" ]] && "$venv/bin/python" -c "$CHECK" "$modules" "$@" >/dev/null 2>&1; then
     return 0
   fi
   log "installing $(basename "$venv"): $*"
@@ -47,8 +60,8 @@ install() {
     cat "$piplog" >&2; rm -f "$piplog"; log "pip install into $venv failed"; return 1
   fi
   rm -f "$piplog"
-  if ! "$venv/bin/python" -c "$check"; then
-    log "$venv does not import after install"; return 1
+  if ! "$venv/bin/python" -c "$CHECK" "$modules" "$@"; then
+    log "$venv does not match its pins after install"; return 1
   fi
 }
 
@@ -56,8 +69,8 @@ targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(mlserver fastapi)
 for target in "${targets[@]}"; do
   case "$target" in
-    mlserver) install .venv-mlserver "$MLSERVER_CHECK" "${MLSERVER_PINS[@]}" ;;
-    fastapi) install .venv-fastapi "$FASTAPI_CHECK" "${FASTAPI_PINS[@]}" ;;
+    mlserver) install .venv-mlserver "$MLSERVER_MODULES" "${MLSERVER_PINS[@]}" ;;
+    fastapi) install .venv-fastapi "$FASTAPI_MODULES" "${FASTAPI_PINS[@]}" ;;
     *) log "unknown baseline: $target (mlserver, fastapi)"; exit 2 ;;
   esac
 done
