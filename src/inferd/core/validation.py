@@ -87,13 +87,16 @@ def _check_datatype(config: ModelConfig, spec: TensorConfig, tensor: Tensor) -> 
 
 def _check_shape(config: ModelConfig, spec: TensorConfig, tensor: Tensor) -> int:
     """The tensor's batch size, after checking its shape against the config."""
-    expected = list(config.full_shape(spec))
-    shape = tensor.shape
+    shape, dims = tensor.shape, spec.dims
     if config.max_batch_size == 0:
-        if not _dims_match(shape, spec.dims):
-            raise _shape_error(config, tensor, expected, "")
+        if not _dims_match(shape, dims):
+            raise _shape_error(config, spec, tensor, "")
         return 1
-    if len(shape) == len(spec.dims) and _dims_match(shape, spec.dims):
+    # The common case first and cheaply: [batch, *dims] with a batch within the limit.
+    if len(shape) == len(dims) + 1 and _dims_match(shape[1:], dims) and 1 <= shape[0] <= config.max_batch_size:
+        return shape[0]
+    expected = list(config.full_shape(spec))
+    if len(shape) == len(dims) and _dims_match(shape, dims):
         raise BatchSizeError(
             f"input '{tensor.name}' has shape {list(shape)}, which lacks the batch dimension: model "
             f"'{config.name}' batches (max_batch_size {config.max_batch_size}), so the shape must be "
@@ -102,25 +105,26 @@ def _check_shape(config: ModelConfig, spec: TensorConfig, tensor: Tensor) -> int
             expected=str(expected),
             actual=str(list(shape)),
         )
-    if len(shape) != len(spec.dims) + 1 or not _dims_match(shape[1:], spec.dims):
-        raise _shape_error(config, tensor, expected, " (the first dimension is the batch size)")
+    if len(shape) != len(dims) + 1 or not _dims_match(shape[1:], dims):
+        raise _shape_error(config, spec, tensor, " (the first dimension is the batch size)")
     batch = shape[0]
-    if batch < 1 or batch > config.max_batch_size:
-        raise BatchSizeError(
-            f"input '{tensor.name}' has batch size {batch} (the first dimension of shape {list(shape)}), "
-            f"but model '{config.name}' accepts 1 to max_batch_size {config.max_batch_size}",
-            tensor=tensor.name,
-            expected=f"1..{config.max_batch_size}",
-            actual=str(batch),
-        )
-    return batch
+    raise BatchSizeError(
+        f"input '{tensor.name}' has batch size {batch} (the first dimension of shape {list(shape)}), "
+        f"but model '{config.name}' accepts 1 to max_batch_size {config.max_batch_size}",
+        tensor=tensor.name,
+        expected=f"1..{config.max_batch_size}",
+        actual=str(batch),
+    )
 
 
 def _dims_match(actual: tuple[int, ...], declared: tuple[int, ...]) -> bool:
+    if actual == declared:  # no -1 in the config: one tuple comparison
+        return True
     return len(actual) == len(declared) and all(d == -1 or a == d for a, d in zip(actual, declared, strict=True))
 
 
-def _shape_error(config: ModelConfig, tensor: Tensor, expected: list[int], note: str) -> ShapeMismatchError:
+def _shape_error(config: ModelConfig, spec: TensorConfig, tensor: Tensor, note: str) -> ShapeMismatchError:
+    expected = list(config.full_shape(spec))
     return ShapeMismatchError(
         f"input '{tensor.name}' of model '{config.name}' has shape {list(tensor.shape)}, expected "
         f"{expected}{note}; -1 means any size",
