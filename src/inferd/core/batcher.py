@@ -204,6 +204,10 @@ class DynamicBatcher:
             self._executing += 1
             loop = asyncio.get_running_loop()
             turn = self._take_turn(loop) if self._config.preserve_ordering else None
+            if self._pool.runs_inline and turn is None:
+                # An inline model runs without yielding: a task of its own would only add a hop.
+                await self._execute(instance, batch, acquired_s, turn)
+                continue
             # NOTE: the set keeps running batches referenced; the loop holds tasks only weakly.
             task = loop.create_task(self._execute(instance, batch, acquired_s, turn))
             self._running.add(task)
