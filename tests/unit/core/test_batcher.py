@@ -246,9 +246,10 @@ async def test_timing_splits_queue_batch_wait_and_compute() -> None:
 async def test_unreachable_deadline_is_refused_at_once_with_an_estimate() -> None:
     runtime = FakeRuntime(compute_s=0.002)
     clock = FakeClock()
-    batcher = make([runtime], clock=clock)
-    batcher._pool.calibrate(rows([1.0]), ["y"])  # learns ~2 ms per execution
+    pool = InstancePool([runtime], name="fake")
+    pool.calibrate(rows([1.0]), ["y"])  # learns ~2 ms per execution
     runtime.batches.clear()
+    batcher = DynamicBatcher("fake", pool, max_batch_size=8, config=DynamicBatchingConfig(), clock=clock)
     with pytest.raises(DeadlineUnreachableError) as raised:
         await submit(batcher, [1.0], deadline_s=clock() + 0.0005)
     assert raised.value.retry_after_s is not None and raised.value.retry_after_s >= 0.002
