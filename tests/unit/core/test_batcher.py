@@ -51,6 +51,14 @@ async def until(predicate: Any) -> None:
     raise AssertionError("condition never held")
 
 
+async def occupy(batcher: DynamicBatcher, *runtimes: FakeRuntime) -> asyncio.Future[Any]:
+    """Submit a one-row request and return once one of `runtimes` is executing it (gated runtimes
+    then hold an instance busy until the test opens the gate)."""
+    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
+    await until(lambda: any(r.started.is_set() for r in runtimes))
+    return blocker
+
+
 async def test_lone_request_on_idle_server_runs_at_once() -> None:
     batcher = make([FakeRuntime()], max_queue_delay_us=LONG_DELAY_US)
     result = await asyncio.wait_for(submit(batcher, [3.0]), timeout=10)
@@ -77,8 +85,7 @@ async def test_batches_never_exceed_max_batch_size() -> None:
     gate = threading.Event()
     runtime = FakeRuntime(gate)
     batcher = make([runtime], max_batch_size=4)
-    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
-    await until(runtime.started.is_set)
+    blocker = await occupy(batcher, runtime)
     waiting = [asyncio.ensure_future(submit(batcher, [float(i)] * 3)) for i in range(5)]
     await until(lambda: batcher.queued == 5)
     gate.set()
@@ -92,8 +99,7 @@ async def test_different_non_batch_shapes_are_never_merged() -> None:
     gate = threading.Event()
     runtime = FakeRuntime(gate)
     batcher = make([runtime])
-    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
-    await until(runtime.started.is_set)
+    blocker = await occupy(batcher, runtime)
     narrow = asyncio.ensure_future(batcher.submit(rows([1.0], width=2), 1, ["y"], timing=RequestTiming()))
     wide = asyncio.ensure_future(batcher.submit(rows([2.0], width=3), 1, ["y"], timing=RequestTiming()))
     narrow2 = asyncio.ensure_future(batcher.submit(rows([3.0], width=2), 1, ["y"], timing=RequestTiming()))
@@ -111,8 +117,7 @@ async def test_waits_for_company_only_while_another_instance_is_busy() -> None:
     busy, free = FakeRuntime(gate), FakeRuntime()
     clock = FakeClock()
     batcher = make([busy, free], max_batch_size=4, clock=clock, max_queue_delay_us=1000)
-    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
-    await until(lambda: busy.started.is_set() or free.started.is_set())
+    blocker = await occupy(batcher, busy, free)
     # One instance is busy now; a new request waits for company rather than running alone.
     first = asyncio.ensure_future(submit(batcher, [1.0]))
     await until(lambda: batcher.queued == 1)
@@ -130,8 +135,7 @@ async def test_preferred_batch_size_dispatches_without_waiting() -> None:
     gate = threading.Event()
     busy, free = FakeRuntime(gate), FakeRuntime()
     batcher = make([busy, free], max_batch_size=8, max_queue_delay_us=LONG_DELAY_US, preferred_batch_sizes=(2,))
-    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
-    await until(lambda: busy.started.is_set() or free.started.is_set())
+    blocker = await occupy(batcher, busy, free)
     pair = await asyncio.wait_for(asyncio.gather(submit(batcher, [1.0]), submit(batcher, [2.0])), timeout=10)
     assert [r.tolist() for r in pair] == [[[2.0, 2.0]], [[4.0, 4.0]]]
     gate.set()
@@ -142,8 +146,7 @@ async def test_full_queue_refuses_at_once_naming_model_and_limit() -> None:
     gate = threading.Event()
     runtime = FakeRuntime(gate)
     batcher = make([runtime], default_queue_policy=QueuePolicy(max_queue_size=2))
-    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
-    await until(runtime.started.is_set)
+    blocker = await occupy(batcher, runtime)
     queued = [asyncio.ensure_future(submit(batcher, [1.0])) for _ in range(2)]
     await until(lambda: batcher.queued == 2)
     with pytest.raises(UnavailableError, match=r"model 'fake'.*max_queue_size 2"):
@@ -156,8 +159,7 @@ async def test_a_bad_request_fails_alone() -> None:
     gate = threading.Event()
     runtime = FakeRuntime(gate)
     batcher = make([runtime])
-    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
-    await until(runtime.started.is_set)
+    blocker = await occupy(batcher, runtime)
     good = asyncio.ensure_future(submit(batcher, [1.0]))
     bad = asyncio.ensure_future(submit(batcher, [-1.0]))
     good2 = asyncio.ensure_future(submit(batcher, [2.0]))
@@ -174,8 +176,7 @@ async def test_cancelled_request_is_dropped_before_it_runs() -> None:
     gate = threading.Event()
     runtime = FakeRuntime(gate)
     batcher = make([runtime])
-    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
-    await until(runtime.started.is_set)
+    blocker = await occupy(batcher, runtime)
     gone = asyncio.ensure_future(submit(batcher, [5.0, 5.0, 5.0]))
     kept = asyncio.ensure_future(submit(batcher, [1.0]))
     await until(lambda: batcher.queued == 2)
@@ -191,8 +192,7 @@ async def test_queue_timeout_rejects_expired_requests() -> None:
     runtime = FakeRuntime(gate)
     clock = FakeClock()
     batcher = make([runtime], clock=clock, default_queue_policy=QueuePolicy(default_timeout_us=500))
-    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
-    await until(runtime.started.is_set)
+    blocker = await occupy(batcher, runtime)
     late = asyncio.ensure_future(submit(batcher, [1.0]))
     await until(lambda: batcher.queued == 1)
     clock.advance(0.001)
@@ -206,8 +206,7 @@ async def test_higher_priority_runs_first() -> None:
     gate = threading.Event()
     runtime = FakeRuntime(gate)
     batcher = make([runtime], max_batch_size=1, priority_levels=2, default_priority_level=2)
-    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
-    await until(runtime.started.is_set)
+    blocker = await occupy(batcher, runtime)
     order: list[str] = []
 
     async def tracked(name: str, value: float, priority: int) -> None:
@@ -228,8 +227,7 @@ async def test_timing_splits_queue_batch_wait_and_compute() -> None:
     busy, free = FakeRuntime(gate), FakeRuntime()
     clock = FakeClock()
     batcher = make([busy, free], max_batch_size=4, clock=clock, max_queue_delay_us=1000)
-    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
-    await until(lambda: busy.started.is_set() or free.started.is_set())
+    blocker = await occupy(batcher, busy, free)
     timing = RequestTiming()
     waiting = asyncio.ensure_future(batcher.submit(rows([1.0]), 1, ["y"], timing=timing))
     await until(lambda: batcher.queued == 1)
@@ -262,8 +260,7 @@ async def test_queued_request_past_its_deadline_is_refused_when_reached() -> Non
     runtime = FakeRuntime(gate)
     clock = FakeClock()
     batcher = make([runtime], clock=clock)
-    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
-    await until(runtime.started.is_set)
+    blocker = await occupy(batcher, runtime)
     late = asyncio.ensure_future(submit(batcher, [1.0], deadline_s=clock() + 0.001))
     await until(lambda: batcher.queued == 1)
     clock.advance(0.002)
@@ -283,8 +280,7 @@ async def test_each_priority_level_has_its_own_queue_policy() -> None:
         default_priority_level=2,
         priority_queue_policies={1: QueuePolicy(max_queue_size=1)},
     )
-    blocker = asyncio.ensure_future(submit(batcher, [0.0]))
-    await until(runtime.started.is_set)
+    blocker = await occupy(batcher, runtime)
     urgent = asyncio.ensure_future(submit(batcher, [1.0], priority=1))
     relaxed = [asyncio.ensure_future(submit(batcher, [2.0])) for _ in range(3)]  # level 2: unbounded
     await until(lambda: batcher.queued == 4)
