@@ -6,7 +6,6 @@ import time
 
 from inferd import __version__
 from inferd.config.model import ModelConfig, TensorConfig
-from inferd.core.metrics import Metrics
 from inferd.core.registry import ModelRegistry, ModelState
 from inferd.core.statistics import ServingStatistics
 from inferd.errors import InferdError, ModelNotReadyError
@@ -35,7 +34,6 @@ class InferenceService:
         """`statistics` should be the sink the registry reports executions to, as well."""
         self._registry = registry
         self._statistics = statistics or ServingStatistics()
-        self._metrics: Metrics = self._statistics
         self._strict_readiness = strict_readiness
         self.shutting_down = False
 
@@ -84,13 +82,13 @@ class InferenceService:
         except InferdError as exc:
             exc.request_id = exc.request_id or request.request_id
             elapsed_s = time.perf_counter() - started + request.timing.decode_s
-            self._metrics.request_finished(
+            self._statistics.request_finished(
                 request.model_name, version, exc.code.value, elapsed_s, request.timing.rows, request.timing
             )
             raise
         # Counted from the start of decoding, as Triton counts from the request's arrival.
         elapsed_s = time.perf_counter() - started + request.timing.decode_s
-        self._metrics.request_finished(
+        self._statistics.request_finished(
             request.model_name, version, "success", elapsed_s, request.timing.rows, request.timing
         )
         return response
@@ -105,7 +103,7 @@ class InferenceService:
         return batcher is not None and batcher.may_queue
 
     def response_encoded(self, response: InferResponse, encode_s: float) -> None:
-        self._metrics.response_encoded(response.model_name, response.model_version, encode_s)
+        self._statistics.response_encoded(response.model_name, response.model_version, encode_s)
 
     def model_statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:
         """Cumulative statistics of every ready version of `name` (of every model when "")."""
