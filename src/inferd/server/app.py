@@ -6,14 +6,9 @@ All wiring happens here and nowhere else; nothing runs at import time.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import math
 import signal
-from collections.abc import Iterator
 from pathlib import Path
-
-import uvicorn
 
 from inferd.config.server import ServerSettings
 from inferd.core.registry import ModelRegistry
@@ -22,18 +17,11 @@ from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
 from inferd.server.grpc import build_grpc_server
 from inferd.server.http import HttpApp
+from inferd.server.http11 import HttpServer
 from inferd.server.logging import configure_logging
 from inferd.server.prometheus import serve_metrics
 
 logger = logging.getLogger("inferd.server")
-
-
-class _UvicornServer(uvicorn.Server):
-    """uvicorn, minus its own signal handling: `serve()` below owns SIGTERM for all listeners."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 def run(settings: ServerSettings) -> None:
@@ -54,24 +42,8 @@ async def serve(settings: ServerSettings) -> None:
     registry = ModelRegistry(repository, statistics)
     service = InferenceService(registry, strict_readiness=settings.strict_readiness, statistics=statistics)
 
-    http_server = _UvicornServer(
-        uvicorn.Config(
-            HttpApp(service, max_request_bytes=settings.max_request_bytes),
-            host=settings.host,
-            port=settings.http_port,
-            loop="none",
-            http="httptools",
-            lifespan="off",
-            access_log=False,
-            log_config=None,
-            # No proxy-header rewriting (inferd reports the peer it sees) and no Server/Date
-            # headers: each costs every request a little, and none is needed by the protocol.
-            proxy_headers=False,
-            server_header=False,
-            date_header=False,
-            timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_s),
-            backlog=2048,
-        )
+    http_server = HttpServer(
+        HttpApp(service, max_request_bytes=settings.max_request_bytes), max_request_bytes=settings.max_request_bytes
     )
     grpc_server = build_grpc_server(service, max_message_bytes=settings.max_request_bytes)
     grpc_server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
@@ -79,7 +51,7 @@ async def serve(settings: ServerSettings) -> None:
 
     # Listeners come up before models load: liveness answers at once, readiness once loading is done.
     await grpc_server.start()
-    http_task = asyncio.create_task(http_server.serve())
+    await http_server.start(settings.host, settings.http_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -101,13 +73,12 @@ async def serve(settings: ServerSettings) -> None:
     if failed:
         logger.warning("models not ready: %s", "; ".join(failed))
 
-    stop_task = asyncio.create_task(stop.wait())
-    await asyncio.wait({stop_task, http_task}, return_when=asyncio.FIRST_COMPLETED)
+    await stop.wait()
     logger.info("shutting down: finishing in-flight requests (up to %.0f s)", settings.shutdown_timeout_s)
     service.shutting_down = True
-    http_server.should_exit = True
-    await asyncio.gather(http_task, grpc_server.stop(grace=settings.shutdown_timeout_s))
-    stop_task.cancel()
+    await asyncio.gather(
+        http_server.shutdown(settings.shutdown_timeout_s), grpc_server.stop(grace=settings.shutdown_timeout_s)
+    )
     metrics_server.shutdown()
     await asyncio.to_thread(registry.close)
     logger.info("stopped")

@@ -62,8 +62,3 @@ def configure_logging(log_format: LogFormat, level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # uvicorn's own loggers go through the same handler; its access log is replaced by ours.
-    for name in ("uvicorn", "uvicorn.error"):
-        logging.getLogger(name).handlers[:] = []
-        logging.getLogger(name).propagate = True
-    logging.getLogger("uvicorn.access").disabled = True

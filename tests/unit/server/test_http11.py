@@ -1,0 +1,242 @@
+"""inferd's HTTP/1.1 server, over real sockets on 127.0.0.1: what clients rely on beyond one
+request and one response (keep-alive, pipelining, Expect, limits, disconnects, shutdown)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from inferd.server.http11 import HttpRequest, HttpResponse, HttpServer
+
+LIMIT = 1024
+
+
+class EchoHandler:
+    """Answers with the request's method, path and body; `/slow` waits until released."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.started = asyncio.Event()
+        self.cancelled = asyncio.Event()
+        self.seen: list[HttpRequest] = []
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        self.seen.append(request)
+        if request.oversized:
+            return HttpResponse(413, b"too large %d" % request.oversized)
+        if request.path == "/slow":
+            self.started.set()
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        if request.path == "/boom":
+            raise RuntimeError("a bug")
+        body = b"%s %s %s" % (request.method.encode(), request.path.encode(), request.body)
+        return HttpResponse(200, body, [(b"x-query", request.query)])
+
+
+_writers: list[asyncio.StreamWriter] = []
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[HttpServer, EchoHandler]]:
+    handler = EchoHandler()
+    server = HttpServer(handler, max_request_bytes=LIMIT, max_head_bytes=2048, keep_alive_s=0.3)
+    await server.start("127.0.0.1", 0)
+    yield server, handler
+    await server.shutdown(1.0)
+    while _writers:
+        writer = _writers.pop()
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[bytes, bytes], bytes]:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split()[1])
+    headers = dict(line.split(b": ", 1) for line in lines[1:] if line)
+    body = await asyncio.wait_for(reader.readexactly(int(headers.get(b"content-length", b"0"))), 5)
+    return status, headers, body
+
+
+async def connect(server: HttpServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client connection, closed when the test ends."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    _writers.append(writer)
+    return reader, writer
+
+
+def post(path: str, body: bytes, extra: bytes = b"") -> bytes:
+    return b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s\r\n%s" % (path.encode(), len(body), extra, body)
+
+
+async def test_keep_alive_serves_many_requests_on_one_connection(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, _ = served
+    reader, writer = await connect(server)
+    for i in range(3):
+        writer.write(post("/echo", b"body-%d" % i))
+        status, headers, body = await read_response(reader)
+        assert (status, body) == (200, b"POST /echo body-%d" % i)
+        assert b"connection" not in headers
+
+
+async def test_pipelined_requests_are_answered_in_order(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, _ = served
+    reader, writer = await connect(server)
+    writer.write(b"".join(post(f"/p{i}", b"%d" % i) for i in range(5)))
+    bodies = [(await read_response(reader))[2] for _ in range(5)]
+    assert bodies == [b"POST /p%d %d" % (i, i) for i in range(5)]
+
+
+async def test_chunked_body_query_and_percent_decoded_path(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, _ = served
+    reader, writer = await connect(server)
+    writer.write(
+        b"POST /a%20b?x=1 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+    )
+    status, headers, body = await read_response(reader)
+    assert (status, body, headers[b"x-query"]) == (200, b"POST /a b abcde", b"x=1")
+
+
+async def test_http10_closes_after_the_response(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, _ = served
+    reader, writer = await connect(server)
+    writer.write(b"GET /old HTTP/1.0\r\n\r\n")
+    status, headers, body = await read_response(reader)
+    assert (status, headers[b"connection"], body) == (200, b"close", b"GET /old ")
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+
+
+async def test_expect_100_continue(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, _ = served
+    reader, writer = await connect(server)
+    writer.write(b"POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+    assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    writer.write(b"hello")
+    assert (await read_response(reader))[2] == b"POST /e hello"
+
+
+async def test_expect_with_oversized_length_is_refused_before_the_body(
+    served: tuple[HttpServer, EchoHandler],
+) -> None:
+    server, _ = served
+    reader, writer = await connect(server)
+    writer.write(b"POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n" % (LIMIT + 1))
+    status, headers, body = await read_response(reader)
+    assert (status, headers[b"connection"], body) == (413, b"close", b"too large %d" % (LIMIT + 1))
+
+
+async def test_oversized_body_is_drained_then_refused(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, handler = served
+    reader, writer = await connect(server)
+    # Chunked, so the size is only known while reading: the limit applies to the bytes seen.
+    chunk = b"x" * 512
+    writer.write(b"POST /big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    for _ in range(4):
+        writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+    writer.write(b"0\r\n\r\n")
+    status, headers, _ = await read_response(reader)
+    assert (status, headers[b"connection"]) == (413, b"close")
+    assert handler.seen[-1].body == b""
+
+
+async def test_far_too_large_body_closes_the_connection(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, _ = served
+    reader, writer = await connect(server)
+    writer.write(b"POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (100 * LIMIT))
+    writer.write(b"x" * (10 * LIMIT))
+    status, _, body = await read_response(reader)
+    assert status == 413 and b"closing" in body
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+
+
+async def test_malformed_request_gets_400_and_close(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, _ = served
+    reader, writer = await connect(server)
+    writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+    status, headers, body = await read_response(reader)
+    assert (status, headers[b"connection"]) == (400, b"close")
+    assert b"invalid HTTP request" in body
+
+
+async def test_oversized_head_gets_431(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, _ = served
+    reader, writer = await connect(server)
+    writer.write(b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 4096 + b"\r\n\r\n")
+    assert (await read_response(reader))[0] == 431
+
+
+async def test_handler_bug_is_a_500_and_the_server_keeps_serving(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, _ = served
+    reader, writer = await connect(server)
+    writer.write(b"GET /boom HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert (await read_response(reader))[0] == 500
+    reader, writer = await connect(server)
+    writer.write(b"GET /fine HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert (await read_response(reader))[0] == 200
+
+
+async def test_head_sends_the_length_but_no_body(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, _ = served
+    reader, writer = await connect(server)
+    writer.write(b"HEAD /h HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert b"content-length: 8" in head
+    # The next response starts right after the head: no body was sent for HEAD.
+    assert (await read_response(reader))[2] == b"GET /next "
+
+
+async def test_disconnect_cancels_the_request_in_flight(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, handler = served
+    _, writer = await connect(server)
+    writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+    await asyncio.wait_for(handler.started.wait(), 5)
+    writer.close()
+    await asyncio.wait_for(handler.cancelled.wait(), 5)
+
+
+async def test_idle_connections_close_after_keep_alive(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, _ = served
+    reader, writer = await connect(server)
+    writer.write(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+    await read_response(reader)
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    assert not server.connections
+
+
+async def test_shutdown_finishes_the_request_in_flight_and_refuses_new_connections(
+    served: tuple[HttpServer, EchoHandler],
+) -> None:
+    server, handler = served
+    reader, writer = await connect(server)
+    writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+    await asyncio.wait_for(handler.started.wait(), 5)
+    idle_reader, _ = await connect(server)
+    port = server.port
+    shutting_down = asyncio.create_task(server.shutdown(5.0))
+    # The idle connection closes at once; the busy one gets its answer, marked as the last.
+    assert await asyncio.wait_for(idle_reader.read(), 5) == b""
+    with pytest.raises(OSError):
+        await asyncio.open_connection("127.0.0.1", port)
+    handler.release.set()
+    status, headers, _ = await read_response(reader)
+    assert (status, headers[b"connection"]) == (200, b"close")
+    await asyncio.wait_for(shutting_down, 5)
+    assert not handler.cancelled.is_set()
+
+
+async def test_shutdown_cancels_what_outlives_the_timeout(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, handler = served
+    _, writer = await connect(server)
+    writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+    await asyncio.wait_for(handler.started.wait(), 5)
+    await asyncio.wait_for(server.shutdown(0.1), 5)
+    await asyncio.wait_for(handler.cancelled.wait(), 5)
+    assert not server.connections
