@@ -2,19 +2,22 @@
 dimension and runs them on the version's instances.
 
 Algorithm. Requests wait in one FIFO queue per priority level (bounded by `max_queue_size`; a
-full queue refuses at once). One scheduler task loops: take an idle instance; form a batch from
-the head of the highest-priority non-empty queue, adding later requests whose non-batch shapes
-and datatypes match, up to `max_batch_size` rows; then dispatch it when
+full queue refuses at once). Dispatching is a plain callback, run after each arrival (once per
+loop turn, so that requests arriving together go together), after each batch and when a delay
+runs out: while an instance is idle, form a batch from the head of the highest-priority
+non-empty queue, adding later requests whose non-batch shapes and datatypes match, up to
+`max_batch_size` rows; then dispatch it when
 
 * it is full (max_batch_size rows, or a preferred batch size), or
 * no instance is executing anything (the server is idle: waiting would only add latency), or
 * the oldest request in it has waited `max_queue_delay_us`;
 
-otherwise wait for the next arrival or that deadline, whichever comes first. So a lone request on
-an idle server runs at once, and under load batches grow while the instances are busy. Each
-request gets exactly its own rows of every output, or its own error: when a merged batch fails,
-its requests are re-run one by one so that one bad request cannot fail its neighbours.
-The scheduler wakes on events only, never polls; time comes from an injected monotonic clock.
+otherwise arm one timer for that delay. So a lone request on an idle server runs at once, and
+under load batches grow while the instances are busy. A model fast enough to run inline runs its
+batch inside the callback, without a task or a thread; others run on the pool's threads, where
+merging and splitting happen too. Each request gets exactly its own rows of every output, or its
+own error: when a merged batch fails, its requests are re-run one by one so that one bad request
+cannot fail its neighbours. Nothing polls; time comes from an injected monotonic clock.
 Cost per request: O(1) to queue, O(requests in the queue) to form a batch in the worst case
 (incompatible shapes interleaved), one concatenate per input per batch and one view per output.
 """
@@ -22,8 +25,6 @@ Cost per request: O(1) to queue, O(requests in the queue) to form a batch in the
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -33,12 +34,10 @@ from typing import Any
 import numpy as np
 
 from inferd.config.model import DynamicBatchingConfig
-from inferd.core.executor import Arrays, InstancePool
+from inferd.core.executor import Arrays, InstancePool, timed_execute
 from inferd.errors import DeadlineUnreachableError, InferdError, InternalError, OverloadedError, UnavailableError
 from inferd.runtimes import Runtime
 from inferd.types import RequestTiming
-
-logger = logging.getLogger("inferd.batcher")
 
 Clock = Callable[[], float]
 
@@ -78,9 +77,11 @@ class DynamicBatcher:
         self._default_priority = min(max(config.default_priority_level or 1, 1), levels)
         self._executing = 0
         self._running: set[asyncio.Task[None]] = set()
-        # NOTE: created on first submit, on the serving loop (the batcher is built on a loader thread).
-        self._wakeup: asyncio.Event | None = None
-        self._scheduler: asyncio.Task[None] | None = None
+        self._dispatch_due = False
+        self._timer: asyncio.TimerHandle | None = None
+        # id(instance) -> when it last became idle (on the batcher's clock), to split queue time
+        # (no instance free) from batch-wait time (an instance free, waiting for company).
+        self._idle_since: dict[int, float] = {}
         # preserve_ordering: each batch resolves its futures only after the batch before it did.
         self._previous_done: asyncio.Future[None] | None = None
 
@@ -105,7 +106,6 @@ class DynamicBatcher:
         cannot be met by the estimate; a queued request that outlives its timeout or deadline is
         refused when reached. Fills in the queue, batch-wait and compute parts of `timing`.
         """
-        self._ensure_started()
         level = self._priority_index(priority)
         queue = self._queues[level]
         policy = self._config.queue_policy(level + 1)
@@ -135,24 +135,29 @@ class DynamicBatcher:
             feeds=feeds,
             rows=rows,
             output_names=output_names,
-            key=tuple((name, array.dtype.str, array.shape[1:]) for name, array in sorted(feeds.items())),
+            key=tuple((name, array.dtype.str, array.shape[1:]) for name, array in feeds.items()),
             enqueued_s=now,
             expires_s=expires_s,
             timing=timing,
             future=loop.create_future(),
         )
         queue.append(pending)
-        assert self._wakeup is not None
-        self._wakeup.set()
+        self.wake()
         # NOTE: if the caller is cancelled (client gone), the future is cancelled with it and the
-        # scheduler drops the request when it reaches it, before spending compute on it.
+        # dispatcher drops the request when it reaches it, before spending compute on it.
         return await pending.future
 
     @property
-    def may_queue(self) -> bool:
-        """Whether a request arriving now would probably wait in the queue, rather than be
-        dispatched at the scheduler's next turn (nothing queued, an instance idle, no delay due)."""
-        return self.queued > 0 or self._pool.idle == 0 or (self._executing > 0 and self._delay_s > 0)
+    def idle(self) -> bool:
+        """Nothing queued and no batch executing."""
+        return not self._executing and not self.queued
+
+    def wake(self) -> None:
+        """Dispatch soon: after the requests already runnable in this loop turn have queued too.
+        Call it when an instance of the pool was released by someone other than the batcher."""
+        if not self._dispatch_due:
+            self._dispatch_due = True
+            asyncio.get_running_loop().call_soon(self._dispatch)
 
     def estimated_wait_s(self) -> float:
         """When a request queued now would be answered: the batches ahead of it, spread over the
@@ -161,10 +166,8 @@ class DynamicBatcher:
         return self._pool.estimated_wait_s(-(-rows_ahead // self._max_batch_size))
 
     async def close(self) -> None:
-        if self._scheduler is not None:
-            self._scheduler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._scheduler
+        if self._timer is not None:
+            self._timer.cancel()
         for queue in self._queues:
             while queue:
                 pending = queue.popleft()
@@ -173,63 +176,33 @@ class DynamicBatcher:
 
     # -- scheduling ------------------------------------------------------------------------------
 
-    def _ensure_started(self) -> None:
-        if self._scheduler is None:
-            self._wakeup = asyncio.Event()
-            self._scheduler = asyncio.get_running_loop().create_task(
-                self._schedule(), name=f"inferd-batcher-{self._model_name}"
-            )
-
     def _priority_index(self, priority: int) -> int:
         level = priority if 1 <= priority <= len(self._queues) else self._default_priority
         return level - 1
 
-    async def _schedule(self) -> None:
-        assert self._wakeup is not None
-        while True:
-            if not self.queued:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
-            instance = await self._pool.acquire()
-            acquired_s = self._clock()
-            try:
-                batch = await self._form_batch()
-            except BaseException:
-                self._pool.release(instance)
-                raise
-            if not batch:
-                self._pool.release(instance)
-                continue
-            self._executing += 1
-            loop = asyncio.get_running_loop()
-            turn = self._take_turn(loop) if self._config.preserve_ordering else None
-            if self._pool.runs_inline and turn is None:
-                # An inline model runs without yielding: a task of its own would only add a hop.
-                await self._execute(instance, batch, acquired_s, turn)
-                continue
-            # NOTE: the set keeps running batches referenced; the loop holds tasks only weakly.
-            task = loop.create_task(self._execute(instance, batch, acquired_s, turn))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
-
-    async def _form_batch(self) -> list[_Pending]:
-        """Wait until a batch should go, then take it off the queue ([] if nothing is left)."""
-        assert self._wakeup is not None
-        while True:
-            self._wakeup.clear()
+    def _dispatch(self) -> None:
+        """Start every batch that should go now; arm the timer for the one that should wait."""
+        self._dispatch_due = False
+        while self._pool.idle:
             queue = self._drop_dead()
             if queue is None:
-                return []
-            candidates, rows = self._candidates(queue)
-            oldest = candidates[0].enqueued_s
-            wait_s = oldest + self._delay_s - self._clock()
-            if rows >= self._max_batch_size or rows in self._preferred or self._executing == 0 or wait_s <= 0:
-                for pending in candidates:
-                    queue.remove(pending)
-                return candidates
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout=wait_s)
+                return
+            batch, rows = self._candidates(queue)
+            now = self._clock()
+            wait_s = batch[0].enqueued_s + self._delay_s - now
+            full = rows >= self._max_batch_size or rows in self._preferred
+            if not full and self._executing and wait_s > 0:
+                self._wake_in(wait_s)
+                return
+            _take(queue, batch)
+            instance = self._pool.try_acquire()
+            assert instance is not None
+            self._start(instance, batch, now)
+
+    def _wake_in(self, seconds: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(seconds, self._dispatch)
 
     def _drop_dead(self) -> deque[_Pending] | None:
         """Remove cancelled and expired requests; the first queue that still holds work."""
@@ -254,9 +227,10 @@ class DynamicBatcher:
     def _candidates(self, queue: deque[_Pending]) -> tuple[list[_Pending], int]:
         head = queue[0]
         batch, rows = [head], head.rows
-        for pending in list(queue)[1:]:
+        for index in range(1, len(queue)):
             if rows >= self._max_batch_size:
                 break
+            pending = queue[index]
             if pending.key == head.key and rows + pending.rows <= self._max_batch_size:
                 batch.append(pending)
                 rows += pending.rows
@@ -264,51 +238,74 @@ class DynamicBatcher:
 
     # -- execution -------------------------------------------------------------------------------
 
+    def _start(self, instance: Runtime, batch: list[_Pending], dispatched_s: float) -> None:
+        idle_since_s = self._idle_since.get(id(instance), 0.0)
+        self._executing += 1
+        inline = self._pool.runs_inline
+        if inline and not self._config.preserve_ordering:
+            # A model faster than a thread hop runs here and now: no task, no thread.
+            outcomes: list[Arrays | BaseException]
+            try:
+                outcomes, phases, executions = self._run(instance, batch, inline=True)
+                for rows, execute_s, cpu_s in executions:
+                    self._pool.executed(rows, execute_s, cpu_s)
+            except Exception as exc:  # a bug: every waiter must hear of it
+                outcomes, phases = [exc] * len(batch), _NO_PHASES
+            self._release(instance)
+            self._resolve(batch, outcomes, phases, idle_since_s, dispatched_s)
+            return
+        turn = self._take_turn() if self._config.preserve_ordering else None
+        task = asyncio.get_running_loop().create_task(
+            self._execute(instance, batch, inline, idle_since_s, dispatched_s, turn)
+        )
+        # NOTE: the set keeps running batches referenced; the loop holds tasks only weakly.
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
     async def _execute(
         self,
         instance: Runtime,
         batch: list[_Pending],
-        acquired_s: float,
+        inline: bool,
+        idle_since_s: float,
+        dispatched_s: float,
         turn: tuple[asyncio.Future[None] | None, asyncio.Future[None]] | None,
     ) -> None:
-        dispatched_s = self._clock()
         outcomes: list[Arrays | BaseException] = []
-        phases = (0.0, 0.0, 0.0)
+        phases = _NO_PHASES
         try:
-            outcomes, phases = await self._run_batch(instance, batch)
+            if inline:
+                outcomes, phases, executions = self._run(instance, batch, inline=True)
+            else:
+                loop = asyncio.get_running_loop()
+                outcomes, phases, executions = await loop.run_in_executor(
+                    self._pool.threads, self._run, instance, batch
+                )
+            for rows, execute_s, cpu_s in executions:
+                self._pool.executed(rows, execute_s, cpu_s)
         except BaseException as exc:  # cancelled at shutdown, or a bug: every waiter must hear of it
             outcomes = [exc] * len(batch)
         finally:
-            self._pool.release(instance)
-            self._executing -= 1
-            assert self._wakeup is not None
-            self._wakeup.set()
-        rows = sum(p.rows for p in batch)
-        if turn is not None:
-            previous = turn[0]
-            if previous is not None:
-                await previous
-        for pending, outcome in zip(batch, outcomes, strict=True):
-            timing = pending.timing
-            # Before an instance was free it queued; after, it waited for company.
-            timing.queue_s = max(0.0, acquired_s - pending.enqueued_s)
-            timing.batch_wait_s = dispatched_s - max(acquired_s, pending.enqueued_s)
-            timing.compute_input_s, timing.compute_infer_s, timing.compute_output_s = phases
-            timing.batch_rows = rows
-            if pending.future.done():
-                continue
-            if isinstance(outcome, BaseException):
-                pending.future.set_exception(outcome)
-            else:
-                pending.future.set_result(outcome)
+            self._release(instance)
+            self._dispatch()
+        if turn is not None and turn[0] is not None:
+            await turn[0]
+        self._resolve(batch, outcomes, phases, idle_since_s, dispatched_s)
         if turn is not None:
             turn[1].set_result(None)
 
-    async def _run_batch(
-        self, instance: Runtime, batch: list[_Pending]
-    ) -> tuple[list[Arrays | BaseException], tuple[float, float, float]]:
-        """Each request's outputs or error, and the seconds spent merging, running and splitting."""
+    def _release(self, instance: Runtime) -> None:
+        self._pool.release(instance)
+        self._idle_since[id(instance)] = self._clock()
+        self._executing -= 1
+
+    def _run(
+        self, instance: Runtime, batch: list[_Pending], *, inline: bool = False
+    ) -> tuple[list[Arrays | BaseException], tuple[float, float, float], list[tuple[int, float, float | None]]]:
+        """Merge, execute, split (on any thread): each request's outputs or error, the seconds
+        spent merging, running and splitting, and each execution's (rows, seconds, CPU seconds)."""
         started_s = self._clock()
+        rows = sum(p.rows for p in batch)
         names = list(dict.fromkeys(name for pending in batch for name in pending.output_names))
         if len(batch) == 1:
             feeds = batch[0].feeds
@@ -316,19 +313,23 @@ class DynamicBatcher:
             feeds = {name: np.concatenate([p.feeds[name] for p in batch]) for name in batch[0].feeds}
         merged_s = self._clock()
         try:
-            results = await self._pool.execute(instance, feeds, names, sum(p.rows for p in batch))
+            results, execute_s, cpu_s = timed_execute(instance, feeds, names, inline=inline)
         except InferdError as exc:
             if len(batch) == 1:
-                return [exc], (merged_s - started_s, self._clock() - merged_s, 0.0)
+                return [exc], (merged_s - started_s, self._clock() - merged_s, 0.0), []
             # Find whose request it was: each runs alone, so only the faulty one fails.
-            alone = [(await self._run_batch(instance, [pending]))[0][0] for pending in batch]
-            return alone, (merged_s - started_s, self._clock() - merged_s, 0.0)
+            outcomes: list[Arrays | BaseException] = []
+            executions: list[tuple[int, float, float | None]] = []
+            for pending in batch:
+                alone, _, ran = self._run(instance, [pending], inline=inline)
+                outcomes += alone
+                executions += ran
+            return outcomes, (merged_s - started_s, self._clock() - merged_s, 0.0), executions
         ran_s = self._clock()
-        outcomes = self._split(batch, results)
-        return outcomes, (merged_s - started_s, ran_s - merged_s, self._clock() - ran_s)
+        outcomes = self._split(batch, results, rows)
+        return outcomes, (merged_s - started_s, ran_s - merged_s, self._clock() - ran_s), [(rows, execute_s, cpu_s)]
 
-    def _split(self, batch: list[_Pending], results: Arrays) -> list[Arrays | BaseException]:
-        rows = sum(p.rows for p in batch)
+    def _split(self, batch: list[_Pending], results: Arrays, rows: int) -> list[Arrays | BaseException]:
         for name, array in results.items():
             if array.ndim == 0 or array.shape[0] != rows:
                 error = InternalError(
@@ -336,6 +337,8 @@ class DynamicBatcher:
                     f"but the batch had {rows} rows in its first dimension"
                 )
                 return [error] * len(batch)
+        if len(batch) == 1:
+            return [results]
         outcomes: list[Arrays | BaseException] = []
         start = 0
         for pending in batch:
@@ -344,8 +347,44 @@ class DynamicBatcher:
             start = end
         return outcomes
 
-    def _take_turn(self, loop: asyncio.AbstractEventLoop) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+    def _resolve(
+        self,
+        batch: list[_Pending],
+        outcomes: list[Arrays | BaseException],
+        phases: tuple[float, float, float],
+        idle_since_s: float,
+        dispatched_s: float,
+    ) -> None:
+        rows = sum(p.rows for p in batch)
+        for pending, outcome in zip(batch, outcomes, strict=True):
+            timing = pending.timing
+            # Before an instance was free it queued; after, it waited for company.
+            timing.queue_s = max(0.0, idle_since_s - pending.enqueued_s)
+            timing.batch_wait_s = max(0.0, dispatched_s - max(idle_since_s, pending.enqueued_s))
+            timing.compute_input_s, timing.compute_infer_s, timing.compute_output_s = phases
+            timing.batch_rows = rows
+            if pending.future.done():
+                continue
+            if isinstance(outcome, BaseException):
+                pending.future.set_exception(outcome)
+            else:
+                pending.future.set_result(outcome)
+
+    def _take_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
         """preserve_ordering: a batch answers only after the batch dispatched before it answered."""
-        previous, done = self._previous_done, loop.create_future()
+        previous, done = self._previous_done, asyncio.get_running_loop().create_future()
         self._previous_done = done
         return previous, done
+
+
+_NO_PHASES = (0.0, 0.0, 0.0)
+
+
+def _take(queue: deque[_Pending], batch: list[_Pending]) -> None:
+    """Remove `batch` from `queue`: usually its head, in order."""
+    if all(queue[index] is pending for index, pending in enumerate(batch)):
+        for _ in batch:
+            queue.popleft()
+    else:
+        for pending in batch:
+            queue.remove(pending)

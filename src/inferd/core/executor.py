@@ -25,14 +25,18 @@ _CALIBRATION_RUNS = 20
 _INLINE_WINDOW = 64
 
 
-def _timed_execute(
-    instance: Runtime, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str], timed: list[float]
-) -> Arrays:
+def timed_execute(
+    instance: Runtime, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str], *, inline: bool = False
+) -> tuple[Arrays, float, float | None]:
+    """Run on `instance` (from any thread): the outputs, the seconds it took and, `inline` (on the
+    event loop), the CPU seconds of this thread, which the pool uses to keep the loop responsive."""
+    if inline:
+        started, cpu_started = time.perf_counter(), time.thread_time()
+        results = instance.execute(inputs, names)
+        return results, time.perf_counter() - started, time.thread_time() - cpu_started
     started = time.perf_counter()
-    try:
-        return instance.execute(inputs, names)
-    finally:
-        timed.append(time.perf_counter() - started)
+    results = instance.execute(inputs, names)
+    return results, time.perf_counter() - started, None
 
 
 def cores_available() -> int:
@@ -123,36 +127,42 @@ class InstancePool:
         self._mean_execute_s = self._mean_execution_s = fastest_s
         return fastest_s
 
+    def try_acquire(self) -> Runtime | None:
+        """An idle instance, or None when all are busy."""
+        free = self._free_instances()
+        return None if free.empty() else free.get_nowait()
+
+    @property
+    def threads(self) -> ThreadPoolExecutor:
+        """The worker threads, one per instance, for executions that do not run inline."""
+        return self._threads
+
     async def execute(
         self, instance: Runtime, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str], rows: int
     ) -> Arrays:
         """Run one batch of `rows` rows on an acquired instance: on its worker thread, or inline
         on the event loop when this model's executions are shorter than the hop to a thread."""
         if self._inline:
-            started, cpu_started = time.perf_counter(), time.thread_time()
-            try:
-                return instance.execute(inputs, names)
-            finally:
-                self._executed_inline(time.thread_time() - cpu_started)
-                self._executed(rows, time.perf_counter() - started)
+            results, execute_s, cpu_s = timed_execute(instance, inputs, names, inline=True)
+            self.executed(rows, execute_s, cpu_s)
+            return results
         loop = asyncio.get_running_loop()
-        timed: list[float] = []
-        try:
-            return await loop.run_in_executor(self._threads, _timed_execute, instance, inputs, names, timed)
-        finally:
-            self._executed(rows, timed[0] if timed else 0.0)
+        results, execute_s, _ = await loop.run_in_executor(self._threads, timed_execute, instance, inputs, names)
+        self.executed(rows, execute_s)
+        return results
 
-    def _executed_inline(self, cpu_s: float) -> None:
-        # CPU time of the loop's thread, so that preemption by other processes does not count: if
-        # the model costs more than calibrated (bigger batches), give the loop back, use threads.
-        # Clipped, so that one outlier (a garbage collection, a page fault) cannot tip the mean:
-        # only a sustained rise moves the model to the threads.
-        sample_s = min(cpu_s, 4 * INLINE_THRESHOLD_S)
-        self._mean_execute_s += (sample_s - self._mean_execute_s) / _INLINE_WINDOW
-        if self._mean_execute_s > 2 * INLINE_THRESHOLD_S:
-            self._inline = False
-
-    def _executed(self, rows: int, execute_s: float) -> None:
+    def executed(self, rows: int, execute_s: float, inline_cpu_s: float | None = None) -> None:
+        """Record one execution (on the event loop's thread): for the estimates, for metrics and,
+        when it ran inline, for the choice of where the next ones run."""
+        if inline_cpu_s is not None:
+            # CPU time of the loop's thread, so that preemption by other processes does not count:
+            # if the model costs more than calibrated (bigger batches), give the loop back, use
+            # threads. Clipped, so that one outlier (a garbage collection, a page fault) cannot tip
+            # the mean: only a sustained rise moves the model to the threads.
+            sample_s = min(inline_cpu_s, 4 * INLINE_THRESHOLD_S)
+            self._mean_execute_s += (sample_s - self._mean_execute_s) / _INLINE_WINDOW
+            if self._mean_execute_s > 2 * INLINE_THRESHOLD_S:
+                self._inline = False
         self._mean_execution_s += (execute_s - self._mean_execution_s) / _INLINE_WINDOW
         if self._on_execute is not None:
             self._on_execute(rows, execute_s)

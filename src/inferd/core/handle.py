@@ -27,34 +27,39 @@ class ModelHandle:
     # Requests inside `infer` now: queued, waiting for an instance or executing.
     in_flight: int = 0
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, *, alone: bool = False) -> InferResponse:
+        """`alone`: no other request is in the server (see `DynamicBatcher.submit`)."""
         self.in_flight += 1
         try:
-            return await self._infer(request)
+            return await self._infer(request, alone)
         finally:
             self.in_flight -= 1
 
-    async def _infer(self, request: InferRequest) -> InferResponse:
+    async def _infer(self, request: InferRequest, alone: bool) -> InferResponse:
         feeds, batch_size = prepare_inputs(self.config, request)
         names = output_names(self.config, request)
         request.timing.rows = batch_size
         timeout_us = _int_parameter(request, "timeout")
+        priority = _int_parameter(request, "priority")
         deadline_s = request.deadline_s
         if timeout_us:
             # Triton's `timeout` parameter doubles as a deadline: it can only shorten the client's.
             timeout_deadline_s = time.monotonic() + timeout_us / 1e6
             deadline_s = timeout_deadline_s if deadline_s is None else min(deadline_s, timeout_deadline_s)
-        if self.batcher is None:
+        batcher = self.batcher
+        # A request alone in the server meets an idle batcher: the batch would be this request
+        # alone, at once; a model that runs inline then skips the queue's bookkeeping entirely.
+        if batcher is None or (alone and batcher.idle and self.pool.runs_inline):
             if deadline_s is not None:
                 self._check_deadline(deadline_s)
             results = await self._run_alone(feeds, batch_size, names, request.timing)
         else:
-            results = await self.batcher.submit(
+            results = await batcher.submit(
                 feeds,
                 batch_size,
                 names,
                 timing=request.timing,
-                priority=_int_parameter(request, "priority"),
+                priority=priority,
                 timeout_us=timeout_us,
                 deadline_s=deadline_s,
             )
@@ -86,6 +91,9 @@ class ModelHandle:
             results = await self.pool.execute(instance, feeds, names, rows)
         finally:
             self.pool.release(instance)
+            if self.batcher is not None:
+                # Requests may have queued while this ran: the batcher only hears of its own releases.
+                self.batcher.wake()
         timing.queue_s = acquired - started
         timing.compute_infer_s = time.perf_counter() - acquired
         timing.batch_rows = rows

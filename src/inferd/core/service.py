@@ -36,6 +36,8 @@ class InferenceService:
         self._statistics = statistics or ServingStatistics()
         self._strict_readiness = strict_readiness
         self.shutting_down = False
+        # Requests inside `infer` now, from every transport.
+        self._inferring = 0
 
     def live(self) -> bool:
         return True
@@ -72,13 +74,17 @@ class InferenceService:
             outputs=tuple(_tensor_metadata(config, t) for t in config.outputs),
         )
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, *, alone: bool = False) -> InferResponse:
+        """`alone`: the transport holds no other request, so a batcher need not wait a moment for
+        company (it still does when another transport's request is in the core)."""
         started = time.perf_counter()
         version = request.model_version
+        alone = alone and self._inferring == 0
+        self._inferring += 1
         try:
             handle = self._registry.handle(request.model_name, request.model_version)
             version = str(handle.version)
-            response = await handle.infer(request)
+            response = await handle.infer(request, alone=alone)
         except InferdError as exc:
             exc.request_id = exc.request_id or request.request_id
             elapsed_s = time.perf_counter() - started + request.timing.decode_s
@@ -86,21 +92,14 @@ class InferenceService:
                 request.model_name, version, exc.code.value, elapsed_s, request.timing.rows, request.timing
             )
             raise
+        finally:
+            self._inferring -= 1
         # Counted from the start of decoding, as Triton counts from the request's arrival.
         elapsed_s = time.perf_counter() - started + request.timing.decode_s
         self._statistics.request_finished(
             request.model_name, version, "success", elapsed_s, request.timing.rows, request.timing
         )
         return response
-
-    def queues(self, request: InferRequest) -> bool:
-        """Whether the request will probably wait in a batcher's queue: transports then watch for
-        the client leaving, so that the request is dropped from the queue unrun."""
-        try:
-            batcher = self._registry.handle(request.model_name, request.model_version).batcher
-        except InferdError:
-            return False
-        return batcher is not None and batcher.may_queue
 
     def response_encoded(self, response: InferResponse, encode_s: float) -> None:
         self._statistics.response_encoded(response.model_name, response.model_version, encode_s)

@@ -42,9 +42,9 @@ async def serve(settings: ServerSettings) -> None:
     registry = ModelRegistry(repository, statistics)
     service = InferenceService(registry, strict_readiness=settings.strict_readiness, statistics=statistics)
 
-    http_server = HttpServer(
-        HttpApp(service, max_request_bytes=settings.max_request_bytes), max_request_bytes=settings.max_request_bytes
-    )
+    http_app = HttpApp(service, max_request_bytes=settings.max_request_bytes)
+    http_server = HttpServer(http_app, max_request_bytes=settings.max_request_bytes)
+    http_app.requests_in_flight = lambda: http_server.in_flight
     grpc_server = build_grpc_server(service, max_message_bytes=settings.max_request_bytes)
     grpc_server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
     metrics_server = serve_metrics(statistics, service.model_states, service.load, settings.host, settings.metrics_port)

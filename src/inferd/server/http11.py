@@ -106,6 +106,8 @@ class HttpServer:
         self.max_head_bytes = max_head_bytes
         self.keep_alive_s = keep_alive_s
         self.connections: set[_Connection] = set()
+        # Requests read and not yet answered, on every connection.
+        self.in_flight = 0
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._all_closed = asyncio.Event()
@@ -214,7 +216,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
-        self._pending.clear()
+        self._drop_pending()
         if self._task is not None:
             # The client is gone: whatever its request waits for (a batcher's queue, an instance)
             # is dropped rather than computed for nobody.
@@ -308,6 +310,7 @@ class _Connection(asyncio.Protocol):
         self._url = b""
         self._chunks = []
         self._pending.append(request)
+        self._server.in_flight += 1
         if self._task is None:
             self._task = self._loop.create_task(self._serve())
         elif not self._reading_paused and self._transport is not None:
@@ -318,12 +321,17 @@ class _Connection(asyncio.Protocol):
     async def _serve(self) -> None:
         try:
             while self._pending and not self._transport_gone():
-                request = self._pending.popleft()
+                request = self._pending[0]
                 try:
                     response = await self._server.handler(request)
                 except Exception:
                     logger.exception("unhandled error serving %s %s", request.method, request.path)
                     response = HttpResponse(500, b"internal error; see the server log", close=True)
+                finally:
+                    # Answered, or cancelled because the client left (which dropped it already).
+                    if self._pending and self._pending[0] is request:
+                        self._pending.popleft()
+                        self._server.in_flight -= 1
                 keep_alive = request.keep_alive and not response.close and not self._closing
                 self._send(response, request.method, keep_alive)
                 self.last_active = time.monotonic()
@@ -373,8 +381,15 @@ class _Connection(asyncio.Protocol):
             self._close()
         else:
             # Answered by _serve's `finally` closing the connection after the one in flight.
-            self._pending.clear()
+            self._drop_pending(keep=1)
             logger.warning("closing a connection after its request in flight: %s", message)
+
+    def _drop_pending(self, keep: int = 0) -> None:
+        """Forget the requests read but not answered, but for the first `keep` (the one in flight
+        is `_pending[0]`)."""
+        while len(self._pending) > keep:
+            self._pending.pop()
+            self._server.in_flight -= 1
 
     def close_when_done(self) -> None:
         """Close now if idle, else after the requests already read are answered."""
