@@ -2,29 +2,22 @@
 leisure: Triton's statistics extension (`GET /v2/models/{m}/stats`, gRPC ModelStatistics) and the
 Prometheus exposition (`server.prometheus`) are both views of these numbers.
 
-Recording an event appends one tuple to a deque (thread-safe, no lock): on a small model the
-eight histograms of a request, observed one by one, cost more than its inference. The events are
-folded into the numbers in bulk, with numpy, whenever they are read and every FOLD_EVERY events,
-under a lock, so a scrape on another thread sees every event recorded before it.
+Recording is a few integer and float additions and a bisect per histogram (no locks: every event
+is recorded on the event loop's thread); snapshots copy before reading, so a scrape on another
+thread sees consistent enough numbers without stopping the loop.
 """
 
 from __future__ import annotations
 
-import threading
+import bisect
 import time
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
 
 from inferd.types import BatchStatistics, DurationStatistic, ModelStatistics, RequestTiming
 
 # Latency buckets from 100 us to 10 s: tiny models answer in well under a millisecond.
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-# Events recorded before they are folded in even if nobody reads (bounds the memory they hold).
-FOLD_EVERY = 2048
 
 
 @dataclass(slots=True)
@@ -42,12 +35,9 @@ class Histogram:
     def count(self) -> int:
         return sum(self.counts)
 
-    def observe_many(self, values: np.ndarray[Any, Any]) -> None:
-        # Buckets are "less than or equal" (Prometheus' `le`): the first bound >= value.
-        buckets = np.bincount(np.searchsorted(self.bounds, values, side="left"), minlength=len(self.counts))
-        for index, count in enumerate(buckets.tolist()):
-            self.counts[index] += count
-        self.total += float(values.sum())
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
 
     def copy(self) -> Histogram:
         return Histogram(self.bounds, list(self.counts), self.total)
@@ -108,99 +98,47 @@ class ServingStatistics:
 
     def __init__(self) -> None:
         self._versions: dict[tuple[str, str], VersionStatistics] = {}
-        # Recorded events not yet folded in; see the module's docstring.
-        self._finished: deque[tuple[str, str, str, float, int, RequestTiming, float]] = deque()
-        self._encoded: deque[tuple[str, str, float]] = deque()
-        self._executed: deque[tuple[str, str, int, float]] = deque()
-        self._fold_lock = threading.Lock()
 
     def request_finished(
         self, model: str, version: str, outcome: str, duration_s: float, rows: int, timing: RequestTiming
     ) -> None:
-        self._finished.append((model, version, outcome, duration_s, rows, timing, time.time()))
-        if len(self._finished) >= FOLD_EVERY:
-            self._fold()
+        stats = self._version(model, version)
+        stats.outcomes[outcome] = stats.outcomes.get(outcome, 0) + 1
+        if outcome != "success":
+            stats.failed_s += duration_s
+            return
+        stats.duration.observe(duration_s)
+        stats.decode.observe(timing.decode_s)
+        stats.queue.observe(timing.queue_s)
+        stats.batch_wait.observe(timing.batch_wait_s)
+        stats.compute.observe(timing.compute_s)
+        stats.compute_input_s += timing.compute_input_s
+        stats.compute_infer_s += timing.compute_infer_s
+        stats.compute_output_s += timing.compute_output_s
+        stats.inference_count += rows
+        stats.last_inference_ms = int(time.time() * 1000)
 
     def response_encoded(self, model: str, version: str, encode_s: float) -> None:
-        self._encoded.append((model, version, encode_s))
+        self._version(model, version).encode.observe(encode_s)
 
     def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
-        self._executed.append((model, version, rows, compute_infer_s))
-
-    def _fold(self) -> None:
-        """Fold the recorded events into the numbers (from any thread)."""
-        with self._fold_lock:
-            # Exactly the events present now: the loop's thread may append meanwhile.
-            finished = _take(self._finished)
-            encoded = _take(self._encoded)
-            executed = _take(self._executed)
-            for (model, version), events in _grouped(finished).items():
-                self._fold_finished(self._version(model, version), events)
-            for (model, version), events in _grouped(encoded).items():
-                self._version(model, version).encode.observe_many(np.array([e[2] for e in events]))
-            for (model, version), events in _grouped(executed).items():
-                self._fold_executed(self._version(model, version), events)
-
-    @staticmethod
-    def _fold_finished(stats: VersionStatistics, events: list[tuple[Any, ...]]) -> None:
-        successes = []
-        for _, _, outcome, duration_s, rows, timing, _ in events:
-            stats.outcomes[outcome] = stats.outcomes.get(outcome, 0) + 1
-            if outcome != "success":
-                stats.failed_s += duration_s
-                continue
-            successes.append(
-                (
-                    duration_s,
-                    timing.decode_s,
-                    timing.queue_s,
-                    timing.batch_wait_s,
-                    timing.compute_input_s,
-                    timing.compute_infer_s,
-                    timing.compute_output_s,
-                    rows,
-                )
-            )
-        stats.last_inference_ms = int(events[-1][6] * 1000)
-        if not successes:
-            return
-        columns = np.array(successes, dtype=np.float64).T
-        duration, decode, queue, batch_wait, compute_input, compute_infer, compute_output, rows = columns
-        stats.duration.observe_many(duration)
-        stats.decode.observe_many(decode)
-        stats.queue.observe_many(queue)
-        stats.batch_wait.observe_many(batch_wait)
-        stats.compute.observe_many(compute_input + compute_infer + compute_output)
-        stats.compute_input_s += float(compute_input.sum())
-        stats.compute_infer_s += float(compute_infer.sum())
-        stats.compute_output_s += float(compute_output.sum())
-        stats.inference_count += int(rows.sum())
-
-    @staticmethod
-    def _fold_executed(stats: VersionStatistics, events: list[tuple[Any, ...]]) -> None:
-        rows = np.array([e[2] for e in events], dtype=np.int64)
-        seconds = np.array([e[3] for e in events], dtype=np.float64)
-        stats.batch_size.observe_many(rows)
-        stats.execution.observe_many(seconds)
-        for size, duration_s in zip(rows.tolist(), seconds.tolist(), strict=True):
-            entry = stats.batches.get(size)
-            if entry is None:
-                entry = stats.batches[size] = [0, 0.0]
-            entry[0] += 1
-            entry[1] += duration_s
+        stats = self._version(model, version)
+        stats.batch_size.observe(rows)
+        stats.execution.observe(compute_infer_s)
+        entry = stats.batches.get(rows)
+        if entry is None:
+            entry = stats.batches[rows] = [0, 0.0]
+        entry[0] += 1
+        entry[1] += compute_infer_s
 
     def snapshot(self) -> dict[tuple[str, str], VersionStatistics]:
-        """A copy of every version's numbers (safe to call from another thread)."""
-        self._fold()
-        with self._fold_lock:
-            return {key: stats.copy() for key, stats in self._versions.items()}
+        """A copy of every version's numbers (safe to read from another thread)."""
+        return {key: stats.copy() for key, stats in list(self._versions.items())}
 
     def model_statistics(self, model: str, version: str) -> ModelStatistics:
         """One version's numbers in the shape of Triton's statistics extension."""
-        self._fold()
-        with self._fold_lock:
-            stats = self._versions.get((model, version))
-            stats = stats.copy() if stats is not None else VersionStatistics()
+        stats = self._versions.get((model, version))
+        stats = stats.copy() if stats is not None else VersionStatistics()
         successes = stats.duration.count
         failures = sum(n for outcome, n in stats.outcomes.items() if outcome != "success")
         return ModelStatistics(
@@ -236,20 +174,3 @@ class ServingStatistics:
 
 def _duration(count: int, seconds: float) -> DurationStatistic:
     return DurationStatistic(count=count, ns=int(seconds * 1e9))
-
-
-def _take(events: deque[Any]) -> list[Any]:
-    return [events.popleft() for _ in range(len(events))]
-
-
-def _grouped(events: list[Any]) -> dict[tuple[str, str], list[Any]]:
-    """Events by (model, version), each group in the order recorded."""
-    groups: dict[tuple[str, str], list[Any]] = {}
-    for event in events:
-        key = (event[0], event[1])
-        group = groups.get(key)
-        if group is None:
-            groups[key] = [event]
-        else:
-            group.append(event)
-    return groups
