@@ -155,7 +155,7 @@ class DynamicBatcher:
     def wake(self) -> None:
         """Dispatch soon: after the requests already runnable in this loop turn have queued too.
         Call it when an instance of the pool was released by someone other than the batcher."""
-        if not self._dispatch_due:
+        if not self._dispatch_due and self.queued:
             self._dispatch_due = True
             asyncio.get_running_loop().call_soon(self._dispatch)
 

@@ -28,7 +28,7 @@ class ModelHandle:
     in_flight: int = 0
 
     async def infer(self, request: InferRequest, *, alone: bool = False) -> InferResponse:
-        """`alone`: no other request is in the server (see `DynamicBatcher.submit`)."""
+        """`alone`: no other request is in the server, so there is no company to batch with."""
         self.in_flight += 1
         try:
             return await self._infer(request, alone)
