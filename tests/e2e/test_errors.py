@@ -137,7 +137,7 @@ def test_unknown_and_missing_inputs_and_outputs(server: ServerProcess) -> None:
         (
             {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [[1], [2, 3]]}]},
             "INVALID_TENSOR_DATA",
-            "ragged",
+            "holds 2 elements but 'data' has 3",
         ),
         ({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2]}]}, "MALFORMED_REQUEST", "neither 'data'"),
     ],

@@ -3,6 +3,7 @@ from __future__ import annotations
 import numpy as np
 import orjson
 import pytest
+import simdjson
 
 from inferd.errors import MalformedRequestError, TensorDataError
 from inferd.protocol import json_v2
@@ -85,3 +86,64 @@ def test_encode_mixes_json_and_binary_outputs() -> None:
     assert header["outputs"][0]["parameters"]["binary_data_size"] == 4
     assert header["outputs"][1]["parameters"]["binary_data_size"] == 6
     assert body[header_length:] == np.array([1.0, 2.0], dtype="<f2").tobytes() + b"\x02\x00\x00\x00\xff\xfe"
+
+
+# Each case is decoded twice: as a small header (orjson) and padded past LARGE_HEADER_BYTES
+# (simdjson, data read straight into a buffer). Both paths must give the same array or error.
+DATA_CASES = [
+    ("FP32", [2], [1, 2.5], [1.0, 2.5]),
+    ("FP32", [2, 2], [[1, 2], [3, 4]], [[1.0, 2.0], [3.0, 4.0]]),
+    ("FP32", [3], [[1, 2], [3]], [1.0, 2.0, 3.0]),  # nested lists are read row-major, as Triton does
+    ("FP16", [1], [0.1], [np.float16(0.1).item()]),
+    ("INT64", [2], [-(2**63), 2**63 - 1], [-(2**63), 2**63 - 1]),
+    ("UINT64", [2], [0, 2**64 - 1], [0, 2**64 - 1]),
+    ("BOOL", [2], [True, False], [True, False]),
+    ("BYTES", [2], ["a", ["é"]], [b"a", "é".encode()]),
+    ("FP32", [0], [], []),
+    ("FP32", [2], [True, 1.0], "mixes booleans with numbers"),
+    ("FP32", [2], ["a", "b"], "holds strings"),
+    ("FP32", [2], [[1], [2, 3]], "holds 2 elements but 'data' has 3"),
+    ("INT32", [2], [1, 2.5], "holds floats"),
+    ("INT64", [1], [None], "mixed values"),
+    ("UINT8", [1], [300], "outside UINT8's range"),
+    ("UINT8", [1], [-1], "outside UINT8's range"),
+    ("UINT64", [2], [2**64 - 1, -1], "outside UINT64's range"),
+    ("BOOL", [1], [1], "holds integers"),
+    ("BYTES", [1], [1], "BYTES data must be strings"),
+    ("FP32", [1], "x", "'data' must be a list"),
+]
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["orjson", "simdjson"])
+@pytest.mark.parametrize(("datatype", "shape", "data", "expected"), DATA_CASES)
+def test_json_data_decodes_alike_in_small_and_large_bodies(
+    large: bool, datatype: str, shape: list[int], data: object, expected: object
+) -> None:
+    document = {
+        "id": "x" * json_v2.LARGE_HEADER_BYTES if large else "",
+        "inputs": [{"name": "a", "datatype": datatype, "shape": shape, "data": data, "parameters": {"note": [1]}}],
+    }
+    if isinstance(expected, str):
+        with pytest.raises(TensorDataError, match=expected):
+            decode(document)
+        return
+    tensor = decode(document).inputs[0]  # type: ignore[attr-defined]
+    assert tensor.data.dtype == DataType(datatype).numpy_dtype
+    assert tensor.data.shape == tuple(shape)
+    assert tensor.data.tolist() == expected
+
+
+def test_large_body_reads_float_data_exactly() -> None:
+    image = np.random.default_rng(0).random((1, 3, 64, 64), dtype=np.float32)
+    document = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 3, 64, 64], "data": image.ravel().tolist()}]}
+    body = orjson.dumps(document)
+    assert len(body) > json_v2.LARGE_HEADER_BYTES
+    assert isinstance(json_v2._load_header(body)["inputs"][0]["data"], simdjson.Array)  # the fast path
+    request = json_v2.decode_request(body, model_name="m", model_version="")
+    np.testing.assert_array_equal(request.inputs[0].data, image)
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2" + b" " * json_v2.LARGE_HEADER_BYTES])
+def test_invalid_json_is_malformed_in_either_parser(body: bytes) -> None:
+    with pytest.raises(MalformedRequestError, match="not valid JSON"):
+        json_v2.decode_request(body, model_name="m", model_version="")
