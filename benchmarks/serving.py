@@ -10,7 +10,9 @@ Rules (issue "Dynamic batching ... at close to the hardware's limit"):
 * Load comes from C/C++ generators, so the client is never the bottleneck: wrk with a pre-built
   body for HTTP JSON, Triton's perf_analyzer for binary HTTP and gRPC.
 * The in-process baseline is ONNX Runtime at default threads, swept over batch sizes 1-32, best
-  taken. A served figure is the best of concurrency 8, 16 and 32.
+  taken. It is then sampled again at that batch size between served measurements, and each
+  served figure is divided by the mean of the samples just before and after it, so the machine's
+  drift over the run cancels. A served figure is the best of concurrency 8, 16 and 32.
 * The floor server (benchmarks/baselines/floor_server.py) is the cost of request handling alone
   on this stack: uvicorn + orjson + ONNX Runtime inline, nothing else.
 Needs: wrk (apt-get install wrk) and scripts/perf_analyzer (scripts/install_perf_analyzer.sh).
@@ -28,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,8 +145,8 @@ def minilm_model() -> Model:
 # -- in-process baseline ------------------------------------------------------------------------
 
 
-def in_process(model: Model, path: Path, seconds: float) -> tuple[float, int, float]:
-    """Best rows/s over batch sizes (default ORT threads), that batch size, and batch-1 latency (us).
+def in_process(model: Model, path: Path, seconds: float) -> tuple[int, float]:
+    """The batch size with the best rows/s (default ORT threads), and batch-1 latency (us).
 
     Each size is measured in IN_PROCESS_ROUNDS rounds, interleaved with the other sizes, and
     scored by its median round: the best of single short windows is biased upwards by noise
@@ -169,7 +171,39 @@ def in_process(model: Model, path: Path, seconds: float) -> tuple[float, int, fl
             rounds[size].append(count * size / (time.perf_counter() - started))
     medians = {size: float(np.median(rates)) for size, rates in rounds.items()}
     best_size = max(medians, key=lambda size: medians[size])
-    return medians[best_size], best_size, float(np.median(batch1_durations)) * 1e6
+    return best_size, float(np.median(batch1_durations)) * 1e6
+
+
+class Reference:
+    """In-process ONNX Runtime at its best batch size, sampled between served measurements.
+
+    The machine's speed drifts by ±10% within minutes (MiniLM at batch 1 read 16.8 and 19.4/s a
+    minute apart, same session). A served figure is therefore divided by the mean of the reference
+    windows just before and just after it, so that drift cancels instead of landing in the ratio.
+    """
+
+    def __init__(self, model: Model, path: Path, batch_size: int, window_s: float) -> None:
+        self.batch_size = batch_size
+        self._session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        self._feeds = model.batch(batch_size)
+        self._session.run(None, self._feeds)
+        self._window_s = window_s
+        self.samples: list[float] = []
+
+    def sample(self) -> float:
+        count, started = 0, time.perf_counter()
+        while time.perf_counter() - started < self._window_s or count < 2:
+            self._session.run(None, self._feeds)
+            count += 1
+        self.samples.append(count * self.batch_size / (time.perf_counter() - started))
+        return self.samples[-1]
+
+    def ratio(self, measure: Callable[[], Measurement]) -> tuple[Measurement, float]:
+        """A served measurement and its throughput over the reference around it."""
+        before = self.samples[-1] if self.samples else self.sample()
+        measurement = measure()
+        after = self.sample()
+        return measurement, measurement.throughput / ((before + after) / 2)
 
 
 # -- load generators ----------------------------------------------------------------------------
@@ -271,9 +305,21 @@ def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
 # -- the run ------------------------------------------------------------------------------------
 
 
-def best_of(measure: object, concurrencies: list[int]) -> tuple[Measurement, int]:
-    results = [(measure(c), c) for c in concurrencies]  # type: ignore[operator]
-    return max(results, key=lambda pair: pair[0].throughput)
+@dataclass(frozen=True)
+class Best:
+    """The best of a concurrency sweep: its measurement, concurrency, and ratio to the reference."""
+
+    measurement: Measurement
+    concurrency: int
+    ratio: float
+
+
+def best_of(measure: Callable[[int], Measurement], concurrencies: list[int], reference: Reference) -> Best:
+    results = []
+    for concurrency in concurrencies:
+        measurement, ratio = reference.ratio(lambda c=concurrency: measure(c))  # type: ignore[misc]
+        results.append(Best(measurement, concurrency, ratio))
+    return max(results, key=lambda best: best.ratio)
 
 
 def benchmark(model: Model, source: Path | None, args: argparse.Namespace, scratch: Path) -> None:
@@ -281,8 +327,9 @@ def benchmark(model: Model, source: Path | None, args: argparse.Namespace, scrat
     if source is None:
         mlp_model(model_path, sizes=(16, 64, 4), seed=0)
     with console.status(f"{model.name}: in-process ONNX Runtime, batch sizes {BATCH_SIZES}"):
-        baseline, baseline_batch, batch1_us = in_process(model, model_path, args.seconds * 2)
-    rows: list[tuple[str, Measurement, int]] = []
+        baseline_batch, batch1_us = in_process(model, model_path, args.seconds * 2)
+    reference = Reference(model, model_path, baseline_batch, args.seconds / 2)
+    rows: list[tuple[str, Best]] = []
     latency: list[tuple[str, Measurement]] = []
     gains: list[tuple[str, float, float]] = []
     concurrencies = args.concurrency
@@ -296,21 +343,26 @@ def benchmark(model: Model, source: Path | None, args: argparse.Namespace, scrat
                 json_best = best_of(
                     lambda c, url=http_url: wrk(url, body, c, args.seconds, scratch),  # type: ignore[misc]
                     concurrencies,
+                    reference,
                 )
             if not batching:
-                gains.append(("HTTP JSON", json_best[0].throughput, 0.0))
+                gains.append(("HTTP JSON", json_best.measurement.throughput, 0.0))
                 continue
             with console.status(f"{model.name}: binary HTTP and gRPC (perf_analyzer)"):
                 binary_best = best_of(
-                    lambda c: perf_analyzer(model, server.http_url, "http", c, args.seconds, scratch), concurrencies
+                    lambda c: perf_analyzer(model, server.http_url, "http", c, args.seconds, scratch),
+                    concurrencies,
+                    reference,
                 )
                 grpc_best = best_of(
-                    lambda c: perf_analyzer(model, server.grpc_url, "grpc", c, args.seconds, scratch), concurrencies
+                    lambda c: perf_analyzer(model, server.grpc_url, "grpc", c, args.seconds, scratch),
+                    concurrencies,
+                    reference,
                 )
             rows += [
-                ("inferd HTTP JSON", *json_best),
-                ("inferd HTTP binary", *binary_best),
-                ("inferd gRPC", *grpc_best),
+                ("inferd HTTP JSON", json_best),
+                ("inferd HTTP binary", binary_best),
+                ("inferd gRPC", grpc_best),
             ]
             with console.status(f"{model.name}: latency at concurrency 1"):
                 latency += [
@@ -318,13 +370,13 @@ def benchmark(model: Model, source: Path | None, args: argparse.Namespace, scrat
                     ("HTTP binary", perf_analyzer(model, server.http_url, "http", 1, args.seconds, scratch)),
                     ("gRPC", perf_analyzer(model, server.grpc_url, "grpc", 1, args.seconds, scratch)),
                 ]
-    gains[0] = ("HTTP JSON", rows[0][1].throughput, gains[0][1])
+    gains[0] = ("HTTP JSON", rows[0][1].measurement.throughput, gains[0][1])
     with (
         baseline_server(FLOOR_SERVER, [str(model_path)], scratch) as port,
         console.status(f"{model.name}: floor server (wrk)"),
     ):
         url = f"http://127.0.0.1:{port}/"
-        floor = best_of(lambda c: wrk(url, body, c, args.seconds, scratch), concurrencies)
+        floor = best_of(lambda c: wrk(url, body, c, args.seconds, scratch), concurrencies, reference)
         latency.append(("floor server, HTTP JSON", wrk(url, body, 1, args.seconds, scratch)))
     arguments = [str(model_path), model.name, str(model.max_batch_size)]
     with (
@@ -332,16 +384,24 @@ def benchmark(model: Model, source: Path | None, args: argparse.Namespace, scrat
         console.status(f"{model.name}: gRPC floor server (perf_analyzer)"),
     ):
         grpc_url = f"127.0.0.1:{port}"
-        grpc_floor = best_of(lambda c: perf_analyzer(model, grpc_url, "grpc", c, args.seconds, scratch), concurrencies)
+        grpc_floor = best_of(
+            lambda c: perf_analyzer(model, grpc_url, "grpc", c, args.seconds, scratch), concurrencies, reference
+        )
         latency.append(("gRPC floor server", perf_analyzer(model, grpc_url, "grpc", 1, args.seconds, scratch)))
     if model.name == "tiny":
-        rows += measure_peers(model, model_path, body, concurrencies, args, scratch)
-    report(model, baseline, baseline_batch, batch1_us, rows, floor, grpc_floor, latency, gains)
+        rows += measure_peers(model, model_path, body, concurrencies, args, scratch, reference)
+    report(model, reference, batch1_us, rows, floor, grpc_floor, latency, gains)
 
 
 def measure_peers(
-    model: Model, model_path: Path, body: bytes, concurrencies: list[int], args: argparse.Namespace, scratch: Path
-) -> list[tuple[str, Measurement, int]]:
+    model: Model,
+    model_path: Path,
+    body: bytes,
+    concurrencies: list[int],
+    args: argparse.Namespace,
+    scratch: Path,
+    reference: Reference,
+) -> list[tuple[str, Best]]:
     rows = []
     for label, python, script in PEERS:
         if not python.exists():
@@ -353,10 +413,12 @@ def measure_peers(
         ):
             url = f"http://127.0.0.1:{port}/v2/models/{model.name}/infer"
             _wait_answering(url, body)
-            measurement, concurrency = best_of(
-                lambda c, url=url: wrk(url, body, c, args.seconds, scratch), concurrencies
+            best = best_of(
+                lambda c, url=url: wrk(url, body, c, args.seconds, scratch),  # type: ignore[misc]
+                concurrencies,
+                reference,
             )
-        rows.append((f"{label}, HTTP JSON", measurement, concurrency))
+        rows.append((f"{label}, HTTP JSON", best))
     return rows
 
 
@@ -376,35 +438,36 @@ def _wait_answering(url: str, body: bytes) -> None:
 
 def report(
     model: Model,
-    baseline: float,
-    baseline_batch: int,
+    reference: Reference,
     batch1_us: float,
-    rows: list[tuple[str, Measurement, int]],
-    floor: tuple[Measurement, int],
-    grpc_floor: tuple[Measurement, int],
+    rows: list[tuple[str, Best]],
+    floor: Best,
+    grpc_floor: Best,
     latency: list[tuple[str, Measurement]],
     gains: list[tuple[str, float, float]],
 ) -> None:
     table = Table(title=f"{model.name}: throughput, one sample per request (best of concurrency 8/16/32)")
     for column in ("path", "concurrency", "inferences/s", "/ in-process best", "/ its floor"):
         table.add_column(column, justify="right" if column != "path" else "left")
-    table.add_row(f"in-process ORT, best batch ({baseline_batch})", "-", f"{baseline:,.0f}", "1.000", "")
-    for label, (measurement, concurrency) in (("floor server, HTTP JSON", floor), ("gRPC floor server", grpc_floor)):
+    samples = reference.samples
+    table.add_row(
+        f"in-process ORT, batch {reference.batch_size} (median of {len(samples)} windows,"
+        f" {min(samples):,.1f}-{max(samples):,.1f})",
+        "-",
+        _rate(float(np.median(samples))),
+        "1.000",
+        "",
+    )
+    for label, best in (("floor server, HTTP JSON", floor), ("gRPC floor server", grpc_floor)):
+        table.add_row(label, str(best.concurrency), _rate(best.measurement.throughput), f"{best.ratio:.3f}", "1.000")
+    for label, best in rows:
+        its_floor = floor if "JSON" in label else grpc_floor if "gRPC" in label else None
         table.add_row(
             label,
-            str(concurrency),
-            f"{measurement.throughput:,.0f}",
-            f"{measurement.throughput / baseline:.3f}",
-            "1.000",
-        )
-    for label, measurement, concurrency in rows:
-        its_floor = floor[0] if "JSON" in label else grpc_floor[0] if "gRPC" in label else None
-        table.add_row(
-            label,
-            str(concurrency),
-            f"{measurement.throughput:,.0f}",
-            f"{measurement.throughput / baseline:.3f}",
-            f"{measurement.throughput / its_floor.throughput:.3f}" if its_floor else "",
+            str(best.concurrency),
+            _rate(best.measurement.throughput),
+            f"{best.ratio:.3f}",
+            f"{best.measurement.throughput / its_floor.measurement.throughput:.3f}" if its_floor else "",
         )
     console.print(table)
     lat = Table(title=f"{model.name}: latency at concurrency 1, minus in-process batch-1 ({batch1_us:.0f} us)")
@@ -416,7 +479,12 @@ def report(
         )
     console.print(lat)
     for label, on, off in gains:
-        console.print(f"{model.name}: batching gain over {label}: {on:,.0f} / {off:,.0f} = {on / off:.2f}x")
+        console.print(f"{model.name}: batching gain over {label}: {_rate(on)} / {_rate(off)} = {on / off:.2f}x")
+
+
+def _rate(per_second: float) -> str:
+    """Three significant figures or more: 8.4/s and 5,319/s rather than 8 and 5,319.0."""
+    return f"{per_second:,.0f}" if per_second >= 100 else f"{per_second:.3g}"
 
 
 def main() -> int:
