@@ -191,6 +191,7 @@ class Reference:
         self.samples: list[float] = []
 
     def sample(self) -> float:
+        _wait_until_quiet()
         count, started = 0, time.perf_counter()
         while time.perf_counter() - started < self._window_s or count < 2:
             self._session.run(None, self._feeds)
@@ -204,6 +205,31 @@ class Reference:
         measurement = measure()
         after = self.sample()
         return measurement, measurement.throughput / ((before + after) / 2)
+
+
+def _wait_until_quiet(busy_below: float = 0.15, timeout_s: float = 60.0) -> None:
+    """Until the machine's CPUs are idle: a server may still run requests queued when the load
+    generator stopped (32 ResNet-50 requests are ~4 s of compute), and a reference sampled beside
+    them would read low. Bounded; Linux only (elsewhere it returns at once)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            first = _cpu_times()
+            time.sleep(0.25)
+            second = _cpu_times()
+        except OSError:
+            return
+        busy, total = second[0] - first[0], second[1] - first[1]
+        if total <= 0 or busy / total < busy_below:
+            return
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies over all CPUs, from /proc/stat."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
 
 
 # -- load generators ----------------------------------------------------------------------------
