@@ -300,17 +300,15 @@ def _array_from_json(name: str, datatype: DataType, shape: tuple[int, ...], data
 def _array_from_buffer(data: Any, datatype: DataType) -> np.ndarray[Any, Any] | None:
     """The fast path for large bodies; None when some element does not fit, to let the checks below say why."""
     target = datatype.numpy_dtype
-    if datatype is DataType.BYTES or target.kind not in _BUFFER_TYPES:
+    if target.kind not in _BUFFER_TYPES:  # BOOL and BYTES take the list path
         return None
     buffer_type, buffer_dtype = _BUFFER_TYPES[target.kind]
     try:
         values = np.frombuffer(data.as_buffer(of_type=buffer_type), dtype=buffer_dtype)
     except (TypeError, ValueError):
         return None
-    if target.kind in "iu" and values.size:
-        info = np.iinfo(target)
-        if values.min() < info.min or values.max() > info.max:
-            return None
+    if _outside_range(values, target):
+        return None
     return values.astype(target)
 
 
@@ -337,14 +335,21 @@ def _numbers_from_json(name: str, datatype: DataType, data: list[Any]) -> np.nda
             tensor=name,
             expected=datatype.value,
         )
-    if target.kind in "iu" and inferred.size:
+    if _outside_range(inferred, target):
         info = np.iinfo(target)
-        if inferred.min() < info.min or inferred.max() > info.max:
-            raise TensorDataError(
-                f"input '{name}': a value is outside {datatype.value}'s range [{info.min}, {info.max}]",
-                tensor=name,
-            )
+        raise TensorDataError(
+            f"input '{name}': a value is outside {datatype.value}'s range [{info.min}, {info.max}]",
+            tensor=name,
+        )
     return inferred.astype(target, copy=False)
+
+
+def _outside_range(values: np.ndarray[Any, Any], target: np.dtype[Any]) -> bool:
+    """Whether an integer target cannot hold some value (always False for other targets)."""
+    if target.kind not in "iu" or not values.size:
+        return False
+    info = np.iinfo(target)
+    return bool(values.min() < info.min or values.max() > info.max)
 
 
 def _holds_booleans(data: list[Any]) -> bool:
