@@ -13,6 +13,8 @@ Rules (issue "Dynamic batching ... at close to the hardware's limit"):
   taken. It is then sampled again at that batch size between served measurements, and each
   served figure is divided by the mean of the samples just before and after it, so the machine's
   drift over the run cancels. A served figure is the best of concurrency 8, 16 and 32.
+* The compute-bound models are served with one instance (inferd's default) and with two
+  (`instance_group [{ count: 2 }]`, Triton's default for ONNX Runtime on CPU); both are reported.
 * The floor server (benchmarks/baselines/floor_server.py) is the cost of request handling alone
   on this stack: uvicorn + orjson + ONNX Runtime inline, nothing else.
 Needs: wrk (apt-get install wrk) and scripts/perf_analyzer (scripts/install_perf_analyzer.sh).
@@ -74,6 +76,11 @@ class Model:
     name: str
     max_batch_size: int
     inputs: dict[str, np.ndarray]  # one row each, with the batch dimension
+    # Instance counts served with batching on. A compute-bound model is also served with two
+    # instances (Triton's default for ONNX Runtime on CPU): on few cores it trades batch-1 latency
+    # for throughput, and the report shows both sides. A tiny model runs inline, where instances
+    # do not matter.
+    instance_counts: tuple[int, ...] = (1,)
 
     def batch(self, size: int) -> dict[str, np.ndarray]:
         return {name: np.repeat(array, size, axis=0) for name, array in self.inputs.items()}
@@ -107,17 +114,39 @@ class Measurement:
 # -- model repositories -------------------------------------------------------------------------
 
 
-def build_repository(root: Path, model: Model, source: Path | None, batching: bool) -> Path:
+@dataclass(frozen=True)
+class Setup:
+    """One way of serving the model: batching on or off, and how many instances."""
+
+    batching: bool
+    instances: int = 1
+
+    @property
+    def label(self) -> str:
+        batching = "batching on" if self.batching else "batching off"
+        return batching if self.instances == 1 else f"{batching}, {self.instances} instances"
+
+    @property
+    def suffix(self) -> str:
+        """What a served row's label adds for this setup."""
+        return "" if self.instances == 1 else f", {self.instances} instances"
+
+    def config(self, model: Model) -> str:
+        return (
+            f"max_batch_size: {model.max_batch_size}\n"
+            + ("dynamic_batching { }\n" if self.batching else "")
+            + (f"instance_group [{{ count: {self.instances} kind: KIND_CPU }}]\n" if self.instances > 1 else "")
+        )
+
+
+def build_repository(root: Path, model: Model, source: Path | None, setup: Setup) -> Path:
     model_dir = root / model.name
     (model_dir / "1").mkdir(parents=True)
     if source is None:
         mlp_model(model_dir / "1" / "model.onnx", sizes=(16, 64, 4), seed=0)
     else:
         (model_dir / "1" / "model.onnx").symlink_to(source)
-    write_config(
-        model_dir,
-        f"max_batch_size: {model.max_batch_size}\n" + ("dynamic_batching { }\n" if batching else ""),
-    )
+    write_config(model_dir, setup.config(model))
     return root
 
 
@@ -130,7 +159,7 @@ def resnet50_model() -> Model:
     from resnet50 import IMAGE_SHAPE
 
     image = np.random.default_rng(0).random((1, *IMAGE_SHAPE), dtype=np.float32)
-    return Model("resnet50", 32, {"image": image})
+    return Model("resnet50", 32, {"image": image}, instance_counts=(1, 2))
 
 
 def minilm_model() -> Model:
@@ -139,6 +168,7 @@ def minilm_model() -> Model:
         "minilm",
         32,
         {i["name"]: np.array(i["data"], dtype=np.int64).reshape(i["shape"]) for i in document["inputs"]},
+        instance_counts=(1, 2),
     )
 
 
@@ -360,21 +390,22 @@ def benchmark(model: Model, source: Path | None, args: argparse.Namespace, scrat
     gains: list[tuple[str, float, float]] = []
     concurrencies = args.concurrency
     body = model.v2_json()
-    for batching in (True, False):
-        repository = build_repository(scratch / f"{model.name}-{'on' if batching else 'off'}", model, source, batching)
-        label = "batching on" if batching else "batching off"
-        with run_server(repository, scratch / f"{model.name}-{label}.log") as server:
+    setups = [Setup(batching=True, instances=count) for count in model.instance_counts] + [Setup(batching=False)]
+    for setup in setups:
+        directory = scratch / f"{model.name}-{'on' if setup.batching else 'off'}-{setup.instances}"
+        repository = build_repository(directory, model, source, setup)
+        with run_server(repository, scratch / f"{model.name}-{setup.label}.log") as server:
             http_url = f"http://{server.http_url}/v2/models/{model.name}/infer"
-            with console.status(f"{model.name}, {label}: HTTP JSON (wrk)"):
+            with console.status(f"{model.name}, {setup.label}: HTTP JSON (wrk)"):
                 json_best = best_of(
                     lambda c, url=http_url: wrk(url, body, c, args.seconds, scratch),  # type: ignore[misc]
                     concurrencies,
                     reference,
                 )
-            if not batching:
+            if not setup.batching:
                 gains.append(("HTTP JSON", json_best.measurement.throughput, 0.0))
                 continue
-            with console.status(f"{model.name}: binary HTTP and gRPC (perf_analyzer)"):
+            with console.status(f"{model.name}, {setup.label}: binary HTTP and gRPC (perf_analyzer)"):
                 binary_best = best_of(
                     lambda c: perf_analyzer(model, server.http_url, "http", c, args.seconds, scratch),
                     concurrencies,
@@ -386,15 +417,18 @@ def benchmark(model: Model, source: Path | None, args: argparse.Namespace, scrat
                     reference,
                 )
             rows += [
-                ("inferd HTTP JSON", json_best),
-                ("inferd HTTP binary", binary_best),
-                ("inferd gRPC", grpc_best),
+                (f"inferd HTTP JSON{setup.suffix}", json_best),
+                (f"inferd HTTP binary{setup.suffix}", binary_best),
+                (f"inferd gRPC{setup.suffix}", grpc_best),
             ]
-            with console.status(f"{model.name}: latency at concurrency 1"):
+            with console.status(f"{model.name}, {setup.label}: latency at concurrency 1"):
                 latency += [
-                    ("HTTP JSON", wrk(http_url, model.v2_json(), 1, args.seconds, scratch)),
-                    ("HTTP binary", perf_analyzer(model, server.http_url, "http", 1, args.seconds, scratch)),
-                    ("gRPC", perf_analyzer(model, server.grpc_url, "grpc", 1, args.seconds, scratch)),
+                    (f"HTTP JSON{setup.suffix}", wrk(http_url, body, 1, args.seconds, scratch)),
+                    (
+                        f"HTTP binary{setup.suffix}",
+                        perf_analyzer(model, server.http_url, "http", 1, args.seconds, scratch),
+                    ),
+                    (f"gRPC{setup.suffix}", perf_analyzer(model, server.grpc_url, "grpc", 1, args.seconds, scratch)),
                 ]
     gains[0] = ("HTTP JSON", rows[0][1].measurement.throughput, gains[0][1])
     with (
