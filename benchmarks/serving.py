@@ -122,14 +122,13 @@ class Setup:
     instances: int = 1
 
     @property
-    def label(self) -> str:
-        batching = "batching on" if self.batching else "batching off"
-        return batching if self.instances == 1 else f"{batching}, {self.instances} instances"
-
-    @property
     def suffix(self) -> str:
         """What a served row's label adds for this setup."""
         return "" if self.instances == 1 else f", {self.instances} instances"
+
+    @property
+    def label(self) -> str:
+        return ("batching on" if self.batching else "batching off") + self.suffix
 
     def config(self, model: Model) -> str:
         return (
