@@ -246,7 +246,7 @@ class DynamicBatcher:
             # A model faster than a thread hop runs here and now: no task, no thread.
             outcomes: list[Arrays | BaseException]
             try:
-                outcomes, phases, executions = self._run(instance, batch, inline=True)
+                outcomes, phases, executions = self._run(instance, batch)
                 for rows, execute_s, cpu_s in executions:
                     self._pool.executed(rows, execute_s, cpu_s)
             except Exception as exc:  # a bug: every waiter must hear of it
@@ -275,7 +275,7 @@ class DynamicBatcher:
         phases = _NO_PHASES
         try:
             if inline:
-                outcomes, phases, executions = self._run(instance, batch, inline=True)
+                outcomes, phases, executions = self._run(instance, batch)
             else:
                 loop = asyncio.get_running_loop()
                 outcomes, phases, executions = await loop.run_in_executor(
@@ -300,8 +300,8 @@ class DynamicBatcher:
         self._executing -= 1
 
     def _run(
-        self, instance: Runtime, batch: list[_Pending], *, inline: bool = False
-    ) -> tuple[list[Arrays | BaseException], tuple[float, float, float], list[tuple[int, float, float | None]]]:
+        self, instance: Runtime, batch: list[_Pending]
+    ) -> tuple[list[Arrays | BaseException], tuple[float, float, float], list[tuple[int, float, float]]]:
         """Merge, execute, split (on any thread): each request's outputs or error, the seconds
         spent merging, running and splitting, and each execution's (rows, seconds, CPU seconds)."""
         started_s = self._clock()
@@ -313,15 +313,15 @@ class DynamicBatcher:
             feeds = {name: np.concatenate([p.feeds[name] for p in batch]) for name in batch[0].feeds}
         merged_s = self._clock()
         try:
-            results, execute_s, cpu_s = timed_execute(instance, feeds, names, inline=inline)
+            results, execute_s, cpu_s = timed_execute(instance, feeds, names)
         except InferdError as exc:
             if len(batch) == 1:
                 return [exc], (merged_s - started_s, self._clock() - merged_s, 0.0), []
             # Find whose request it was: each runs alone, so only the faulty one fails.
             outcomes: list[Arrays | BaseException] = []
-            executions: list[tuple[int, float, float | None]] = []
+            executions: list[tuple[int, float, float]] = []
             for pending in batch:
-                alone, _, ran = self._run(instance, [pending], inline=inline)
+                alone, _, ran = self._run(instance, [pending])
                 outcomes += alone
                 executions += ran
             return outcomes, (merged_s - started_s, self._clock() - merged_s, 0.0), executions

@@ -5,6 +5,7 @@ used by one worker thread at a time, so the event loop keeps decoding requests m
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -17,26 +18,32 @@ from inferd.runtimes import Runtime
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 
+logger = logging.getLogger("inferd.executor")
 
-# A hop to a worker thread and back costs 150-250 us on a busy 2-core machine; a model that runs in
-# well under that is cheaper to run on the event loop, which it then blocks only briefly.
+
+# Where a model runs is chosen once at load, from its time on a quiet machine: under INLINE_THRESHOLD_S
+# it runs inline on the event loop, which it then blocks only briefly; otherwise on worker threads.
 INLINE_THRESHOLD_S = 100e-6
+# Under traffic the same execution costs the loop's thread 3-5x its quiet time (the loop's request
+# parsing evicts the engine's code and data from the caches), while a hop to a worker thread costs
+# 300-500 us of CPU per batch and waits for the GIL the loop holds. Measured with wrk on tiny MLPs
+# (quiet 30-150 us): inline served 10-25% more requests than threads up to ~400 us per execution.
+# So an inline model leaves the loop only above _LEAVE_LOOP_S, and comes back below _RETURN_TO_LOOP_S
+# (a gap, so that it does not flap at the border).
+_LEAVE_LOOP_S = 4 * INLINE_THRESHOLD_S
+_RETURN_TO_LOOP_S = 2 * INLINE_THRESHOLD_S
 _CALIBRATION_RUNS = 20
-_INLINE_WINDOW = 64
+_PLACEMENT_WINDOW = 64
 
 
 def timed_execute(
-    instance: Runtime, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str], *, inline: bool = False
-) -> tuple[Arrays, float, float | None]:
-    """Run on `instance` (from any thread): the outputs, the seconds it took and, `inline` (on the
-    event loop), the CPU seconds of this thread, which the pool uses to keep the loop responsive."""
-    if inline:
-        started, cpu_started = time.perf_counter(), time.thread_time()
-        results = instance.execute(inputs, names)
-        return results, time.perf_counter() - started, time.thread_time() - cpu_started
-    started = time.perf_counter()
+    instance: Runtime, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str]
+) -> tuple[Arrays, float, float]:
+    """Run on `instance` (from any thread): the outputs, the seconds it took and the CPU seconds of
+    the running thread, which the pool uses to choose where the next executions run."""
+    started, cpu_started = time.perf_counter(), time.thread_time()
     results = instance.execute(inputs, names)
-    return results, time.perf_counter() - started, None
+    return results, time.perf_counter() - started, time.thread_time() - cpu_started
 
 
 def cores_available() -> int:
@@ -62,9 +69,13 @@ class InstancePool:
         if not instances:
             raise ValueError("an instance pool needs at least one instance")
         self._instances = list(instances)
+        self._name = name
         self._on_execute = on_execute
         self._inline = False
-        self._mean_execute_s = 0.0
+        # Only a model that calibrated inline moves: one on threads may block on I/O, which its
+        # CPU time would not show, and must never block the loop.
+        self._movable = False
+        self._mean_cpu_s = 0.0
         self._mean_execution_s = 0.0
         self._waiting = 0
         self._threads = ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"inferd-{name}")
@@ -123,8 +134,8 @@ class InstancePool:
             durations.append(time.perf_counter() - started)
         # The fastest run: other models load meanwhile, and contention only ever adds time.
         fastest_s = min(durations)
-        self._inline = fastest_s < INLINE_THRESHOLD_S
-        self._mean_execute_s = self._mean_execution_s = fastest_s
+        self._inline = self._movable = fastest_s < INLINE_THRESHOLD_S
+        self._mean_cpu_s = self._mean_execution_s = fastest_s
         return fastest_s
 
     def try_acquire(self) -> Runtime | None:
@@ -143,29 +154,43 @@ class InstancePool:
         """Run one batch of `rows` rows on an acquired instance: on its worker thread, or inline
         on the event loop when this model's executions are shorter than the hop to a thread."""
         if self._inline:
-            results, execute_s, cpu_s = timed_execute(instance, inputs, names, inline=True)
-            self.executed(rows, execute_s, cpu_s)
-            return results
-        loop = asyncio.get_running_loop()
-        results, execute_s, _ = await loop.run_in_executor(self._threads, timed_execute, instance, inputs, names)
-        self.executed(rows, execute_s)
+            results, execute_s, cpu_s = timed_execute(instance, inputs, names)
+        else:
+            loop = asyncio.get_running_loop()
+            results, execute_s, cpu_s = await loop.run_in_executor(
+                self._threads, timed_execute, instance, inputs, names
+            )
+        self.executed(rows, execute_s, cpu_s)
         return results
 
-    def executed(self, rows: int, execute_s: float, inline_cpu_s: float | None = None) -> None:
-        """Record one execution (on the event loop's thread): for the estimates, for metrics and,
-        when it ran inline, for the choice of where the next ones run."""
-        if inline_cpu_s is not None:
-            # CPU time of the loop's thread, so that preemption by other processes does not count:
-            # if the model costs more than calibrated (bigger batches), give the loop back, use
-            # threads. Clipped, so that one outlier (a garbage collection, a page fault) cannot tip
-            # the mean: only a sustained rise moves the model to the threads.
-            sample_s = min(inline_cpu_s, 4 * INLINE_THRESHOLD_S)
-            self._mean_execute_s += (sample_s - self._mean_execute_s) / _INLINE_WINDOW
-            if self._mean_execute_s > 2 * INLINE_THRESHOLD_S:
-                self._inline = False
-        self._mean_execution_s += (execute_s - self._mean_execution_s) / _INLINE_WINDOW
+    def executed(self, rows: int, execute_s: float, cpu_s: float) -> None:
+        """Record one execution (on the event loop's thread): for the estimates, for metrics and
+        for the choice of where the next ones run."""
+        if self._movable:
+            self._place(cpu_s)
+        self._mean_execution_s += (execute_s - self._mean_execution_s) / _PLACEMENT_WINDOW
         if self._on_execute is not None:
             self._on_execute(rows, execute_s)
+
+    def _place(self, cpu_s: float) -> None:
+        # CPU time of the thread that ran it, so that waiting for a core or for the GIL does not
+        # count. Clipped, so that one outlier (a garbage collection, a page fault) cannot tip the
+        # mean: only a sustained change (bigger batches, a busier machine) moves the model.
+        sample_s = min(cpu_s, 2 * _LEAVE_LOOP_S)
+        self._mean_cpu_s += (sample_s - self._mean_cpu_s) / _PLACEMENT_WINDOW
+        if self._inline and self._mean_cpu_s > _LEAVE_LOOP_S:
+            self._inline = False
+        elif not self._inline and self._mean_cpu_s < _RETURN_TO_LOOP_S:
+            self._inline = True
+        else:
+            return
+        logger.info(
+            "model %s now runs %s (executions average %.0f us of CPU)",
+            self._name,
+            "inline on the event loop" if self._inline else "on worker threads",
+            self._mean_cpu_s * 1e6,
+            extra={"model": self._name},
+        )
 
     def run_blocking(self, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str]) -> Arrays:
         """Run on every instance in turn, before serving starts (warm-up), from the loading thread."""

@@ -24,16 +24,36 @@ def test_a_slower_model_runs_on_threads() -> None:
     assert not pool.runs_inline
 
 
-async def test_inline_model_that_grows_costly_moves_to_threads() -> None:
+async def run_executions(pool: InstancePool, count: int) -> None:
+    for _ in range(count):
+        instance = await pool.acquire()
+        await pool.execute(instance, FEEDS, ["y"], 1)
+        pool.release(instance)
+
+
+async def test_inline_model_that_grows_costly_moves_to_threads_and_back() -> None:
     runtime = FakeRuntime()
     pool = InstancePool([runtime], name="grows")
     pool.calibrate(FEEDS, ["y"])
     assert pool.runs_inline
-    runtime.compute_s = 4 * INLINE_THRESHOLD_S  # e.g. much bigger batches than the probe's one row
-    for _ in range(64):
-        instance = await pool.acquire()
-        await pool.execute(instance, FEEDS, ["y"], 1)
-        pool.release(instance)
+    runtime.compute_s = 3 * INLINE_THRESHOLD_S  # costlier, but under what a hop to a thread costs
+    await run_executions(pool, 200)
+    assert pool.runs_inline
+    runtime.compute_s = 20 * INLINE_THRESHOLD_S  # e.g. much bigger batches than the probe's one row
+    await run_executions(pool, 64)
+    assert not pool.runs_inline
+    runtime.compute_s = 0.0  # the batches shrink again
+    await run_executions(pool, 200)
+    assert pool.runs_inline
+
+
+async def test_a_model_calibrated_on_threads_stays_there() -> None:
+    # Its executions may wait on I/O, which their CPU time does not show: the loop must not run them.
+    runtime = FakeRuntime(compute_s=3 * INLINE_THRESHOLD_S)
+    pool = InstancePool([runtime], name="slow")
+    pool.calibrate(FEEDS, ["y"])
+    runtime.compute_s = 0.0
+    await run_executions(pool, 200)
     assert not pool.runs_inline
 
 
