@@ -273,6 +273,8 @@ def _shape(raw: Any, name: str) -> tuple[int, ...]:
 
 # What numpy infers from JSON numbers, per target datatype kind: ints must stay ints, etc.
 _ACCEPTED_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
+# The element types of a flat list that converts straight to a target of each kind.
+_PLAIN_TYPES = {"b": frozenset({bool}), "i": frozenset({int}), "u": frozenset({int}), "f": frozenset({float, int})}
 # simdjson reads a whole array of numbers into one buffer of this type, or refuses any other element.
 _BUFFER_TYPES = {"i": ("i", np.int64), "u": ("u", np.uint64), "f": ("d", np.float64)}
 
@@ -314,6 +316,13 @@ def _array_from_buffer(data: Any, datatype: DataType) -> np.ndarray[Any, Any] | 
 
 def _numbers_from_json(name: str, datatype: DataType, data: list[Any]) -> np.ndarray[Any, Any]:
     target = datatype.numpy_dtype
+    if set(map(type, data)) <= _PLAIN_TYPES[target.kind]:
+        # The flat list of plain numbers most clients send: one conversion, no checks to make.
+        # A value the target cannot hold raises OverflowError; the path below then says which.
+        try:
+            return np.array(data, dtype=target)
+        except OverflowError:
+            pass
     try:
         inferred = np.array(data)
     except (ValueError, TypeError):

@@ -108,6 +108,8 @@ DATA_CASES = [
     ("UINT8", [1], [300], "outside UINT8's range"),
     ("UINT8", [1], [-1], "outside UINT8's range"),
     ("UINT64", [2], [2**64 - 1, -1], "outside UINT64's range"),
+    ("INT8", [2], [1, 128], "outside INT8's range"),
+    ("INT32", [1], [-(2**31) - 1], "outside INT32's range"),
     ("BOOL", [1], [1], "holds integers"),
     ("BYTES", [1], [1], "BYTES data must be strings"),
     ("FP32", [1], "x", "'data' must be a list"),
