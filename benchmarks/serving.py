@@ -13,6 +13,9 @@ Rules (issue "Dynamic batching ... at close to the hardware's limit"):
   taken. It is then sampled again at that batch size between served measurements, and each
   served figure is divided by the mean of the samples just before and after it, so the machine's
   drift over the run cancels. A served figure is the best of concurrency 8, 16 and 32.
+* inferd's default setup is measured in turns with the floor servers, which run throughout: at
+  each concurrency inferd, then the floor, `--rounds` times (2 for tiny), best of all counting
+  for each; latency at concurrency 1 likewise, the median of the rounds counting.
 * The compute-bound models are served with one instance (inferd's default) and with two
   (`instance_group [{ count: 2 }]`, Triton's default for ONNX Runtime on CPU); both are reported.
 * The floor server (benchmarks/baselines/floor_server.py) is the cost of request handling alone
@@ -81,6 +84,9 @@ class Model:
     # for throughput, and the report shows both sides. A tiny model runs inline, where instances
     # do not matter.
     instance_counts: tuple[int, ...] = (1,)
+    # Sweeps of each served path, in turns with its floor. An overhead-bound model's figures move
+    # with the machine's noise as much as its floor's do: it takes the best of two.
+    rounds: int = 1
 
     def batch(self, size: int) -> dict[str, np.ndarray]:
         return {name: np.repeat(array, size, axis=0) for name, array in self.inputs.items()}
@@ -151,7 +157,7 @@ def build_repository(root: Path, model: Model, source: Path | None, setup: Setup
 
 def tiny_model() -> Model:
     x = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
-    return Model("tiny", 32, {"x": x})
+    return Model("tiny", 32, {"x": x}, rounds=2)
 
 
 def resnet50_model() -> Model:
@@ -369,12 +375,38 @@ class Best:
     ratio: float
 
 
-def best_of(measure: Callable[[int], Measurement], concurrencies: list[int], reference: Reference) -> Best:
-    results = []
-    for concurrency in concurrencies:
-        measurement, ratio = reference.ratio(lambda c=concurrency: measure(c))  # type: ignore[misc]
-        results.append(Best(measurement, concurrency, ratio))
-    return max(results, key=lambda best: best.ratio)
+def best_of(
+    measures: dict[str, Callable[[int], Measurement]], concurrencies: list[int], reference: Reference, rounds: int = 1
+) -> dict[str, Best]:
+    """The best of a concurrency sweep for each path. With several paths (a served path and its
+    floor) each concurrency measures them in turns, `rounds` times: on a shared machine a window
+    can read 20% low, and sweeping one path after the other would land that drift in their ratio."""
+    results: dict[str, list[Best]] = {label: [] for label in measures}
+    for _ in range(rounds):
+        for concurrency in concurrencies:
+            for label, measure in measures.items():
+                measurement, ratio = reference.ratio(lambda m=measure, c=concurrency: m(c))  # type: ignore[misc]
+                results[label].append(Best(measurement, concurrency, ratio))
+    return {label: max(bests, key=lambda best: best.ratio) for label, bests in results.items()}
+
+
+def median_latency(measures: dict[str, Callable[[], Measurement]], rounds: int) -> list[tuple[str, Measurement]]:
+    """Each path at concurrency 1, in turns, `rounds` times; the median p50 and p99 of each."""
+    results: dict[str, list[Measurement]] = {label: [] for label in measures}
+    for _ in range(rounds):
+        for label, measure in measures.items():
+            results[label].append(measure())
+    return [
+        (
+            label,
+            Measurement(
+                throughput=float(np.median([m.throughput for m in ms])),
+                p50_us=float(np.median([m.p50_us for m in ms])),
+                p99_us=float(np.median([m.p99_us for m in ms])),
+            ),
+        )
+        for label, ms in results.items()
+    ]
 
 
 def benchmark(model: Model, source: Path | None, args: argparse.Namespace, scratch: Path) -> None:
@@ -387,66 +419,79 @@ def benchmark(model: Model, source: Path | None, args: argparse.Namespace, scrat
     rows: list[tuple[str, Best]] = []
     latency: list[tuple[str, Measurement]] = []
     gains: list[tuple[str, float, float]] = []
-    concurrencies = args.concurrency
+    concurrencies, rounds = args.concurrency, args.rounds or model.rounds
     body = model.v2_json()
     setups = [Setup(batching=True, instances=count) for count in model.instance_counts] + [Setup(batching=False)]
-    for setup in setups:
-        directory = scratch / f"{model.name}-{'on' if setup.batching else 'off'}-{setup.instances}"
-        repository = build_repository(directory, model, source, setup)
-        with run_server(repository, scratch / f"{model.name}-{setup.label}.log") as server:
-            http_url = f"http://{server.http_url}/v2/models/{model.name}/infer"
-            with console.status(f"{model.name}, {setup.label}: HTTP JSON (wrk)"):
-                json_best = best_of(
-                    lambda c, url=http_url: wrk(url, body, c, args.seconds, scratch),  # type: ignore[misc]
-                    concurrencies,
-                    reference,
-                )
-            if not setup.batching:
-                gains.append(("HTTP JSON", json_best.measurement.throughput, 0.0))
-                continue
-            with console.status(f"{model.name}, {setup.label}: binary HTTP and gRPC (perf_analyzer)"):
-                binary_best = best_of(
-                    lambda c: perf_analyzer(model, server.http_url, "http", c, args.seconds, scratch),
-                    concurrencies,
-                    reference,
-                )
-                grpc_best = best_of(
-                    lambda c: perf_analyzer(model, server.grpc_url, "grpc", c, args.seconds, scratch),
-                    concurrencies,
-                    reference,
-                )
-            rows += [
-                (f"inferd HTTP JSON{setup.suffix}", json_best),
-                (f"inferd HTTP binary{setup.suffix}", binary_best),
-                (f"inferd gRPC{setup.suffix}", grpc_best),
-            ]
-            with console.status(f"{model.name}, {setup.label}: latency at concurrency 1"):
-                latency += [
-                    (f"HTTP JSON{setup.suffix}", wrk(http_url, body, 1, args.seconds, scratch)),
-                    (
-                        f"HTTP binary{setup.suffix}",
-                        perf_analyzer(model, server.http_url, "http", 1, args.seconds, scratch),
-                    ),
-                    (f"gRPC{setup.suffix}", perf_analyzer(model, server.grpc_url, "grpc", 1, args.seconds, scratch)),
+    # The floor servers run throughout, idle but for their turns: the first setup (inferd's
+    # defaults) is measured in turns with them.
+    with (
+        baseline_server(FLOOR_SERVER, [str(model_path)], scratch) as floor_port,
+        baseline_server(GRPC_FLOOR_SERVER, [str(model_path), model.name, str(model.max_batch_size)], scratch) as port,
+    ):
+        floor_url, grpc_floor_url = f"http://127.0.0.1:{floor_port}/", f"127.0.0.1:{port}"
+        floor_json: dict[str, Callable[[int], Measurement]] = {
+            "floor": lambda c: wrk(floor_url, body, c, args.seconds, scratch)
+        }
+        floor_grpc: dict[str, Callable[[int], Measurement]] = {
+            "floor": lambda c: perf_analyzer(model, grpc_floor_url, "grpc", c, args.seconds, scratch)
+        }
+        for setup in setups:
+            paired = setup is setups[0]
+            directory = scratch / f"{model.name}-{'on' if setup.batching else 'off'}-{setup.instances}"
+            repository = build_repository(directory, model, source, setup)
+            with run_server(repository, scratch / f"{model.name}-{setup.label}.log") as server:
+                http_url = f"http://{server.http_url}/v2/models/{model.name}/infer"
+                with console.status(f"{model.name}, {setup.label}: HTTP JSON (wrk)" + (", with the floor" * paired)):
+                    json_sweep = best_of(
+                        {"inferd": lambda c, url=http_url: wrk(url, body, c, args.seconds, scratch)}
+                        | (floor_json if paired else {}),
+                        concurrencies,
+                        reference,
+                        rounds,
+                    )
+                if paired:
+                    floor = json_sweep["floor"]
+                if not setup.batching:
+                    gains.append(("HTTP JSON", json_sweep["inferd"].measurement.throughput, 0.0))
+                    continue
+                with console.status(f"{model.name}, {setup.label}: binary HTTP and gRPC (perf_analyzer)"):
+                    binary_best = best_of(
+                        {"inferd": lambda c: perf_analyzer(model, server.http_url, "http", c, args.seconds, scratch)},
+                        concurrencies,
+                        reference,
+                        rounds,
+                    )["inferd"]
+                    grpc_sweep = best_of(
+                        {"inferd": lambda c: perf_analyzer(model, server.grpc_url, "grpc", c, args.seconds, scratch)}
+                        | (floor_grpc if paired else {}),
+                        concurrencies,
+                        reference,
+                        rounds,
+                    )
+                if paired:
+                    grpc_floor = grpc_sweep["floor"]
+                rows += [
+                    (f"inferd HTTP JSON{setup.suffix}", json_sweep["inferd"]),
+                    (f"inferd HTTP binary{setup.suffix}", binary_best),
+                    (f"inferd gRPC{setup.suffix}", grpc_sweep["inferd"]),
                 ]
+                paths: dict[str, Callable[[], Measurement]] = {
+                    f"HTTP JSON{setup.suffix}": lambda url=http_url: wrk(url, body, 1, args.seconds, scratch),  # type: ignore[misc]
+                    f"HTTP binary{setup.suffix}": lambda: perf_analyzer(
+                        model, server.http_url, "http", 1, args.seconds, scratch
+                    ),
+                    f"gRPC{setup.suffix}": lambda: perf_analyzer(
+                        model, server.grpc_url, "grpc", 1, args.seconds, scratch
+                    ),
+                }
+                if paired:
+                    paths["floor server, HTTP JSON"] = lambda: wrk(floor_url, body, 1, args.seconds, scratch)
+                    paths["gRPC floor server"] = lambda: perf_analyzer(
+                        model, grpc_floor_url, "grpc", 1, args.seconds, scratch
+                    )
+                with console.status(f"{model.name}, {setup.label}: latency at concurrency 1"):
+                    latency += median_latency(paths, rounds)
     gains[0] = ("HTTP JSON", rows[0][1].measurement.throughput, gains[0][1])
-    with (
-        baseline_server(FLOOR_SERVER, [str(model_path)], scratch) as port,
-        console.status(f"{model.name}: floor server (wrk)"),
-    ):
-        url = f"http://127.0.0.1:{port}/"
-        floor = best_of(lambda c: wrk(url, body, c, args.seconds, scratch), concurrencies, reference)
-        latency.append(("floor server, HTTP JSON", wrk(url, body, 1, args.seconds, scratch)))
-    arguments = [str(model_path), model.name, str(model.max_batch_size)]
-    with (
-        baseline_server(GRPC_FLOOR_SERVER, arguments, scratch) as port,
-        console.status(f"{model.name}: gRPC floor server (perf_analyzer)"),
-    ):
-        grpc_url = f"127.0.0.1:{port}"
-        grpc_floor = best_of(
-            lambda c: perf_analyzer(model, grpc_url, "grpc", c, args.seconds, scratch), concurrencies, reference
-        )
-        latency.append(("gRPC floor server", perf_analyzer(model, grpc_url, "grpc", 1, args.seconds, scratch)))
     if model.name == "tiny":
         rows += measure_peers(model, model_path, body, concurrencies, args, scratch, reference)
     report(model, reference, batch1_us, rows, floor, grpc_floor, latency, gains)
@@ -473,10 +518,11 @@ def measure_peers(
             url = f"http://127.0.0.1:{port}/v2/models/{model.name}/infer"
             _wait_answering(url, body)
             best = best_of(
-                lambda c, url=url: wrk(url, body, c, args.seconds, scratch),  # type: ignore[misc]
+                {label: lambda c, url=url: wrk(url, body, c, args.seconds, scratch)},  # type: ignore[misc]
                 concurrencies,
                 reference,
-            )
+                args.rounds or model.rounds,
+            )[label]
         rows.append((f"{label}, HTTP JSON", best))
     return rows
 
@@ -553,6 +599,13 @@ def main() -> int:
         "--models", nargs="+", default=["tiny", "minilm", "resnet50"], choices=["tiny", "minilm", "resnet50"]
     )
     parser.add_argument("--concurrency", nargs="+", type=int, default=[8, 16, 32])
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=0,
+        help="sweeps of each path, in turns with its floor; the best counts (latency: the median). "
+        "Default: 2 for tiny, 1 for the compute-bound models",
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None or not PERF_ANALYZER.exists():
         print("needs wrk (apt-get install wrk) and scripts/install_perf_analyzer.sh", file=sys.stderr)
