@@ -87,7 +87,7 @@ class DynamicBatcher:
 
     @property
     def queued(self) -> int:
-        return sum(len(q) for q in self._queues)
+        return sum(map(len, self._queues))
 
     async def submit(
         self,

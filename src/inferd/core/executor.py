@@ -8,6 +8,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -77,10 +78,13 @@ class InstancePool:
         self._movable = False
         self._mean_cpu_s = 0.0
         self._mean_execution_s = 0.0
-        self._waiting = 0
         self._threads = ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"inferd-{name}")
-        # NOTE: created lazily on the serving loop; the pool may be built on a loader thread.
-        self._free: asyncio.Queue[Runtime] | None = None
+        # A stack and the futures of those waiting, not an asyncio.Queue: acquiring and releasing
+        # happen once per execution, and the queue's bookkeeping cost microseconds of each. Last
+        # in, first out: under light load one instance does the work, its memory warm in the
+        # caches. The first instance is on top.
+        self._free = self._instances[::-1]
+        self._waiters: deque[asyncio.Future[Runtime]] = deque()
 
     @property
     def size(self) -> int:
@@ -89,18 +93,23 @@ class InstancePool:
     @property
     def idle(self) -> int:
         """Instances not executing now (all of them before serving starts)."""
-        return self._free_instances().qsize()
+        return len(self._free)
 
     async def acquire(self) -> Runtime:
         """An idle instance, waiting for one to be released when all are busy."""
-        free = self._free_instances()
-        if not free.empty():
-            return free.get_nowait()
-        self._waiting += 1
+        if self._free:
+            return self._free.pop()
+        waiter: asyncio.Future[Runtime] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
         try:
-            return await free.get()
-        finally:
-            self._waiting -= 1
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                # Cancelled after an instance was handed over, before it resumed: pass it on.
+                self.release(waiter.result())
+            else:
+                self._waiters.remove(waiter)
+            raise
 
     @property
     def mean_execution_s(self) -> float:
@@ -111,11 +120,17 @@ class InstancePool:
         """When an execution queued behind `executions_ahead` others (and those already waiting
         for an instance) would finish, from the recent mean execution time."""
         busy = self.size - self.idle
-        rounds = (busy + self._waiting + executions_ahead) // self.size + 1
+        rounds = (busy + len(self._waiters) + executions_ahead) // self.size + 1
         return rounds * self._mean_execution_s
 
     def release(self, instance: Runtime) -> None:
-        self._free_instances().put_nowait(instance)
+        """Give `instance` back: to the first one still waiting, else to the idle ones."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():  # defensive: a cancelled waiter removes itself
+                waiter.set_result(instance)
+                return
+        self._free.append(instance)
 
     @property
     def runs_inline(self) -> bool:
@@ -140,8 +155,7 @@ class InstancePool:
 
     def try_acquire(self) -> Runtime | None:
         """An idle instance, or None when all are busy."""
-        free = self._free_instances()
-        return None if free.empty() else free.get_nowait()
+        return self._free.pop() if self._free else None
 
     @property
     def threads(self) -> ThreadPoolExecutor:
@@ -203,10 +217,3 @@ class InstancePool:
         self._threads.shutdown(wait=True)
         for instance in self._instances:
             instance.close()
-
-    def _free_instances(self) -> asyncio.Queue[Runtime]:
-        if self._free is None:
-            self._free = asyncio.Queue()
-            for instance in self._instances:
-                self._free.put_nowait(instance)
-        return self._free

@@ -39,8 +39,9 @@ class ModelHandle:
         feeds, batch_size = prepare_inputs(self.config, request)
         names = output_names(self.config, request)
         request.timing.rows = batch_size
-        timeout_us = _int_parameter(request, "timeout")
-        priority = _int_parameter(request, "priority")
+        timeout_us, priority = (
+            (_int_parameter(request, "timeout"), _int_parameter(request, "priority")) if request.parameters else (0, 0)
+        )
         deadline_s = request.deadline_s
         if timeout_us:
             # Triton's `timeout` parameter doubles as a deadline: it can only shorten the client's.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 from inferd.core.executor import INLINE_THRESHOLD_S, InstancePool
 from inferd.testing.fakes import FakeRuntime
@@ -68,3 +69,31 @@ async def test_reported_executions_carry_rows_and_time() -> None:
     assert [r["y"].tolist() for r in results] == [[[2.0, 2.0]]] * 2
     assert [rows for rows, _ in seen] == [1, 1]
     assert pool.idle == 2
+
+
+async def test_a_waiter_cancelled_after_the_hand_over_passes_the_instance_on() -> None:
+    pool = InstancePool([FakeRuntime()], name="one")
+    instance = await pool.acquire()
+    waiter = asyncio.ensure_future(pool.acquire())
+    await asyncio.sleep(0)  # it waits now
+    pool.release(instance)  # handed to the waiter, which has not resumed yet
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert pool.idle == 1
+    assert await pool.acquire() is instance
+
+
+async def test_a_waiter_cancelled_while_waiting_takes_nothing() -> None:
+    pool = InstancePool([FakeRuntime()], name="one")
+    pool.calibrate(FEEDS, ["y"])
+    instance = await pool.acquire()
+    gone = asyncio.ensure_future(pool.acquire())
+    await asyncio.sleep(0)
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    # The busy instance's execution, then this one: the cancelled waiter no longer counts.
+    assert pool.estimated_wait_s(0) == 2 * pool.mean_execution_s > 0
+    pool.release(instance)
+    assert pool.idle == 1
