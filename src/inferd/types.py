@@ -92,17 +92,12 @@ def new_request_id() -> str:
     return f"{_REQUEST_ID_PREFIX}{next(_request_counter) & 0xFFFFFFFF:08x}"
 
 
-# NOTE: the types made per request (Tensor, InferRequest, InferResponse) are not frozen: a frozen
-# dataclass sets each field through object.__setattr__, which cost 1-3 us per object here, a few
-# percent of a tiny model's request. No layer assigns to them; treat them as values all the same.
-
-
 def element_count(shape: tuple[int, ...]) -> int:
     """Python ints, so a hostile shape cannot overflow into a small number."""
     return math.prod(shape)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Tensor:
     name: str
     datatype: DataType
@@ -117,7 +112,7 @@ class RequestedOutput:
     parameters: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class InferRequest:
     model_name: str
     # "" means the version the model's policy serves by default (the newest ready one).
@@ -163,7 +158,7 @@ class RequestTiming:
         return self.compute_input_s + self.compute_infer_s + self.compute_output_s
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class InferResponse:
     model_name: str
     model_version: str
