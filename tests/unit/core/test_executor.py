@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import numpy as np
 import pytest
@@ -32,7 +33,8 @@ async def run_executions(pool: InstancePool, count: int) -> None:
         pool.release(instance)
 
 
-async def test_inline_model_that_grows_costly_moves_to_threads_and_back() -> None:
+async def test_inline_model_that_grows_costly_moves_to_threads_and_back(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="inferd.executor")
     runtime = FakeRuntime()
     pool = InstancePool([runtime], name="grows")
     pool.calibrate(FEEDS, ["y"])
@@ -46,6 +48,11 @@ async def test_inline_model_that_grows_costly_moves_to_threads_and_back() -> Non
     runtime.compute_s = 0.0  # the batches shrink again
     await run_executions(pool, 200)
     assert pool.runs_inline
+    moves = [r.getMessage() for r in caplog.records if r.name == "inferd.executor"]
+    assert [m.split(" (")[0] for m in moves] == [
+        "model grows now runs on worker threads",
+        "model grows now runs inline on the event loop",
+    ]
 
 
 async def test_a_model_calibrated_on_threads_stays_there() -> None:
