@@ -107,7 +107,7 @@ class InstancePool:
             if waiter.done() and not waiter.cancelled():
                 # Cancelled after an instance was handed over, before it resumed: pass it on.
                 self.release(waiter.result())
-            else:
+            elif waiter in self._waiters:  # a release may have dropped it already
                 self._waiters.remove(waiter)
             raise
 
@@ -127,7 +127,7 @@ class InstancePool:
         """Give `instance` back: to the first one still waiting, else to the idle ones."""
         while self._waiters:
             waiter = self._waiters.popleft()
-            if not waiter.done():  # defensive: a cancelled waiter removes itself
+            if not waiter.done():  # cancelled, and not yet resumed to remove itself
                 waiter.set_result(instance)
                 return
         self._free.append(instance)

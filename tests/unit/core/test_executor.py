@@ -104,3 +104,15 @@ async def test_a_waiter_cancelled_while_waiting_takes_nothing() -> None:
     assert pool.estimated_wait_s(0) == 2 * pool.mean_execution_s > 0
     pool.release(instance)
     assert pool.idle == 1
+
+
+async def test_a_release_between_a_cancel_and_its_resumption_keeps_the_instance() -> None:
+    pool = InstancePool([FakeRuntime()], name="one")
+    instance = await pool.acquire()
+    gone = asyncio.ensure_future(pool.acquire())
+    await asyncio.sleep(0)
+    gone.cancel()  # its future is cancelled now; the task resumes later
+    pool.release(instance)
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    assert pool.idle == 1
