@@ -151,8 +151,10 @@ def slow_body() -> bytes:
 def test_deadline_that_cannot_be_met_is_refused_at_once(batching_server: ServerProcess) -> None:
     import orjson
 
-    # One execution of the slow model takes milliseconds: half a millisecond cannot be met.
-    reply = http_request(batching_server, "POST", "/v2/models/slow/infer", slow_body(), {"Inferd-Timeout-Ms": "0.5"})
+    # A microsecond is gone before the request is even decoded, on any machine: refused at once.
+    # Whether a deadline can be met is decided by the batcher's estimate, tested as a unit with a
+    # fake clock (tests/unit/core/test_batcher.py); here only the wire mapping is.
+    reply = http_request(batching_server, "POST", "/v2/models/slow/infer", slow_body(), {"Inferd-Timeout-Ms": "0.001"})
     assert reply.status == 503
     body = orjson.loads(reply.body)
     assert body["code"] == "DEADLINE_UNREACHABLE"
@@ -173,7 +175,7 @@ def test_triton_timeout_parameter_and_grpc_deadline(batching_server: ServerProce
 
     request = service_pb2.ModelInferRequest(model_name="slow")
     request.inputs.add(name="x", datatype="FP32", shape=[1, SLOW_SIZE]).contents.fp32_contents.extend([1.0] * SLOW_SIZE)
-    request.parameters["timeout"].int64_param = 100  # microseconds
+    request.parameters["timeout"].int64_param = 1  # microseconds: gone before admission, on any machine
     with grpc.insecure_channel(batching_server.grpc_url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         with pytest.raises(grpc.RpcError) as raised:
