@@ -98,3 +98,34 @@ def test_grpc_typed_contents(server: ServerProcess, datatype: DataType, field: s
     else:
         output = np.frombuffer(response.raw_output_contents[0], dtype=datatype.numpy_dtype).reshape(data.shape)
         np.testing.assert_array_equal(output, data)
+
+
+# Bytes that are not UTF-8 (a PNG signature, a protobuf with a 0xff varint, a lone continuation
+# byte, trailing NULs) and characters inside the range inferd escapes them into: all must come back
+# exactly as sent, as Triton passes BYTES through.
+BLOBS = np.array(
+    [
+        [b"\x89PNG\r\n\x1a\n\x00\x00", b"\x08\xff\xff\xff\xff\x0f", b"\x80"],
+        ["\U0010ffff\U0010ff80".encode(), b"\xff", b""],
+    ],
+    dtype=object,
+)
+
+
+def test_bytes_that_are_not_utf8_pass_through_binary_http(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    tensor = httpclient.InferInput("INPUT0", list(BLOBS.shape), "BYTES")
+    tensor.set_data_from_numpy(BLOBS, binary_data=True)
+    for binary_output in (True, False):  # output as JSON cannot hold them: inferd sends them binary
+        requested = httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary_output)
+        output = client.infer("identity_bytes", [tensor], outputs=[requested]).as_numpy("OUTPUT0")
+        assert output.shape == BLOBS.shape
+        assert list(output.reshape(-1)) == list(BLOBS.reshape(-1))
+
+
+def test_bytes_that_are_not_utf8_pass_through_grpc(server: ServerProcess) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    tensor = grpcclient.InferInput("INPUT0", list(BLOBS.shape), "BYTES")
+    tensor.set_data_from_numpy(BLOBS)
+    output = client.infer("identity_bytes", [tensor]).as_numpy("OUTPUT0")
+    assert list(output.reshape(-1)) == list(BLOBS.reshape(-1))

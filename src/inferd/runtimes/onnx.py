@@ -16,6 +16,7 @@ import onnxruntime as ort
 from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorSpec
 from inferd.errors import InternalError, InvalidRequestError, ModelLoadError
 from inferd.runtimes.base import RuntimeOptions
+from inferd.runtimes.onnx_strings import bytes_from_ort, str_for_ort
 from inferd.types import DataType
 
 DEFAULT_MODEL_FILENAME = "model.onnx"
@@ -156,17 +157,11 @@ def _spec(arg: Any) -> TensorSpec:
 
 
 def _to_ort_strings(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    # ORT string tensors take Python str; BYTES elements arrive as bytes.
-    flat = [
-        item.decode("utf-8", errors="surrogateescape") if isinstance(item, bytes) else str(item)
-        for item in array.reshape(-1)
-    ]
+    # ORT string tensors take Python str; BYTES elements arrive as bytes (see onnx_strings).
+    flat = [str_for_ort(item) if isinstance(item, bytes) else str(item) for item in array.reshape(-1)]
     return np.array(flat, dtype=object).reshape(array.shape)
 
 
 def _from_ort_strings(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    flat = [
-        item.encode("utf-8", errors="surrogateescape") if isinstance(item, str) else bytes(item)
-        for item in array.reshape(-1)
-    ]
+    flat = [bytes_from_ort(item) if isinstance(item, str) else bytes(item) for item in array.reshape(-1)]
     return np.array(flat, dtype=object).reshape(array.shape)
