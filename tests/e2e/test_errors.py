@@ -149,6 +149,20 @@ def test_malformed_json_requests(server: ServerProcess, document: Any, code: str
     assert fragment in body["error"]
 
 
+@pytest.mark.parametrize("levels", [2_000, 100_000])
+@pytest.mark.parametrize("where", ["data", "parameters"])
+def test_deeply_nested_json_is_the_clients_mistake(server: ServerProcess, where: str, levels: int) -> None:
+    # 2,000 levels fit the small-body parser (orjson), 100,000 the large-body one (simdjson).
+    deep = b"[" * levels + b"1" + b"]" * levels
+    if where == "data":
+        body = b'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,1],"data":%s}]}' % deep
+    else:
+        body = b'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,1],"data":[1]}],"parameters":{"p":%s}}' % deep
+    status, document = post_infer(server, "identity_fp32", body)
+    assert (status, document["code"]) == (400, "MALFORMED_REQUEST")
+    assert "not valid JSON" in document["error"] and "depth" in document["error"].lower()
+
+
 def test_integer_out_of_range(server: ServerProcess) -> None:
     status, body = post_infer(
         server, "identity_uint8", {"inputs": [{"name": "INPUT0", "datatype": "UINT8", "shape": [1, 1], "data": [300]}]}

@@ -156,6 +156,9 @@ def _load_header(header: bytes) -> Any:
         return _load_large_header(header)
     except (orjson.JSONDecodeError, ValueError) as exc:
         raise MalformedRequestError(f"request body is not valid JSON: {exc}") from None
+    except RuntimeError as exc:
+        # simdjson's DEPTH_ERROR: both parsers stop, without recursing, at 1024 levels of nesting.
+        raise MalformedRequestError(f"request body is not valid JSON: nested deeper than 1024 levels ({exc})") from None
 
 
 def _load_large_header(header: bytes) -> Any:
