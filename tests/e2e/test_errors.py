@@ -304,3 +304,27 @@ def test_grpc_tritonclient_errors(server: ServerProcess) -> None:
         client.get_model_metadata("nope")
     assert "StatusCode.NOT_FOUND" in raised.value.status()
     assert not client.is_model_ready("needs_gpu")
+
+
+def test_grpc_request_ids_and_error_fields_are_safe_metadata(server: ServerProcess) -> None:
+    import urllib.parse
+
+    def request(v2_id: str, tensor: str = "INPUT0") -> Any:
+        message = service_pb2.ModelInferRequest(model_name="identity_int8", id=v2_id)
+        message.inputs.add(name=tensor, datatype="INT8", shape=[1, 1]).contents.int_contents.append(3)
+        return message
+
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        response, call = stub.ModelInfer.with_call(request("résumé ✓"), timeout=10)
+        assert response.id == "résumé ✓"
+        assert urllib.parse.unquote(dict(call.trailing_metadata())["x-request-id"]) == "résumé ✓"
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.ModelInfer(request("a\r\nb"), timeout=10)
+        assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "control characters" in raised.value.details()
+        # An error naming a tensor the client called something no header can hold.
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.ModelInfer(request("id-2", tensor="ünknown\n"), timeout=10)
+        assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert urllib.parse.unquote(dict(raised.value.trailing_metadata())["inferd-tensor"]) == "ünknown\n"

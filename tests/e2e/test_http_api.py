@@ -175,3 +175,39 @@ def test_warm_up_runs_before_ready(client: httpclient.InferenceServerClient, ser
     assert client.is_model_ready("warmed")
     for sample in ("zeros", "noise", "file"):
         assert f"warm-up '{sample}'" in server.log()
+
+
+def int8_request(v2_id: str) -> bytes:
+    return orjson.dumps({"id": v2_id, "inputs": [{"name": "INPUT0", "datatype": "INT8", "shape": [1, 1], "data": [3]}]})
+
+
+def test_request_id_with_control_characters_is_refused_and_never_becomes_a_header(server: ServerProcess) -> None:
+    reply = http_request(server, "POST", "/v2/models/identity_int8/infer", int8_request("a\r\nSet-Cookie: x=1"))
+    assert reply.status == 400
+    assert orjson.loads(reply.body)["code"] == "MALFORMED_REQUEST"
+    assert "control characters" in orjson.loads(reply.body)["error"]
+    assert "set-cookie" not in reply.headers
+    assert "\r" not in reply.headers["x-request-id"] and "\n" not in reply.headers["x-request-id"]
+    # The same refusal for a header that smuggles one in (a tab is the one control octet HTTP lets through).
+    reply = http_request(server, "POST", "/v2/models/identity_int8/infer", int8_request("ok"), {"X-Request-ID": "a\tb"})
+    assert reply.status == 400
+    assert "X-Request-ID" in orjson.loads(reply.body)["error"]
+
+
+@pytest.mark.parametrize("v2_id", ["résumé ✓", "50% of 日本", " padded "])
+def test_any_printable_request_id_is_echoed_in_the_body_and_percent_encoded_in_the_header(
+    server: ServerProcess, v2_id: str
+) -> None:
+    import urllib.parse
+
+    reply = http_request(server, "POST", "/v2/models/identity_int8/infer", int8_request(v2_id))
+    assert reply.status == 200, reply.body
+    assert orjson.loads(reply.body)["id"] == v2_id
+    header = reply.headers["x-request-id"]
+    assert header.isascii() and urllib.parse.unquote(header) == v2_id
+    # On an error too (the answer is a 4xx, never a 500 from writing the header).
+    body = orjson.dumps({"id": v2_id, "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": [3]}]})
+    reply = http_request(server, "POST", "/v2/models/identity_int8/infer", body)
+    assert reply.status == 400
+    assert urllib.parse.unquote(reply.headers["x-request-id"]) == v2_id
+    assert orjson.loads(reply.body)["request_id"] == v2_id

@@ -14,6 +14,7 @@ from tritonclient.grpc import service_pb2 as pb
 from inferd.config.model import ModelConfig
 from inferd.errors import InferdError, MalformedRequestError, TensorDataError
 from inferd.protocol import model_config
+from inferd.protocol.request_id import check_request_id
 from inferd.protocol.tensor_bytes import tensor_from_bytes, tensor_to_bytes
 from inferd.types import (
     DataType,
@@ -57,6 +58,7 @@ _FIELD_DTYPES = {
 
 
 def decode_request(message: Any, *, request_id: str = "", deadline_s: float | None = None) -> InferRequest:
+    check_request_id(message.id, "'id'")
     request_id = request_id or message.id or new_request_id()
     try:
         inputs = _decode_inputs(message)

@@ -17,6 +17,7 @@ import orjson
 import simdjson
 
 from inferd.errors import InferdError, MalformedRequestError, TensorDataError
+from inferd.protocol.request_id import check_request_id
 from inferd.protocol.tensor_bytes import tensor_from_bytes, tensor_to_bytes
 from inferd.types import (
     DataType,
@@ -55,6 +56,7 @@ def decode_request(
     v2_id = document.get("id", "")
     if not isinstance(v2_id, str):
         raise MalformedRequestError("'id' must be a string")
+    check_request_id(v2_id, "'id'")
     request_id = request_id or v2_id or new_request_id()
     try:
         inputs = _decode_inputs(document.get("inputs"), binary)

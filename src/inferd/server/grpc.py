@@ -20,6 +20,7 @@ from tritonclient.grpc import service_pb2_grpc
 from inferd.core.service import InferenceService
 from inferd.errors import InferdError, InternalError, UnavailableError
 from inferd.protocol import grpc_v2, server_timing
+from inferd.protocol.request_id import header_value
 from inferd.protocol.status import GRPC_STATUS
 from inferd.server.logging import current_request_id
 from inferd.types import new_request_id
@@ -90,7 +91,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             message = grpc_v2.encode_response(response)
             decoded.timing.encode_s = time.perf_counter() - encode_started
             self._service.response_encoded(response, decoded.timing.encode_s)
-            trailers = [(REQUEST_ID_KEY, request_id)]
+            trailers = [(REQUEST_ID_KEY, header_value(request_id))]
             if server_timing.wanted(metadata.get(server_timing.REQUEST_HEADER)):
                 trailers.append((server_timing.RESPONSE_HEADER, server_timing.encode(decoded.timing)))
             context.set_trailing_metadata(tuple(trailers))
@@ -118,11 +119,13 @@ async def _abort(context: grpc.aio.ServicerContext, method: str, error: InferdEr
     log = logger.error if status is grpc.StatusCode.INTERNAL else logger.warning
     log("%s -> %s %s: %s", method, status.name, error.code.value, error.message, extra={"request_id": request_id})
     # The machine-readable fields the REST body carries, as trailing metadata: inferd-code, inferd-tensor, ...
-    details = tuple((f"inferd-{key.replace('_', '-')}", str(value)) for key, value in error.details().items())
+    details = tuple(
+        (f"inferd-{key.replace('_', '-')}", header_value(str(value))) for key, value in error.details().items()
+    )
     retry_after: tuple[tuple[str, str], ...] = ()
     if isinstance(error, UnavailableError) and error.retry_after_s is not None:
         retry_after = (("retry-after", str(max(1, math.ceil(error.retry_after_s)))),)
-    context.set_trailing_metadata(((REQUEST_ID_KEY, request_id), *details, *retry_after))
+    context.set_trailing_metadata(((REQUEST_ID_KEY, header_value(request_id)), *details, *retry_after))
     await context.abort(status, error.message)
 
 

@@ -25,6 +25,7 @@ from inferd.errors import (
     UnavailableError,
 )
 from inferd.protocol import json_v2, model_config, server_timing
+from inferd.protocol.request_id import check_request_id, header_value
 from inferd.protocol.status import HTTP_STATUS
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.logging import current_request_id
@@ -52,10 +53,13 @@ class HttpApp:
         self.requests_in_flight: Callable[[], int] = lambda: 2
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
-        headers = request.headers
-        request_id = headers.get(REQUEST_ID_HEADER, b"").decode("latin-1")
+        request_id = ""
         token = current_request_id.set(request_id)
         try:
+            raw_id = request.headers.get(REQUEST_ID_HEADER)
+            if raw_id:
+                request_id = check_request_id(_header_text(raw_id), "X-Request-ID")
+                current_request_id.set(request_id)
             if request.oversized:
                 raise self._too_large(request.oversized)
             return await self._route(request)
@@ -128,7 +132,7 @@ class HttpApp:
         payload, json_length = json_v2.encode_response(response, request)
         request.timing.encode_s = time.perf_counter() - encode_started
         self._service.response_encoded(response, request.timing.encode_s)
-        response_headers = [(REQUEST_ID_HEADER, request.request_id.encode("latin-1"))]
+        response_headers = [(REQUEST_ID_HEADER, header_value(request.request_id).encode("ascii"))]
         if server_timing.wanted(headers.get(_SERVER_TIMING_REQUEST)):
             response_headers.append((_SERVER_TIMING_RESPONSE, server_timing.encode(request.timing).encode()))
         if json_length is None:
@@ -157,7 +161,7 @@ class HttpApp:
             error.message,
             extra={"request_id": request_id, "status": status},
         )
-        headers = [*_JSON_HEADERS, (REQUEST_ID_HEADER, request_id.encode("latin-1"))]
+        headers = [*_JSON_HEADERS, (REQUEST_ID_HEADER, header_value(request_id).encode("ascii"))]
         if isinstance(error, UnavailableError) and error.retry_after_s is not None:
             headers.append((b"retry-after", str(max(1, math.ceil(error.retry_after_s))).encode()))
         return HttpResponse(status, json_v2.encode_error(error, request_id), headers)
@@ -175,6 +179,14 @@ def _deadline(headers: dict[bytes, bytes]) -> float | None:
     if not timeout_ms > 0 or math.isinf(timeout_ms):
         raise MalformedRequestError(f"Inferd-Timeout-Ms {raw.decode('latin-1')!r} must be a positive number")
     return time.monotonic() + timeout_ms / 1000
+
+
+def _header_text(raw: bytes) -> str:
+    # Header bytes are UTF-8 from most clients; anything else is read as Latin-1, as HTTP once was.
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
 
 
 def _header_length(headers: dict[bytes, bytes]) -> int | None:
