@@ -110,3 +110,21 @@ def test_server_timing_on_request_over_grpc(server: ServerProcess) -> None:
         _, call = stub.ModelInfer.with_call(request, timeout=10, metadata=(("inferd-server-timing", "1"),))
     trailers = dict(call.trailing_metadata())
     assert [p.split(";")[0].strip() for p in trailers["server-timing"].split(",")] == list(PHASES)
+
+
+def test_requests_for_unknown_models_add_no_series(server: ServerProcess) -> None:
+    body = orjson.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16], "data": [0] * 16}]})
+    before = scrape(server)
+    for index in range(200):
+        assert http_request(server, "POST", f"/v2/models/ghost-{index}/infer", body).status == 404
+        assert http_request(server, "POST", f"/v2/models/mlp/versions/{1000 + index}/infer", body).status == 404
+    after = scrape(server)
+    assert "ghost-" not in after and 'version="1000"' not in after
+    assert len(after.splitlines()) <= len(before.splitlines()) + 2  # at most the two outcomes' new lines
+
+    def grew(outcome: str) -> float:
+        name = "inferd_unresolved_requests_total"
+        return sample(after, name, outcome=outcome) - sample(before, name, missing=0.0, outcome=outcome)
+
+    assert grew("MODEL_NOT_FOUND") == 200
+    assert grew("VERSION_NOT_FOUND") == 200

@@ -78,26 +78,35 @@ class InferenceService:
         """`alone`: the transport holds no other request, so a batcher need not wait a moment for
         company (it still does when another transport's request is in the core)."""
         started = time.perf_counter()
-        version = request.model_version
         alone = alone and self._inferring == 0
         self._inferring += 1
+        handle = None
         try:
             handle = self._registry.handle(request.model_name, request.model_version)
-            version = str(handle.version)
             response = await handle.infer(request, alone=alone)
         except InferdError as exc:
             exc.request_id = exc.request_id or request.request_id
-            elapsed_s = time.perf_counter() - started + request.timing.decode_s
-            self._statistics.request_finished(
-                request.model_name, version, exc.code.value, elapsed_s, request.timing.rows, request.timing
-            )
+            if handle is None:
+                # Any client can name models that do not exist: such requests share one bounded
+                # series, so they cannot grow the statistics (or /metrics) without limit.
+                self._statistics.request_unresolved(exc.code.value)
+            else:
+                elapsed_s = time.perf_counter() - started + request.timing.decode_s
+                self._statistics.request_finished(
+                    request.model_name,
+                    str(handle.version),
+                    exc.code.value,
+                    elapsed_s,
+                    request.timing.rows,
+                    request.timing,
+                )
             raise
         finally:
             self._inferring -= 1
         # Counted from the start of decoding, as Triton counts from the request's arrival.
         elapsed_s = time.perf_counter() - started + request.timing.decode_s
         self._statistics.request_finished(
-            request.model_name, version, "success", elapsed_s, request.timing.rows, request.timing
+            request.model_name, str(handle.version), "success", elapsed_s, request.timing.rows, request.timing
         )
         return response
 

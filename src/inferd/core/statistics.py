@@ -98,6 +98,9 @@ class ServingStatistics:
 
     def __init__(self) -> None:
         self._versions: dict[tuple[str, str], VersionStatistics] = {}
+        # Requests that resolved to no loaded version (unknown model or version, model not ready):
+        # ErrorCode value -> count. Keyed by code alone, so it stays as small as the ErrorCode enum.
+        self.unresolved: dict[str, int] = {}
 
     def request_finished(
         self, model: str, version: str, outcome: str, duration_s: float, rows: int, timing: RequestTiming
@@ -117,6 +120,9 @@ class ServingStatistics:
         stats.compute_output_s += timing.compute_output_s
         stats.inference_count += rows
         stats.last_inference_ms = int(time.time() * 1000)
+
+    def request_unresolved(self, outcome: str) -> None:
+        self.unresolved[outcome] = self.unresolved.get(outcome, 0) + 1
 
     def response_encoded(self, model: str, version: str, encode_s: float) -> None:
         self._version(model, version).encode.observe(encode_s)

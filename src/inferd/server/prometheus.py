@@ -82,6 +82,15 @@ class _Exposition(Collector):
             for outcome, count in sorted(stats.outcomes.items()):
                 requests.add_metric([model, version, outcome], count)
         yield requests
+        unresolved = CounterMetricFamily(
+            "inferd_unresolved_requests",
+            "Inference requests that named no loaded model version (an unknown model or version, or one not "
+            "ready), by outcome; counted apart from any model so that unknown names add no series.",
+            labels=["outcome"],
+        )
+        for outcome, count in sorted(dict(self._statistics.unresolved).items()):
+            unresolved.add_metric([outcome], count)
+        yield unresolved
         for name, documentation, histogram_of in _HISTOGRAMS:
             family = HistogramMetricFamily(name, documentation, labels=["model", "version"])
             for (model, version), stats in snapshot:
