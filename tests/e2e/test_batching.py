@@ -211,7 +211,7 @@ def test_request_of_a_client_that_left_is_dropped_from_the_queue(batching_server
         target=http_request, args=(batching_server, "POST", "/v2/models/glacial/infer", glacial_request(8))
     )
     blocker.start()
-    _wait_until_in_flight(batching_server, "glacial")
+    wait_until_in_flight(batching_server, "glacial")
     # ...while a client queues a request behind it and hangs up.
     body = glacial_request(1)
     with socket.create_connection(("127.0.0.1", batching_server.http_port)) as sock:
@@ -226,15 +226,15 @@ def test_request_of_a_client_that_left_is_dropped_from_the_queue(batching_server
     assert inference_count() - before == 8 + 1  # the departed client's row never ran
 
 
-def _wait_until_in_flight(server: ServerProcess, model: str) -> None:
-    """Until the server reports a request of `model` in flight (polled, bounded)."""
+def wait_until_in_flight(server: ServerProcess, model: str, count: int = 1) -> None:
+    """Until the server reports `count` requests of `model` in flight (polled, bounded)."""
     import time
 
     from tests.e2e.test_observability import sample, scrape
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if sample(scrape(server), "inferd_requests_in_flight", missing=0.0, model=model) >= 1:
+        if sample(scrape(server), "inferd_requests_in_flight", missing=0.0, model=model) >= count:
             return
         time.sleep(0.005)
-    raise AssertionError(f"no request of {model} in flight")
+    raise AssertionError(f"never {count} request(s) of {model} in flight")
