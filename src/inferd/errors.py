@@ -121,6 +121,11 @@ class BatchSizeError(InvalidRequestError):
 class MethodNotAllowedError(InvalidRequestError):
     code = ErrorCode.METHOD_NOT_ALLOWED
 
+    def __init__(self, message: str, *, allowed: tuple[str, ...]) -> None:
+        super().__init__(message)
+        # The methods the path takes, for the HTTP Allow header.
+        self.allowed = allowed
+
 
 class RequestTooLargeError(InferdError):
     code = ErrorCode.REQUEST_TOO_LARGE

@@ -37,6 +37,8 @@ REQUEST_ID_HEADER = b"x-request-id"
 # How long the client will wait, in milliseconds; a request that cannot make it is refused at once.
 TIMEOUT_HEADER = b"inferd-timeout-ms"
 _HEADER_LENGTH = json_v2.HEADER_LENGTH_HEADER.encode()
+# HEAD is GET without the body (server.http11 leaves it out), as RFC 9110 asks of every server.
+_READ_METHODS = ("GET", "HEAD")
 _JSON_HEADERS = [(b"content-type", json_v2.JSON_CONTENT_TYPE)]
 _SERVER_TIMING_REQUEST = server_timing.REQUEST_HEADER.encode()
 _SERVER_TIMING_RESPONSE = server_timing.RESPONSE_HEADER.encode()
@@ -79,14 +81,15 @@ class HttpApp:
         if parts[0] != "v2":
             raise NotFoundError(f"no route for {method} {path}")
         if len(parts) == 1:
-            return self._get(method, lambda: json_v2.server_metadata_json(self._service.server_metadata()))
+            return self._get(request, lambda: json_v2.server_metadata_json(self._service.server_metadata()))
         if parts[1] == "health" and len(parts) == 3 and parts[2] in ("live", "ready"):
+            _allow(request, _READ_METHODS)
             ok = self._service.live() if parts[2] == "live" else self._service.ready()
             return HttpResponse(200 if ok else 503)
         if parts[1] != "models" or len(parts) < 3:
             raise NotFoundError(f"no route for {method} {path}")
         if len(parts) == 3 and parts[2] == "stats":
-            return self._get(method, lambda: json_v2.statistics_json(self._service.model_statistics()))
+            return self._get(request, lambda: json_v2.statistics_json(self._service.model_statistics()))
         model, version, rest = parts[2], "", parts[3:]
         if rest[:1] == ["versions"]:
             if len(rest) < 2:
@@ -94,22 +97,21 @@ class HttpApp:
             version, rest = rest[1], rest[2:]
         action = rest[0] if len(rest) == 1 else ("" if not rest else None)
         if action == "infer":
-            if method != "POST":
-                raise _method_not_allowed(method, path, "POST")
+            _allow(request, ("POST",))
             return await self._infer(model, version, request)
         if action == "":
-            return self._get(method, lambda: json_v2.model_metadata_json(self._service.model_metadata(model, version)))
+            return self._get(request, lambda: json_v2.model_metadata_json(self._service.model_metadata(model, version)))
         if action == "ready":
+            _allow(request, _READ_METHODS)
             return HttpResponse(200 if self._service.model_ready(model, version) else 503)
         if action == "stats":
-            return self._get(method, lambda: json_v2.statistics_json(self._service.model_statistics(model, version)))
+            return self._get(request, lambda: json_v2.statistics_json(self._service.model_statistics(model, version)))
         if action == "config":
-            return self._get(method, lambda: model_config.to_json(self._service.model_config(model, version)))
+            return self._get(request, lambda: model_config.to_json(self._service.model_config(model, version)))
         raise NotFoundError(f"no route for {method} {path}")
 
-    def _get(self, method: str, document: Callable[[], dict[str, Any]]) -> HttpResponse:
-        if method != "GET":
-            raise _method_not_allowed(method, "", "GET")
+    def _get(self, request: HttpRequest, document: Callable[[], dict[str, Any]]) -> HttpResponse:
+        _allow(request, _READ_METHODS)
         return HttpResponse(200, json_v2.encode_json(document()), list(_JSON_HEADERS))
 
     async def _infer(self, model: str, version: str, http_request: HttpRequest) -> HttpResponse:
@@ -164,6 +166,8 @@ class HttpApp:
         headers = [*_JSON_HEADERS, (REQUEST_ID_HEADER, header_value(request_id).encode("ascii"))]
         if isinstance(error, UnavailableError) and error.retry_after_s is not None:
             headers.append((b"retry-after", str(max(1, math.ceil(error.retry_after_s))).encode()))
+        elif isinstance(error, MethodNotAllowedError):
+            headers.append((b"allow", ", ".join(error.allowed).encode()))
         return HttpResponse(status, json_v2.encode_error(error, request_id), headers)
 
 
@@ -201,5 +205,8 @@ def _header_length(headers: dict[bytes, bytes]) -> int | None:
         ) from None
 
 
-def _method_not_allowed(method: str, path: str, allowed: str) -> MethodNotAllowedError:
-    return MethodNotAllowedError(f"{method} is not allowed on {path or 'this path'}; use {allowed}")
+def _allow(request: HttpRequest, methods: tuple[str, ...]) -> None:
+    if request.method not in methods:
+        raise MethodNotAllowedError(
+            f"{request.method} is not allowed on {request.path}; use {' or '.join(methods)}", allowed=methods
+        )
