@@ -217,8 +217,15 @@ def test_request_too_large(server: ServerProcess) -> None:
 
 
 def test_wrong_method(server: ServerProcess) -> None:
-    assert http_request(server, "GET", "/v2/models/add_sub/infer").status == 405
-    assert http_request(server, "POST", "/v2/models/add_sub").status == 405
+    reply = http_request(server, "GET", "/v2/models/add_sub/infer")
+    assert (reply.status, reply.headers["allow"]) == (405, "POST")
+    assert orjson.loads(reply.body)["code"] == "METHOD_NOT_ALLOWED"
+    for path in ("/v2/models/add_sub", "/v2/health/live", "/v2/models/add_sub/ready", "/v2", "/v2/models/stats"):
+        reply = http_request(server, "POST", path)
+        assert (reply.status, reply.headers["allow"]) == (405, "GET, HEAD"), path
+    # HEAD is GET without the body.
+    reply = http_request(server, "HEAD", "/v2/models/add_sub")
+    assert reply.status == 200 and int(reply.headers["content-length"]) > 0 and reply.body == b""
 
 
 def test_failed_models_fail_alone_with_their_reason(server: ServerProcess) -> None:
@@ -328,3 +335,24 @@ def test_grpc_request_ids_and_error_fields_are_safe_metadata(server: ServerProce
             stub.ModelInfer(request("id-2", tensor="ünknown\n"), timeout=10)
         assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert urllib.parse.unquote(dict(raised.value.trailing_metadata())["inferd-tensor"]) == "ünknown\n"
+
+
+def test_declared_length_over_the_limit_is_answered_at_once(server: ServerProcess) -> None:
+    import socket
+
+    # Declares 300 MB, sends 300 KB of it and waits: the 413 must come from the head alone.
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: x\r\nX-Request-ID: huge-1\r\n"
+            b"Content-Length: 300000000\r\n\r\n" + b"0" * 300_000
+        )
+        received = b""
+        while b"\r\n\r\n" not in received or not received.endswith(b"}"):
+            chunk = sock.recv(65536)  # the socket's 10 s timeout fails the test if nothing comes
+            assert chunk, f"closed before the answer: {received!r}"
+            received += chunk
+    head, body = received.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 413") and b"connection: close" in head
+    document = orjson.loads(body)
+    assert (document["code"], document["request_id"]) == ("REQUEST_TOO_LARGE", "huge-1")
+    assert "300000000 bytes" in document["error"]

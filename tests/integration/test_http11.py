@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from inferd.server.http11 import HttpRequest, HttpResponse, HttpServer
+from inferd.server.http11 import HttpLimits, HttpRequest, HttpResponse, HttpServer
 
 LIMIT = 1024
+MAX_CONNECTIONS = 16
 
 
 class EchoHandler:
@@ -36,6 +37,8 @@ class EchoHandler:
                 raise
         if request.path == "/boom":
             raise RuntimeError("a bug")
+        if request.path == "/large":
+            return HttpResponse(200, b"x" * (4 << 20))
         body = b"%s %s %s" % (request.method.encode(), request.path.encode(), request.body)
         return HttpResponse(200, body, [(b"x-query", request.query)])
 
@@ -46,7 +49,18 @@ _writers: list[asyncio.StreamWriter] = []
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[HttpServer, EchoHandler]]:
     handler = EchoHandler()
-    server = HttpServer(handler, max_request_bytes=LIMIT, max_head_bytes=2048, keep_alive_s=0.3)
+    limits = HttpLimits(
+        max_request_bytes=LIMIT,
+        max_head_bytes=2048,
+        keep_alive_s=0.3,
+        read_timeout_s=0.5,
+        min_body_bytes_per_s=100,
+        write_timeout_s=0.5,
+        max_connections=MAX_CONNECTIONS,
+        max_pipelined=8,
+        linger_s=1.0,
+    )
+    server = HttpServer(handler, limits)
     await server.start("127.0.0.1", 0)
     yield server, handler
     await server.shutdown(1.0)
@@ -133,10 +147,12 @@ async def test_expect_with_oversized_length_is_refused_before_the_body(
     assert (status, headers[b"connection"], body) == (413, b"close", b"too large %d" % (LIMIT + 1))
 
 
-async def test_oversized_body_is_drained_then_refused(served: tuple[HttpServer, EchoHandler]) -> None:
+async def test_chunked_body_over_the_limit_is_refused_once_it_passes_it(
+    served: tuple[HttpServer, EchoHandler],
+) -> None:
     server, handler = served
     reader, writer = await connect(server)
-    # Chunked, so the size is only known while reading: the limit applies to the bytes seen.
+    # Chunked, so the size is only known while reading: refused as the limit is passed.
     chunk = b"x" * 512
     writer.write(b"POST /big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
     for _ in range(4):
@@ -144,17 +160,33 @@ async def test_oversized_body_is_drained_then_refused(served: tuple[HttpServer, 
     writer.write(b"0\r\n\r\n")
     status, headers, _ = await read_response(reader)
     assert (status, headers[b"connection"]) == (413, b"close")
-    assert handler.seen[-1].body == b""
+    assert handler.seen[-1].body == b"" and handler.seen[-1].oversized > LIMIT
+    assert await asyncio.wait_for(reader.read(), 5) == b""
 
 
-async def test_far_too_large_body_closes_the_connection(served: tuple[HttpServer, EchoHandler]) -> None:
+async def test_declared_length_over_the_limit_is_refused_at_once_without_reading_the_body(
+    served: tuple[HttpServer, EchoHandler],
+) -> None:
     server, _ = served
     reader, writer = await connect(server)
-    writer.write(b"POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (100 * LIMIT))
+    # Declares 300 times the limit, sends a little of it, and keeps the connection open.
+    writer.write(b"POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (300 * LIMIT))
     writer.write(b"x" * (10 * LIMIT))
-    status, _, body = await read_response(reader)
-    assert status == 413 and b"closing" in body
+    status, headers, body = await read_response(reader)
+    assert (status, headers[b"connection"], body) == (413, b"close", b"too large %d" % (300 * LIMIT))
+    # The server shut its side; what the client still sends is dropped, and the connection is gone
+    # after the linger time even though the client never closes.
     assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.write(b"x" * (10 * LIMIT))
+    await wait_until(lambda: not server.connections)
+
+
+async def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Polls `condition` (bounded): for state the server changes on its own clock."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        await asyncio.sleep(0.01)
 
 
 async def test_malformed_request_gets_400_and_close(served: tuple[HttpServer, EchoHandler]) -> None:
@@ -240,3 +272,102 @@ async def test_shutdown_cancels_what_outlives_the_timeout(served: tuple[HttpServ
     await asyncio.wait_for(server.shutdown(0.1), 5)
     await asyncio.wait_for(handler.cancelled.wait(), 5)
     assert not server.connections
+
+
+async def test_header_line_that_never_ends_gets_431(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, _ = served
+    reader, writer = await connect(server)
+    writer.write(b"GET / HTTP/1.1\r\nX-Big: ")
+    for _ in range(8):  # 8 x 512 bytes of one header value, never terminated
+        writer.write(b"a" * 512)
+        await writer.drain()
+        await asyncio.sleep(0.01)
+    status, headers, body = await read_response(reader)
+    assert (status, headers[b"connection"]) == (431, b"close")
+    assert b"request head exceeds 2048 bytes" in body
+
+
+async def test_head_trickled_byte_by_byte_times_out_and_costs_others_nothing(
+    served: tuple[HttpServer, EchoHandler],
+) -> None:
+    server, _ = served
+    slow_reader, slow_writer = await connect(server)
+    request = b"GET /slowloris HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    async def trickle() -> None:
+        for byte in request:  # one byte every 50 ms: the head would take 2 s; the limit is 0.5 s
+            slow_writer.write(bytes([byte]))
+            await asyncio.sleep(0.05)
+
+    trickling = asyncio.create_task(trickle())
+    # Meanwhile another client is served as usual.
+    reader, writer = await connect(server)
+    writer.write(b"GET /fine HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert (await read_response(reader))[0] == 200
+    status, headers, body = await read_response(slow_reader)
+    assert (status, headers[b"connection"]) == (408, b"close")
+    assert b"request head not received within 0.5 s" in body
+    trickling.cancel()
+    with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+        await trickling
+
+
+async def test_body_trickled_below_the_minimum_rate_times_out(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, handler = served
+    reader, writer = await connect(server)
+    writer.write(b"POST /slow-body HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n")
+    for _ in range(5):  # 1 byte per 50 ms = 20 bytes/s, under the 100 bytes/s floor
+        writer.write(b"x")
+        await asyncio.sleep(0.05)
+    status, headers, body = await read_response(reader)
+    assert (status, headers[b"connection"]) == (408, b"close")
+    assert b"slower than 100 bytes/s" in body
+    assert not [r for r in handler.seen if r.path == "/slow-body"]
+
+
+async def test_client_that_never_reads_is_disconnected(served: tuple[HttpServer, EchoHandler]) -> None:
+    import socket
+
+    server, _ = served
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window fills fast
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
+    try:
+        # Pipelined requests for large responses, none of which the client reads.
+        await asyncio.get_running_loop().sock_sendall(sock, b"GET /large HTTP/1.1\r\nHost: x\r\n\r\n" * 4)
+        await wait_until(lambda: not server.connections)
+    finally:
+        sock.close()
+
+
+async def test_connections_over_the_cap_get_503_and_the_rest_are_served(
+    served: tuple[HttpServer, EchoHandler],
+) -> None:
+    server, handler = served
+    busy = []
+    for _ in range(MAX_CONNECTIONS):
+        reader, writer = await connect(server)
+        writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        busy.append(reader)
+    await wait_until(lambda: len(handler.seen) == MAX_CONNECTIONS)
+    reader, writer = await connect(server)
+    writer.write(b"GET /one-too-many HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, body = await read_response(reader)
+    assert (status, headers[b"retry-after"], headers[b"connection"]) == (503, b"1", b"close")
+    assert b"limit of 16 connections" in body
+    handler.release.set()
+    for reader in busy:
+        assert (await read_response(reader))[0] == 200
+
+
+async def test_pipelining_past_the_cap_closes_after_the_answered_ones(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, handler = served
+    reader, writer = await connect(server)
+    # One slow request, then more pipelined behind it than a connection may hold.
+    writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n" + b"GET /p HTTP/1.1\r\nHost: x\r\n\r\n" * 20)
+    await asyncio.wait_for(handler.started.wait(), 5)
+    handler.release.set()
+    assert (await read_response(reader))[0] == 200
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    assert [r.path for r in handler.seen] == ["/slow"]

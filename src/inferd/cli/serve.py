@@ -87,6 +87,42 @@ from inferd.config.server import DEFAULT_MAX_REQUEST_BYTES, LogFormat, ServerSet
     envvar="INFERD_SHUTDOWN_TIMEOUT",
     help="Seconds SIGTERM waits for in-flight requests before closing.",
 )
+@click.option(
+    "--keep-alive-timeout",
+    "keep_alive_timeout_s",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    envvar="INFERD_KEEP_ALIVE_TIMEOUT",
+    help="Seconds an idle HTTP keep-alive connection stays open.",
+)
+@click.option(
+    "--read-timeout",
+    "read_timeout_s",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    envvar="INFERD_READ_TIMEOUT",
+    help="Seconds an HTTP request head may take from its first byte; a body must then arrive at 1 KiB/s "
+    "or more on average. Slower requests get 408 and their connection is closed.",
+)
+@click.option(
+    "--write-timeout",
+    "write_timeout_s",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    envvar="INFERD_WRITE_TIMEOUT",
+    help="Seconds an HTTP client may leave its response unread before it is disconnected.",
+)
+@click.option(
+    "--max-connections",
+    default=4096,
+    show_default=True,
+    type=click.IntRange(min=1),
+    envvar="INFERD_MAX_CONNECTIONS",
+    help="Open HTTP connections at most; one more is answered 503 with Retry-After and closed.",
+)
 def serve(**options: object) -> None:
     """Serve the models of a model repository over KServe v2 REST and gRPC.
 

@@ -36,3 +36,12 @@ class ServerSettings(BaseModel):
     """When true, /v2/health/ready needs every model ready; else it needs startup loading done."""
     shutdown_timeout_s: float = Field(default=30.0, ge=0)
     """How long SIGTERM waits for in-flight requests before closing (default 30 s)."""
+    keep_alive_timeout_s: float = Field(default=5.0, gt=0)
+    """HTTP: an idle keep-alive connection closes after this long (default 5 s)."""
+    read_timeout_s: float = Field(default=10.0, gt=0)
+    """HTTP: a request head must arrive within this long of its first byte, and a body at least
+    1 KiB/s on average after this long (default 10 s); else 408."""
+    write_timeout_s: float = Field(default=30.0, gt=0)
+    """HTTP: a client that reads nothing of its response for this long is disconnected (default 30 s)."""
+    max_connections: int = Field(default=4096, gt=0)
+    """HTTP: open connections at most; one more is answered 503 and closed (default 4096)."""

@@ -17,7 +17,7 @@ from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
 from inferd.server.grpc import build_grpc_server
 from inferd.server.http import HttpApp
-from inferd.server.http11 import HttpServer
+from inferd.server.http11 import HttpLimits, HttpServer
 from inferd.server.logging import configure_logging
 from inferd.server.prometheus import serve_metrics
 
@@ -43,7 +43,14 @@ async def serve(settings: ServerSettings) -> None:
     service = InferenceService(registry, strict_readiness=settings.strict_readiness, statistics=statistics)
 
     http_app = HttpApp(service, max_request_bytes=settings.max_request_bytes)
-    http_server = HttpServer(http_app, max_request_bytes=settings.max_request_bytes)
+    limits = HttpLimits(
+        max_request_bytes=settings.max_request_bytes,
+        keep_alive_s=settings.keep_alive_timeout_s,
+        read_timeout_s=settings.read_timeout_s,
+        write_timeout_s=settings.write_timeout_s,
+        max_connections=settings.max_connections,
+    )
+    http_server = HttpServer(http_app, limits)
     http_app.requests_in_flight = lambda: http_server.in_flight
     grpc_server = build_grpc_server(service, max_message_bytes=settings.max_request_bytes)
     grpc_server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")

@@ -4,19 +4,28 @@ Why not uvicorn: on the tiny models inferd must serve at the hardware's limit, u
 per-request work (an ASGI scope and message dicts, a task and an event per request, the headers
 and the body written in two system calls) cost more than inferd's whole inference path. This
 module does the same job with less: httptools parses, a request is handed over once its body is
-complete, and each response goes out in one write. What a client may rely on is kept:
+complete, and each response goes out in one write. What a client may rely on is kept, and what
+a slow or hostile client may try is bounded (`HttpLimits`):
 
 * keep-alive (HTTP/1.1 default, HTTP/1.0 on request) and pipelining: requests on one connection
-  are answered one at a time, in order; reading pauses while parsed requests wait;
-* `Expect: 100-continue` is answered before the body is read, or refused at once with 413 when
-  the declared length is over the limit;
-* a body over `max_request_bytes` is read and dropped (bounded), then answered with 413 and the
-  connection closed; request heads over `max_head_bytes` get 431;
+  are answered one at a time, in order; reading pauses while parsed requests wait, and more than
+  `max_pipelined` parsed and unanswered requests close the connection (after those before);
+* `Expect: 100-continue` is answered before the body is read;
+* a body declared (or, chunked, seen) over `max_request_bytes` is refused at once with 413, never
+  read: the handler answers from the head, then the connection lingers (write side shut, what
+  still arrives read and dropped, for at most `linger_s`) so the client reads its 413 instead of
+  a reset; the same for a request that cannot be parsed (400) or whose head is over
+  `max_head_bytes` (431), an unterminated header line included;
+* a request must arrive at a usable pace: its head within `read_timeout_s` of its first byte,
+  its body at `min_body_bytes_per_s` on average after `read_timeout_s` of grace; else 408;
+* a client that does not read its responses for `write_timeout_s` is disconnected;
+* at most `max_connections` at once: one more is answered 503 (Retry-After: 1) and closed;
 * a client that disconnects cancels the task of its request, wherever it waits (a batcher's
   queue then drops the request unrun);
-* writes pause while the client does not read (transport flow control);
 * idle connections close after `keep_alive_s`; `shutdown` stops listening, closes idle
   connections, lets the requests in flight finish, then closes the rest.
+All time limits are enforced by one sweep over the connections (a few times a second), not by
+a timer per request, so they cost requests nothing.
 """
 
 from __future__ import annotations
@@ -36,11 +45,32 @@ import httptools
 
 logger = logging.getLogger("inferd.http")
 
-# How many times the limit an oversized body may be read (and dropped) before the connection is
-# simply closed: the client then sees its 413 instead of a reset while it still sends.
-DISCARD_FACTOR = 4
 # Bodies larger than this are written without being copied into one buffer with the head.
 _COPY_LIMIT = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """What one connection may cost the server. Defaults are nginx's and Kestrel's order of magnitude."""
+
+    max_request_bytes: int = 64 * 1024 * 1024
+    """Largest body accepted, declared or chunked."""
+    max_head_bytes: int = 64 * 1024
+    """Largest request line plus headers (431 above it)."""
+    keep_alive_s: float = 5.0
+    """An idle connection (no request started) closes after this long."""
+    read_timeout_s: float = 10.0
+    """A request head must arrive within this long of its first byte; a body gets it as grace."""
+    min_body_bytes_per_s: float = 1024.0
+    """After the grace, a body must have arrived at this average rate (408 below it)."""
+    write_timeout_s: float = 30.0
+    """A client that reads none of its response for this long is disconnected."""
+    max_connections: int = 4096
+    """Open connections at most; one more gets 503 and is closed."""
+    max_pipelined: int = 128
+    """Requests parsed and not yet answered on one connection at most."""
+    linger_s: float = 2.0
+    """After a refusal, how long unread request bytes are still read and dropped before closing."""
 
 
 @dataclass(slots=True)
@@ -69,6 +99,10 @@ class HttpResponse:
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 
 
+class _StopParsing(Exception):
+    """Raised from a parser callback once a request was answered from its head: parse no further."""
+
+
 class _Rejected(Exception):
     """Raised from a parser callback: the request cannot be read; answer `status` and close."""
 
@@ -87,24 +121,16 @@ def _status_line(status: int) -> bytes:
 
 
 _STATUS_LINES = {status.value: _status_line(status.value) for status in HTTPStatus}
+_TEXT_HEADERS = ((b"content-type", b"text/plain; charset=utf-8"),)
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class HttpServer:
     """Serves `handler` on one listening socket."""
 
-    def __init__(
-        self,
-        handler: Handler,
-        *,
-        max_request_bytes: int,
-        max_head_bytes: int = 64 * 1024,
-        keep_alive_s: float = 5.0,
-    ) -> None:
+    def __init__(self, handler: Handler, limits: HttpLimits | None = None) -> None:
         self.handler = handler
-        self.max_request_bytes = max_request_bytes
-        self.max_head_bytes = max_head_bytes
-        self.keep_alive_s = keep_alive_s
+        self.limits = limits or HttpLimits()
         self.connections: set[_Connection] = set()
         # Requests read and not yet answered, on every connection.
         self.in_flight = 0
@@ -118,7 +144,7 @@ class HttpServer:
         self._server = await loop.create_server(
             lambda: _Connection(self), host, port, backlog=backlog, reuse_address=True
         )
-        self._sweeper = loop.create_task(self._close_idle_connections())
+        self._sweeper = loop.create_task(self._sweep())
 
     @property
     def port(self) -> int:
@@ -148,14 +174,14 @@ class HttpServer:
         if not self.connections:
             self._all_closed.set()
 
-    async def _close_idle_connections(self) -> None:
-        # One sweep a second instead of a timer per request: keep-alive costs requests nothing.
+    async def _sweep(self) -> None:
+        limits = self.limits
+        shortest_s = min(limits.keep_alive_s, limits.read_timeout_s, limits.write_timeout_s, limits.linger_s)
         while True:
-            await asyncio.sleep(min(1.0, self.keep_alive_s))
-            idle_since = time.monotonic() - self.keep_alive_s
+            await asyncio.sleep(min(1.0, shortest_s / 4))
+            now = time.monotonic()
             for connection in list(self.connections):
-                if connection.idle and connection.last_active < idle_since:
-                    connection.close_when_done()
+                connection.enforce_time_limits(now)
 
 
 class _Connection(asyncio.Protocol):
@@ -163,29 +189,41 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, server: HttpServer) -> None:
         self._server = server
+        self._limits = server.limits
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
         self.last_active = time.monotonic()
-        # The request being parsed.
+        # The request being parsed: when its first byte came (None between requests), when its
+        # head ended (None before), and what has been read of it.
+        self._started_at: float | None = None
+        self._head_ended_at: float | None = None
+        self._messages_begun = 0
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
         self._head_bytes = 0
         self._chunks: list[bytes] = []
         self._body_bytes = 0
-        self._oversized = 0
-        # Set when a request was answered from its head (an `Expect` refused): the rest is ignored.
+        # Set when a request was answered from its head (an `Expect` refused, a body too large):
+        # the rest of the message is not read.
         self._answered_early = False
         # Parsed requests waiting for the one in flight, and the task running them.
         self._pending: deque[HttpRequest] = deque()
         self._task: asyncio.Task[None] | None = None
         self._reading_paused = False
         self._writable: asyncio.Future[None] | None = None
+        self._write_paused_at: float | None = None
         self._closing = False
+        # Set once nothing more is parsed: what arrives is dropped. `_linger` says whether the
+        # client may still be sending when the connection closes; if so, the connection then shuts
+        # its write side and drops what arrives until the client's EOF or `_linger_until`.
+        self._discarding = False
+        self._linger = False
+        self._linger_until: float | None = None
 
     @property
     def idle(self) -> bool:
-        return self._task is None and not self._pending and not self._url
+        return self._task is None and not self._pending and self._started_at is None
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -195,24 +233,42 @@ class _Connection(asyncio.Protocol):
         self._server.connections.add(self)
         if self._server.stopping:
             self.close_when_done()
+        elif len(self._server.connections) > self._limits.max_connections:
+            self._discarding = self._linger = True
+            message = f"the server holds its limit of {self._limits.max_connections} connections; retry later"
+            self._send(
+                HttpResponse(503, message.encode(), [(b"retry-after", b"1"), *_TEXT_HEADERS], close=True),
+                "",
+                keep_alive=False,
+            )
+            self._close()
 
     def data_received(self, data: bytes) -> None:
-        if self._closing:
+        if self._discarding or self._closing:
             return
         self.last_active = time.monotonic()
+        head_open_before = self._messages_begun if self._in_head else -1
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
             rejected = exc.__context__
             if isinstance(rejected, _Rejected):
                 self._reject(rejected.status, rejected.message)
-            else:  # a bug in a callback below
+            elif not isinstance(rejected, _StopParsing):  # a bug in a callback below
                 logger.exception("failed to read an HTTP request")
                 self._reject(500, "internal error reading the request")
+            return
         except httptools.HttpParserUpgrade:
             self._reject(400, "protocol upgrades are not supported")
+            return
         except httptools.HttpParserError as exc:
             self._reject(400, f"invalid HTTP request: {exc}")
+            return
+        if self._in_head and head_open_before == self._messages_begun:
+            # httptools hands over a header only once it ends, so a header line that never ends
+            # is counted here: all of this data belonged to the open head. (The data a head
+            # begins in is not counted: that undercounts by at most one read, never overcounts.)
+            self._count_head(len(data), raising=False)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
@@ -226,22 +282,48 @@ class _Connection(asyncio.Protocol):
         self._server.connection_closed(self)
 
     def pause_writing(self) -> None:
+        self._write_paused_at = time.monotonic()
         if self._writable is None or self._writable.done():
             self._writable = self._loop.create_future()
 
     def resume_writing(self) -> None:
+        self._write_paused_at = None
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
+
+    def enforce_time_limits(self, now: float) -> None:
+        """Called by the server's sweep: closes what has outstayed its limit."""
+        limits = self._limits
+        if self._linger_until is not None:
+            if now > self._linger_until:
+                self.abort()
+        elif self._write_paused_at is not None and now - self._write_paused_at > limits.write_timeout_s:
+            logger.warning("closing a connection whose client read nothing for %.0f s", limits.write_timeout_s)
+            self.abort()
+        elif self._started_at is not None and not self._reading_paused and not self._discarding:
+            if self._head_ended_at is None:
+                if now - self._started_at > limits.read_timeout_s:
+                    self._reject(408, f"request head not received within {limits.read_timeout_s:g} s", linger=False)
+            elif now - self._head_ended_at > limits.read_timeout_s + self._body_bytes / limits.min_body_bytes_per_s:
+                self._reject(
+                    408,
+                    f"request body arriving slower than {limits.min_body_bytes_per_s:g} bytes/s",
+                    linger=False,
+                )
+        elif self.idle and not self._closing and now - self.last_active > limits.keep_alive_s:
+            self.close_when_done()
 
     # -- httptools callbacks --------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self._messages_begun += 1
+        self._started_at = time.monotonic()
+        self._head_ended_at = None
         self._url = b""
         self._headers = {}
         self._head_bytes = 0
         self._chunks = []
         self._body_bytes = 0
-        self._oversized = 0
         self._answered_early = False
 
     def on_url(self, url: bytes) -> None:
@@ -253,16 +335,13 @@ class _Connection(asyncio.Protocol):
         self._count_head(len(name) + len(value))
 
     def on_headers_complete(self) -> None:
+        self._head_ended_at = time.monotonic()
         declared = self._headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self._server.max_request_bytes:
-            self._oversized = int(declared)
-        if self._headers.get(b"expect", b"").lower() == b"100-continue":
-            if self._oversized:
-                # The client waits before sending the body: refuse now, and never read it.
-                self._finish_request()
-                self._answered_early = True
-            elif self._task is None and not self._pending:
-                self._write(_CONTINUE)
+        if declared is not None and declared.isdigit() and int(declared) > self._limits.max_request_bytes:
+            # Refused by its declared length, before a byte of the body is read.
+            self._answer_early(oversized=int(declared))
+        elif self._headers.get(b"expect", b"").lower() == b"100-continue" and self._task is None and not self._pending:
+            self._write(_CONTINUE)
             # NOTE: behind pipelined requests the 100 is not sent; the client sends its body after
             # its own timeout, as RFC 9110 allows.
 
@@ -270,28 +349,40 @@ class _Connection(asyncio.Protocol):
         if self._answered_early:
             return
         self._body_bytes += len(body)
-        if self._oversized:
-            if self._body_bytes > DISCARD_FACTOR * self._server.max_request_bytes:
-                raise _Rejected(413, f"request body exceeds {DISCARD_FACTOR}x the server's limit; closing")
-            return
-        if self._body_bytes > self._server.max_request_bytes:
-            self._oversized = self._body_bytes
+        if self._body_bytes > self._limits.max_request_bytes:
+            # A chunked body, whose size shows only as it arrives.
             self._chunks = []
+            self._answer_early(oversized=self._body_bytes)
             return
         self._chunks.append(body)
 
     def on_message_complete(self) -> None:
         if not self._answered_early:
             self._finish_request()
+        self._started_at = None
+
+    @property
+    def _in_head(self) -> bool:
+        return self._started_at is not None and self._head_ended_at is None
 
     # -- serving --------------------------------------------------------------------------------
 
-    def _count_head(self, size: int) -> None:
+    def _count_head(self, size: int, *, raising: bool = True) -> None:
         self._head_bytes += size
-        if self._head_bytes > self._server.max_head_bytes:
-            raise _Rejected(431, f"request head exceeds {self._server.max_head_bytes} bytes")
+        if self._head_bytes > self._limits.max_head_bytes:
+            message = f"request head exceeds {self._limits.max_head_bytes} bytes"
+            if raising:  # inside a parser callback: the parser stops at once
+                raise _Rejected(431, message)
+            self._reject(431, message)
 
-    def _finish_request(self) -> None:
+    def _answer_early(self, *, oversized: int) -> None:
+        """Hand the request over from its head, marked `oversized`; read nothing more of it."""
+        self._answered_early = True
+        self._discarding = self._linger = True
+        self._finish_request(oversized=oversized)
+        raise _StopParsing
+
+    def _finish_request(self, *, oversized: int = 0) -> None:
         parsed = httptools.parse_url(self._url)
         path = parsed.path.decode("latin-1")
         if "%" in path:
@@ -303,9 +394,9 @@ class _Connection(asyncio.Protocol):
             query=parsed.query or b"",
             headers=self._headers,
             body=chunks[0] if len(chunks) == 1 else b"".join(chunks),
-            oversized=self._oversized,
-            # After an oversized body the stream cannot be trusted to be at a request's start.
-            keep_alive=self._parser.should_keep_alive() and not self._oversized,
+            oversized=oversized,
+            # After a refused body the stream is not at a request's start.
+            keep_alive=self._parser.should_keep_alive() and not oversized,
         )
         self._url = b""
         self._chunks = []
@@ -313,6 +404,8 @@ class _Connection(asyncio.Protocol):
         self._server.in_flight += 1
         if self._task is None:
             self._task = self._loop.create_task(self._serve())
+        elif len(self._pending) > self._limits.max_pipelined:
+            raise _Rejected(503, f"more than {self._limits.max_pipelined} pipelined requests unanswered; closing")
         elif not self._reading_paused and self._transport is not None:
             # Pipelined: hold further requests in the socket until these are answered.
             self._transport.pause_reading()
@@ -343,6 +436,11 @@ class _Connection(asyncio.Protocol):
                 if self._reading_paused and len(self._pending) <= 1 and self._transport is not None:
                     self._transport.resume_reading()
                     self._reading_paused = False
+                    if self._started_at is not None:
+                        # A request begun in the socket while reading was paused: its clock starts now.
+                        self._started_at = self.last_active
+                        if self._head_ended_at is not None:
+                            self._head_ended_at = self.last_active
         finally:
             self._task = None
             if self._closing and not self._transport_gone():
@@ -370,12 +468,16 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
 
-    def _reject(self, status: int, message: str) -> None:
-        """Answer a request that could not be read, after those before it, and close."""
+    def _reject(self, status: int, message: str, *, linger: bool = True) -> None:
+        """Answer a request that could not be read, after those before it, and close.
+
+        `linger`: the client may still be sending (a body, a long head); keep reading and dropping
+        it for a moment after the answer, so that the close does not reset the answer away."""
         self._closing = True
+        self._discarding = True
+        self._linger = linger
         body = message.encode("utf-8", errors="replace")
-        headers = [(b"content-type", b"text/plain; charset=utf-8")]
-        rejection = HttpResponse(status, body, headers, close=True)
+        rejection = HttpResponse(status, body, list(_TEXT_HEADERS), close=True)
         if self._task is None:
             self._send(rejection, "", keep_alive=False)
             self._close()
@@ -392,7 +494,10 @@ class _Connection(asyncio.Protocol):
             self._server.in_flight -= 1
 
     def close_when_done(self) -> None:
-        """Close now if idle, else after the requests already read are answered."""
+        """Close now if idle or lingering, else after the requests already read are answered."""
+        if self._linger_until is not None:
+            self.abort()
+            return
         self._closing = True
         if self._task is None and not self._pending:
             self._close()
@@ -404,8 +509,17 @@ class _Connection(asyncio.Protocol):
             self._transport.abort()
 
     def _close(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.close()
+        """Close once what is written is sent; when the client may still be sending, linger first:
+        shut the write side, then drop what arrives until its EOF or for `linger_s` at most."""
+        transport = self._transport
+        if transport is None or transport.is_closing() or self._linger_until is not None:
+            return
+        if self._linger and transport.can_write_eof():
+            self._discarding = True
+            self._linger_until = time.monotonic() + self._limits.linger_s
+            transport.write_eof()
+        else:
+            transport.close()
 
     def _transport_gone(self) -> bool:
         return self._transport is None or self._transport.is_closing()
