@@ -10,7 +10,9 @@ gRPC statuses in exactly two tables, so no layer below the wire knows about stat
     │   ├── DatatypeMismatchError        datatype differs from the model's
     │   ├── ShapeMismatchError           shape differs from the model's (non-batch dims)
     │   ├── BatchSizeError               batch dimension missing, too large or inconsistent
-    │   └── MethodNotAllowedError        wrong HTTP method for the path (405)
+    │   ├── MethodNotAllowedError        wrong HTTP method for the path (405)
+    │   ├── LoadRequestError             a repository load asked for could not be done (the reason attached)
+    │   └── UnsupportedError             a request the server's configuration does not allow (model control mode)
     ├── RequestTooLargeError         body above the server's limit (413 / RESOURCE_EXHAUSTED)
     ├── NotFoundError                (404 / NOT_FOUND)
     │   ├── ModelNotFoundError
@@ -42,6 +44,8 @@ class ErrorCode(enum.Enum):
     BATCH_SIZE = "BATCH_SIZE"
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    LOAD_REQUEST_FAILED = "LOAD_REQUEST_FAILED"
+    UNSUPPORTED = "UNSUPPORTED"
     REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
     MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
     VERSION_NOT_FOUND = "VERSION_NOT_FOUND"
@@ -125,6 +129,16 @@ class MethodNotAllowedError(InvalidRequestError):
         super().__init__(message)
         # The methods the path takes, for the HTTP Allow header.
         self.allowed = allowed
+
+
+class LoadRequestError(InvalidRequestError):
+    """The client asked to load a model whose files or config are broken; what served still serves."""
+
+    code = ErrorCode.LOAD_REQUEST_FAILED
+
+
+class UnsupportedError(InvalidRequestError):
+    code = ErrorCode.UNSUPPORTED
 
 
 class RequestTooLargeError(InferdError):

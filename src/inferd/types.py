@@ -168,6 +168,17 @@ class InferResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelIndexEntry:
+    """One row of the repository index: a model version, or a model without any ("" version)."""
+
+    name: str
+    version: str = ""
+    # A ModelState value; "" for a model of the repository that was never loaded.
+    state: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ServerMetadata:
     name: str
     version: str

@@ -18,13 +18,12 @@ from inferd.types import DataType, InferRequest, Tensor
 
 
 @pytest.fixture
-def service(tmp_path: Path) -> InferenceService:
+async def service(tmp_path: Path) -> InferenceService:
     mlp_model(tmp_path / "mlp" / "1" / "model.onnx")
     write_config(tmp_path / "mlp", "max_batch_size: 32\ndynamic_batching { max_queue_delay_microseconds: 100000 }")
     statistics = ServingStatistics()
     registry = ModelRegistry(ModelRepository(tmp_path), statistics)
-    registry.load_model("mlp")
-    registry.startup_complete = True
+    await registry.load_all(["mlp"])
     return InferenceService(registry, statistics=statistics)
 
 

@@ -112,6 +112,23 @@ def parse_model_config(text: str, *, model_name: str, source: str = CONFIG_FILE_
         text_format.Parse(text, message)
     except text_format.ParseError as exc:
         raise ModelConfigError(f"{source}: {exc}") from exc
+    return _from_message(message, pb, model_name=model_name, source=source)
+
+
+def parse_model_config_json(text: str, *, model_name: str, source: str = "config override") -> ModelConfig:
+    """A config in Triton's JSON form, as `tritonclient`'s load_model(config=...) sends it."""
+    from google.protobuf import json_format
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    message = pb.ModelConfig()
+    try:
+        json_format.Parse(text, message)
+    except (json_format.ParseError, ValueError, RecursionError) as exc:
+        raise ModelConfigError(f"{source}: {exc}") from exc
+    return _from_message(message, pb, model_name=model_name, source=source)
+
+
+def _from_message(message: Any, pb: Any, *, model_name: str, source: str) -> ModelConfig:
     if message.name and message.name != model_name:
         raise ModelConfigError(f"{source}: name '{message.name}' differs from the model's folder name '{model_name}'")
     return ModelConfig(

@@ -15,6 +15,17 @@ class LogFormat(enum.Enum):
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 
+class ModelControlMode(enum.Enum):
+    """Triton's model control modes."""
+
+    NONE = "none"
+    """Load every model at startup; never change."""
+    POLL = "poll"
+    """Load every model at startup; then follow the repository's changes."""
+    EXPLICIT = "explicit"
+    """Load the --load-model ones at startup; then load and unload through the repository API."""
+
+
 class ServerSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -28,6 +39,12 @@ class ServerSettings(BaseModel):
     """KServe v2 gRPC port (default 8001)."""
     metrics_port: int = Field(default=8002, ge=0, le=65535)
     """Prometheus /metrics port (default 8002)."""
+    model_control_mode: ModelControlMode = ModelControlMode.NONE
+    """How the set of served models may change after startup (default none)."""
+    repository_poll_s: float = Field(default=15.0, gt=0)
+    """In poll mode, how often the repository is scanned for changes (default 15 s, as Triton)."""
+    load_models: tuple[str, ...] = ()
+    """In explicit mode, the models loaded at startup ("*": all of them)."""
     log_format: LogFormat = LogFormat.JSON
     log_level: str = "INFO"
     max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, gt=0)

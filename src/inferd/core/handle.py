@@ -1,7 +1,15 @@
-"""One loaded model version: its completed config and the instances that execute it."""
+"""One loaded model version: its completed config and the instances that execute it.
+
+Lifecycle: a handle is READY once `core.loading.load_version` made it; the registry then routes
+requests to it. When it is replaced (a hot swap) or unloaded, the registry stops routing to it
+first and then calls `drain()`: DRAINING lets every request already inside finish, queued ones
+included, and CLOSED releases the batcher, the threads and the sessions.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import enum
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,8 +21,14 @@ from inferd.config.model import ModelConfig
 from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import Arrays, InstancePool
 from inferd.core.validation import output_names, prepare_inputs
-from inferd.errors import DeadlineUnreachableError, InternalError, InvalidRequestError
+from inferd.errors import DeadlineUnreachableError, InternalError, InvalidRequestError, ModelNotReadyError
 from inferd.types import DataType, InferRequest, InferResponse, RequestTiming, Tensor
+
+
+class HandleState(enum.Enum):
+    READY = "READY"
+    DRAINING = "DRAINING"
+    CLOSED = "CLOSED"
 
 
 @dataclass(slots=True)
@@ -26,14 +40,36 @@ class ModelHandle:
     batcher: DynamicBatcher | None = None
     # Requests inside `infer` now: queued, waiting for an instance or executing.
     in_flight: int = 0
+    state: HandleState = HandleState.READY
+    # Set by `drain` while it waits for the requests inside to finish.
+    _idle: asyncio.Event | None = None
 
     async def infer(self, request: InferRequest, *, alone: bool = False) -> InferResponse:
         """`alone`: no other request is in the server, so there is no company to batch with."""
+        if self.state is HandleState.CLOSED:
+            raise ModelNotReadyError(f"model '{self.config.name}' version {self.version} was unloaded")
+        # NOTE: counted before the first await, in the same loop turn as the registry lookup that
+        # found this handle, so a drain that starts later always waits for this request.
         self.in_flight += 1
         try:
             return await self._infer(request, alone)
         finally:
             self.in_flight -= 1
+            if self._idle is not None and not self.in_flight:
+                self._idle.set()
+
+    async def drain(self) -> None:
+        """Let the requests inside finish, then close. Call once no new request can find the handle."""
+        if self.state is not HandleState.READY:
+            return
+        self.state = HandleState.DRAINING
+        if self.in_flight:
+            self._idle = asyncio.Event()
+            await self._idle.wait()
+        if self.batcher is not None:
+            await self.batcher.close()
+        self.state = HandleState.CLOSED
+        await asyncio.to_thread(self.pool.close)
 
     async def _infer(self, request: InferRequest, alone: bool) -> InferResponse:
         feeds, batch_size = prepare_inputs(self.config, request)
@@ -99,9 +135,6 @@ class ModelHandle:
         timing.compute_infer_s = time.perf_counter() - acquired
         timing.batch_rows = rows
         return results
-
-    def close(self) -> None:
-        self.pool.close()
 
     def _output_tensor(self, name: str, array: np.ndarray[Any, Any] | None, batch_size: int) -> Tensor:
         spec = self.config.output(name)

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Mapping
 
 from inferd import __version__
+from inferd.config.loader import parse_model_config_json
 from inferd.config.model import ModelConfig, TensorConfig
+from inferd.config.server import ModelControlMode
 from inferd.core.registry import ModelRegistry, ModelState
 from inferd.core.statistics import ServingStatistics
-from inferd.errors import InferdError, ModelNotReadyError
+from inferd.errors import InferdError, LoadRequestError, ModelLoadError, ModelNotReadyError, UnsupportedError
 from inferd.types import (
     InferRequest,
     InferResponse,
+    ModelIndexEntry,
     ModelMetadata,
     ModelStatistics,
     ServerMetadata,
@@ -20,7 +25,13 @@ from inferd.types import (
 
 SERVER_NAME = "inferd"
 # Triton's extension names, so clients that probe for them find what inferd implements.
-EXTENSIONS = ("binary_tensor_data", "model_configuration", "statistics")
+EXTENSIONS = (
+    "binary_tensor_data",
+    "model_configuration",
+    "statistics",
+    "model_repository",
+    "model_repository(unload_dependents)",
+)
 
 
 class InferenceService:
@@ -30,9 +41,11 @@ class InferenceService:
         *,
         strict_readiness: bool = False,
         statistics: ServingStatistics | None = None,
+        model_control_mode: ModelControlMode = ModelControlMode.NONE,
     ) -> None:
         """`statistics` should be the sink the registry reports executions to, as well."""
         self._registry = registry
+        self._model_control_mode = model_control_mode
         self._statistics = statistics or ServingStatistics()
         self._strict_readiness = strict_readiness
         self.shutting_down = False
@@ -109,6 +122,55 @@ class InferenceService:
             request.model_name, str(handle.version), "success", elapsed_s, request.timing.rows, request.timing
         )
         return response
+
+    # -- the repository extension ------------------------------------------------------------------
+
+    async def repository_index(self, *, ready_only: bool = False) -> list[ModelIndexEntry]:
+        """Every model of the repository, and each of its versions inferd knows, with state and reason."""
+        names = await asyncio.to_thread(self._registry.repository.model_names)
+        records = {record.name: record for record in self._registry.records()}
+        entries = []
+        for name in sorted(set(names) | set(records)):
+            record = records.get(name)
+            if record is None:
+                entries.append(ModelIndexEntry(name=name))
+            elif not record.versions:
+                entries.append(ModelIndexEntry(name=name, state=record.state.value, reason=record.reason))
+            else:
+                entries.extend(
+                    ModelIndexEntry(name, str(version), v.state.value, v.reason or record.reason)
+                    for version, v in sorted(record.versions.items())
+                )
+        if ready_only:
+            entries = [e for e in entries if e.state == ModelState.READY.value]
+        return entries
+
+    async def load_model(self, name: str, *, config_json: str = "", files: Mapping[str, bytes] = {}) -> None:
+        """Load or reload `name` (Triton's load_model): with `config_json` replacing its config and
+        `files` (relative path -> bytes) its folder. Returns once it serves."""
+        self._check_model_control("load")
+        if files and not config_json:
+            raise LoadRequestError(f"model '{name}': files sent with a load need a config beside them")
+        config = parse_model_config_json(config_json, model_name=name) if config_json else None
+        try:
+            await self._registry.load(name, config=config, files=files)
+        except ModelLoadError as exc:
+            # The client's request could not be done; the model's earlier versions still serve.
+            raise LoadRequestError(exc.message) from exc
+
+    async def unload_model(self, name: str) -> None:
+        """Unload `name` (Triton's unload_model). Requests already accepted are answered first.
+        (`unload_dependents` has nothing to act on until ensembles exist: no model depends on another.)"""
+        self._check_model_control("unload")
+        await self._registry.unload(name)
+
+    def _check_model_control(self, action: str) -> None:
+        if self._model_control_mode is not ModelControlMode.EXPLICIT:
+            raise UnsupportedError(
+                f"explicit model load / unload is not allowed in model control mode "
+                f"'{self._model_control_mode.value}': cannot {action}; start the server with "
+                "--model-control-mode explicit"
+            )
 
     def response_encoded(self, response: InferResponse, encode_s: float) -> None:
         self._statistics.response_encoded(response.model_name, response.model_version, encode_s)

@@ -10,7 +10,7 @@ import logging
 import signal
 from pathlib import Path
 
-from inferd.config.server import ServerSettings
+from inferd.config.server import ModelControlMode, ServerSettings
 from inferd.core.registry import ModelRegistry
 from inferd.core.repository import ModelRepository
 from inferd.core.service import InferenceService
@@ -40,7 +40,12 @@ async def serve(settings: ServerSettings) -> None:
     repository.check()
     statistics = ServingStatistics()
     registry = ModelRegistry(repository, statistics)
-    service = InferenceService(registry, strict_readiness=settings.strict_readiness, statistics=statistics)
+    service = InferenceService(
+        registry,
+        strict_readiness=settings.strict_readiness,
+        statistics=statistics,
+        model_control_mode=settings.model_control_mode,
+    )
 
     http_app = HttpApp(service, max_request_bytes=settings.max_request_bytes)
     limits = HttpLimits(
@@ -73,19 +78,36 @@ async def serve(settings: ServerSettings) -> None:
         settings.metrics_port,
     )
 
-    await asyncio.to_thread(registry.load_all)
+    mode = settings.model_control_mode
+    if mode is ModelControlMode.EXPLICIT and "*" not in settings.load_models:
+        await registry.load_all(settings.load_models)
+    else:
+        await registry.load_all()
     ready = [f"{r.name} (versions {r.ready_versions()})" for r in registry.records() if r.ready_versions()]
     failed = [f"{r.name}: {r.reason}" for r in registry.records() if not r.ready_versions()]
     logger.info("models ready: %s", ", ".join(ready) or "none", extra={"ready": len(ready), "failed": len(failed)})
     if failed:
         logger.warning("models not ready: %s", "; ".join(failed))
 
+    poller = loop.create_task(_poll(registry, settings.repository_poll_s)) if mode is ModelControlMode.POLL else None
     await stop.wait()
+    if poller is not None:
+        poller.cancel()
     logger.info("shutting down: finishing in-flight requests (up to %.0f s)", settings.shutdown_timeout_s)
     service.shutting_down = True
     await asyncio.gather(
         http_server.shutdown(settings.shutdown_timeout_s), grpc_server.stop(grace=settings.shutdown_timeout_s)
     )
     metrics_server.shutdown()
-    await asyncio.to_thread(registry.close)
+    await registry.close()
     logger.info("stopped")
+
+
+async def _poll(registry: ModelRegistry, interval_s: float) -> None:
+    """Poll mode: follow the repository's changes until cancelled."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await registry.poll()
+        except Exception:  # one failed scan (a folder vanishing mid-listing) must not end polling
+            logger.exception("polling the model repository failed; trying again in %.0f s", interval_s)

@@ -1,0 +1,103 @@
+"""`load_version()`: from a model's config and a local version folder to a ready `ModelHandle`.
+
+The one way a version becomes servable, whoever asks (startup, polling, the repository API, a hot
+swap): instances are created, the config completed from the model file, warm-up run on every
+instance, the model timed to choose where it runs, and a batcher made when the config asks.
+Blocking (file reading, graph optimization, warm-up): run it on a worker thread. A failure raises
+the InferdError that says why, and whatever was created is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from inferd.config.loader import complete_config
+from inferd.config.model import InstanceGroup, ModelConfig
+from inferd.core.batcher import DynamicBatcher
+from inferd.core.executor import InstancePool, intra_op_threads_per_instance
+from inferd.core.handle import ModelHandle
+from inferd.core.metrics import Metrics
+from inferd.core.warmup import probe_inputs, run_warmup
+from inferd.errors import InferdError
+from inferd.runtimes import Runtime, RuntimeOptions, load_runtime
+
+logger = logging.getLogger("inferd.loading")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadTimings:
+    """Where a load's time went, in seconds."""
+
+    session_s: float
+    """Creating the runtime sessions (reading the file, optimizing the graph)."""
+    warmup_s: float
+    """The config's warm-up samples and the timing runs that place the model."""
+
+
+def load_version(
+    config: ModelConfig, version: int, version_dir: Path, model_dir: Path, metrics: Metrics
+) -> tuple[ModelHandle, LoadTimings]:
+    """`model_dir` holds the version's `warmup/` data files."""
+    instances: list[Runtime] = []
+    pool: InstancePool | None = None
+    started = time.perf_counter()
+    try:
+        groups = config.instance_groups or (InstanceGroup(),)
+        threads = intra_op_threads_per_instance(sum(g.count for g in groups))
+        for group in groups:
+            for _ in range(group.count):
+                options = RuntimeOptions(instance_group=group, intra_op_threads=threads)
+                instances.append(load_runtime(config, version_dir, options))
+        completed = complete_config(config, instances[0].signature)
+        label = str(version)
+        pool = InstancePool(
+            instances,
+            name=config.name,
+            on_execute=lambda rows, infer_s: metrics.batch_executed(config.name, label, rows, infer_s),
+        )
+        sessions_ready = time.perf_counter()
+        # Warm-up runs before the version is ready, outside the metrics (it is not traffic).
+        run_warmup(completed, pool, model_dir)
+        execute_s = _calibrate(completed, pool)
+    except BaseException:
+        if pool is not None:
+            pool.close()
+        else:
+            for instance in instances:
+                instance.close()
+        raise
+    timings = LoadTimings(session_s=sessions_ready - started, warmup_s=time.perf_counter() - sessions_ready)
+    batcher = None
+    if completed.dynamic_batching is not None and completed.max_batch_size > 0:
+        batcher = DynamicBatcher(
+            config.name, pool, max_batch_size=completed.max_batch_size, config=completed.dynamic_batching
+        )
+    logger.info(
+        "model %s version %d loaded in %.0f ms (sessions %.0f ms, warm-up %.0f ms): %d instance(s), %d thread(s) "
+        "each, max_batch_size %d, dynamic batching %s, %s, %.0f us per execution",
+        config.name,
+        version,
+        (timings.session_s + timings.warmup_s) * 1e3,
+        timings.session_s * 1e3,
+        timings.warmup_s * 1e3,
+        len(instances),
+        threads,
+        completed.max_batch_size,
+        "on" if batcher is not None else "off",
+        "inline on the event loop" if pool.runs_inline else "on worker threads",
+        execute_s * 1e6,
+        extra={"model": config.name, "version": version},
+    )
+    return ModelHandle(config=completed, version=version, pool=pool, batcher=batcher), timings
+
+
+def _calibrate(config: ModelConfig, pool: InstancePool) -> float:
+    """Where the model runs (inline or on threads); a model the probe cannot feed uses threads."""
+    try:
+        return pool.calibrate(probe_inputs(config), [t.name for t in config.outputs])
+    except InferdError as exc:
+        logger.info("model %s: not timed (%s); it runs on worker threads", config.name, exc.message)
+        return 0.0
