@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from inferd.config.server import DEFAULT_MAX_REQUEST_BYTES, LogFormat, ServerSettings
+from inferd.config.server import DEFAULT_MAX_REQUEST_BYTES, LogFormat, ModelControlMode, ServerSettings
 
 
 @click.command()
@@ -46,6 +46,32 @@ from inferd.config.server import DEFAULT_MAX_REQUEST_BYTES, LogFormat, ServerSet
     type=click.IntRange(0, 65535),
     envvar="INFERD_METRICS_PORT",
     help="Prometheus metrics port, served at /metrics.",
+)
+@click.option(
+    "--model-control-mode",
+    default="none",
+    show_default=True,
+    type=click.Choice([m.value for m in ModelControlMode]),
+    envvar="INFERD_MODEL_CONTROL_MODE",
+    help="none: load every model at startup, never change; poll: load every model, then follow the "
+    "repository's changes; explicit: load the --load-model ones, then load and unload through the "
+    "repository API (POST /v2/repository/models/NAME/load|unload).",
+)
+@click.option(
+    "--repository-poll-secs",
+    "repository_poll_s",
+    default=15.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    envvar="INFERD_REPOSITORY_POLL_SECS",
+    help="In poll mode, seconds between scans of the repository for added, changed and removed models.",
+)
+@click.option(
+    "--load-model",
+    "load_models",
+    multiple=True,
+    envvar="INFERD_LOAD_MODEL",
+    help="In explicit mode, a model to load at startup (repeatable; '*' loads all of them).",
 )
 @click.option(
     "--log-format",

@@ -20,6 +20,7 @@ from inferd.types import (
     DataType,
     InferRequest,
     InferResponse,
+    ModelIndexEntry,
     ModelMetadata,
     ModelStatistics,
     RequestedOutput,
@@ -89,6 +90,30 @@ def encode_response(response: InferResponse) -> Any:
         message.outputs.add(name=tensor.name, datatype=tensor.datatype.value, shape=tensor.shape)
         message.raw_output_contents.append(tensor_to_bytes(tensor))
     return message
+
+
+def decode_load_parameters(message: Any) -> tuple[str, dict[str, bytes]]:
+    """RepositoryModelLoadRequest's parameters: the config override ("" for none) and the files."""
+    config, files = "", {}
+    for key, parameter in message.parameters.items():
+        if key == "config":
+            if parameter.WhichOneof("parameter_choice") != "string_param":
+                raise MalformedRequestError("load parameter 'config' must be a string_param holding JSON")
+            config = parameter.string_param
+        elif key.startswith("file:"):
+            if parameter.WhichOneof("parameter_choice") != "bytes_param":
+                raise MalformedRequestError(f"load parameter '{key}' must be a bytes_param")
+            files[key[len("file:") :]] = parameter.bytes_param
+    return config, files
+
+
+def encode_repository_index(entries: list[ModelIndexEntry]) -> Any:
+    return pb.RepositoryIndexResponse(
+        models=[
+            pb.RepositoryIndexResponse.ModelIndex(name=e.name, version=e.version, state=e.state, reason=e.reason)
+            for e in entries
+        ]
+    )
 
 
 def encode_server_metadata(metadata: ServerMetadata) -> Any:

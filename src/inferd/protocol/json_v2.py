@@ -24,6 +24,7 @@ from inferd.types import (
     DurationStatistic,
     InferRequest,
     InferResponse,
+    ModelIndexEntry,
     ModelMetadata,
     ModelStatistics,
     RequestedOutput,
@@ -112,8 +113,72 @@ def encode_error(error: InferdError, request_id: str) -> bytes:
     return orjson.dumps({"error": error.message, **error.details(), "request_id": request_id})
 
 
-def encode_json(document: Mapping[str, Any]) -> bytes:
+def encode_json(document: Mapping[str, Any] | list[Any]) -> bytes:
     return orjson.dumps(document)
+
+
+# -- the repository extension ---------------------------------------------------------------------
+
+# Triton's load parameters: "config" (the ModelConfig as JSON text) and "file:<path>" (base64 content).
+CONFIG_PARAMETER = "config"
+FILE_PARAMETER_PREFIX = "file:"
+
+
+def decode_index_request(body: bytes) -> bool:
+    """`POST /v2/repository/index`'s body (may be empty): whether only ready models are asked for."""
+    document = _repository_body(body)
+    ready = document.get("ready", False)
+    if not isinstance(ready, bool):
+        raise MalformedRequestError("'ready' must be true or false")
+    return ready
+
+
+def decode_load_request(body: bytes) -> tuple[str, dict[str, bytes]]:
+    """`POST /v2/repository/models/{m}/load`'s body: the config override ("" for none) and the files."""
+    import base64
+    import binascii
+
+    parameters = _parameters(_repository_body(body).get("parameters"), "load request")
+    config = parameters.get(CONFIG_PARAMETER, "")
+    if not isinstance(config, str):
+        raise MalformedRequestError("load parameter 'config' must be the model configuration as a JSON string")
+    files = {}
+    for key, value in parameters.items():
+        if key.startswith(FILE_PARAMETER_PREFIX):
+            if not isinstance(value, str):
+                raise MalformedRequestError(f"load parameter '{key}' must be base64 text")
+            try:
+                files[key[len(FILE_PARAMETER_PREFIX) :]] = base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise MalformedRequestError(f"load parameter '{key}' is not valid base64") from None
+    return config, files
+
+
+def decode_unload_request(body: bytes) -> bool:
+    """`POST /v2/repository/models/{m}/unload`'s body: whether `unload_dependents` is asked."""
+    parameters = _parameters(_repository_body(body).get("parameters"), "unload request")
+    dependents = parameters.get("unload_dependents", False)
+    if not isinstance(dependents, bool):
+        raise MalformedRequestError("unload parameter 'unload_dependents' must be true or false")
+    return dependents
+
+
+def repository_index_json(entries: list[ModelIndexEntry]) -> list[dict[str, str]]:
+    """Triton's index: fields a model does not have (a version, a state) are left out."""
+    return [
+        {key: value for key, value in (("name", e.name), ("version", e.version), ("state", e.state),
+                                       ("reason", e.reason)) if value or key == "name"}
+        for e in entries
+    ]  # fmt: skip
+
+
+def _repository_body(body: bytes) -> dict[str, Any]:
+    if not body.strip():
+        return {}
+    document = _load_header(body)
+    if not isinstance(document, dict):
+        raise MalformedRequestError("the request body must be a JSON object")
+    return document
 
 
 def server_metadata_json(metadata: ServerMetadata) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -74,6 +74,27 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             lambda: grpc_v2.encode_statistics(self._service.model_statistics(request.name, request.version)),
         )
 
+    async def RepositoryIndex(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def index() -> Any:
+            return grpc_v2.encode_repository_index(await self._service.repository_index(ready_only=request.ready))
+
+        return await _call_async(context, "RepositoryIndex", index)
+
+    async def RepositoryModelLoad(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def load() -> Any:
+            config, files = grpc_v2.decode_load_parameters(request)
+            await self._service.load_model(request.model_name, config_json=config, files=files)
+            return pb.RepositoryModelLoadResponse()
+
+        return await _call_async(context, "RepositoryModelLoad", load)
+
+    async def RepositoryModelUnload(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def unload() -> Any:
+            await self._service.unload_model(request.model_name)
+            return pb.RepositoryModelUnloadResponse()
+
+        return await _call_async(context, "RepositoryModelUnload", unload)
+
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         metadata = dict(context.invocation_metadata() or ())
         request_id = str(metadata.get(REQUEST_ID_KEY, ""))
@@ -105,8 +126,15 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
 
 async def _call(context: grpc.aio.ServicerContext, method: str, build: Callable[[], T]) -> T:
-    try:
+    async def run() -> T:
         return build()
+
+    return await _call_async(context, method, run)
+
+
+async def _call_async(context: grpc.aio.ServicerContext, method: str, build: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return await build()
     except InferdError as exc:
         await _abort(context, method, exc, _metadata_request_id(context) or new_request_id())
     except Exception:

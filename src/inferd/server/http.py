@@ -82,6 +82,8 @@ class HttpApp:
             raise NotFoundError(f"no route for {method} {path}")
         if len(parts) == 1:
             return self._get(request, lambda: json_v2.server_metadata_json(self._service.server_metadata()))
+        if parts[1] == "repository":
+            return await self._repository(request, parts[2:])
         if parts[1] == "health" and len(parts) == 3 and parts[2] in ("live", "ready"):
             _allow(request, _READ_METHODS)
             ok = self._service.live() if parts[2] == "live" else self._service.ready()
@@ -109,6 +111,23 @@ class HttpApp:
         if action == "config":
             return self._get(request, lambda: model_config.to_json(self._service.model_config(model, version)))
         raise NotFoundError(f"no route for {method} {path}")
+
+    async def _repository(self, request: HttpRequest, parts: list[str]) -> HttpResponse:
+        """Triton's repository extension: index, load, unload."""
+        if parts == ["index"]:
+            _allow(request, ("POST",))
+            entries = await self._service.repository_index(ready_only=json_v2.decode_index_request(request.body))
+            return HttpResponse(200, json_v2.encode_json(json_v2.repository_index_json(entries)), list(_JSON_HEADERS))
+        if len(parts) == 3 and parts[0] == "models" and parts[2] in ("load", "unload"):
+            _allow(request, ("POST",))
+            if parts[2] == "load":
+                config, files = json_v2.decode_load_request(request.body)
+                await self._service.load_model(parts[1], config_json=config, files=files)
+            else:
+                json_v2.decode_unload_request(request.body)
+                await self._service.unload_model(parts[1])
+            return HttpResponse(200, b"", list(_JSON_HEADERS))
+        raise NotFoundError(f"no route for {request.method} {request.path}")
 
     def _get(self, request: HttpRequest, document: Callable[[], dict[str, Any]]) -> HttpResponse:
         _allow(request, _READ_METHODS)
