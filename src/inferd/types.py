@@ -168,6 +168,18 @@ class InferResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadTimings:
+    """Where a model version's load went, in seconds: the cold-start breakdown."""
+
+    session_s: float
+    """Creating the runtime sessions (reading the file, optimizing the graph)."""
+    warmup_s: float
+    """The config's warm-up samples and the timing runs that place the model."""
+    fetch_s: float = 0.0
+    """Bringing the files to a local folder (0 for a local repository)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ModelIndexEntry:
     """One row of the repository index: a model version, or a model without any ("" version)."""
 
@@ -176,6 +188,8 @@ class ModelIndexEntry:
     # A ModelState value; "" for a model of the repository that was never loaded.
     state: str = ""
     reason: str = ""
+    # How the version's last successful load spent its time.
+    timings: LoadTimings | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ def scrape(server: ServerProcess) -> str:
 def sample(text: str, name: str, missing: float | None = None, **labels: str) -> float:
     """The value of the series `name{labels...}`; `missing` (or a failed assertion) if absent."""
     for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+        if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
             return float(line.rsplit(" ", 1)[1])
     assert missing is not None, f"{name} {labels} not in the exposition"
     return missing

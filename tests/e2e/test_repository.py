@@ -87,7 +87,10 @@ def explicit_server(explicit_root: Path, tmp_path_factory: pytest.TempPathFactor
 def test_explicit_mode_loads_only_what_it_is_told(explicit_server: ServerProcess) -> None:
     client = httpclient.InferenceServerClient(explicit_server.http_url)
     entries = index(client)
-    assert entries["mlp"] == [{"name": "mlp", "version": "1", "state": "READY"}]
+    [mlp] = entries["mlp"]
+    assert {key: mlp[key] for key in ("name", "version", "state")} == {"name": "mlp", "version": "1", "state": "READY"}
+    # The cold-start breakdown of its load, in milliseconds.
+    assert set(mlp["load_ms"]) == {"fetch", "session", "warmup"} and mlp["load_ms"]["session"] > 0
     assert entries["add_sub"] == [{"name": "add_sub"}]  # in the repository, never loaded
     assert [e["name"] for e in client.get_model_repository_index()] == sorted(entries)
     ready = http_request(explicit_server, "POST", "/v2/repository/index", json.dumps({"ready": True}).encode())
@@ -96,7 +99,10 @@ def test_explicit_mode_loads_only_what_it_is_told(explicit_server: ServerProcess
 
 
 def test_load_and_unload_over_http(explicit_server: ServerProcess) -> None:
+    from tests.e2e.test_observability import sample, scrape
+
     client = httpclient.InferenceServerClient(explicit_server.http_url)
+    before = scrape(explicit_server)
     client.load_model("add_sub")
     assert client.is_model_ready("add_sub")
     a = np.ones((1, 16), dtype=np.float32)
@@ -107,6 +113,14 @@ def test_load_and_unload_over_http(explicit_server: ServerProcess) -> None:
     client.unload_model("add_sub")
     assert not client.is_model_ready("add_sub")
     assert index(client)["add_sub"] == [{"name": "add_sub", "state": "UNAVAILABLE", "reason": "unloaded"}]
+    after = scrape(explicit_server)
+
+    def grew(name: str, **labels: str) -> float:
+        return sample(after, name, **labels) - sample(before, name, missing=0.0, **labels)
+
+    assert grew("inferd_model_loads_total", outcome="success") == 1
+    assert grew("inferd_model_unloads_total") == 1
+    assert grew("inferd_model_load_duration_seconds_count", phase="session") == 1
     with pytest.raises(InferenceServerException) as raised:
         client.infer("add_sub", inputs)
     assert raised.value.status() == "503" and "unloaded" in raised.value.message()
@@ -201,7 +215,8 @@ def test_control_is_refused_outside_explicit_mode(server: ServerProcess) -> None
         client.load_model("mlp")
     assert raised.value.status() == "400"
     assert "explicit model load / unload is not allowed" in raised.value.message()
-    assert {"name": "mlp", "version": "3", "state": "READY"} in client.get_model_repository_index()
+    served = [(e["name"], e.get("version"), e.get("state")) for e in client.get_model_repository_index()]
+    assert ("mlp", "3", "READY") in served and ("mlp", "1", None) not in served
 
 
 # -- hot swap under load --------------------------------------------------------------------------

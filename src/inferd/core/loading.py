@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from inferd.config.loader import complete_config
@@ -23,18 +22,9 @@ from inferd.core.metrics import Metrics
 from inferd.core.warmup import probe_inputs, run_warmup
 from inferd.errors import InferdError
 from inferd.runtimes import Runtime, RuntimeOptions, load_runtime
+from inferd.types import LoadTimings
 
 logger = logging.getLogger("inferd.loading")
-
-
-@dataclass(frozen=True, slots=True)
-class LoadTimings:
-    """Where a load's time went, in seconds."""
-
-    session_s: float
-    """Creating the runtime sessions (reading the file, optimizing the graph)."""
-    warmup_s: float
-    """The config's warm-up samples and the timing runs that place the model."""
 
 
 def load_version(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from inferd.types import RequestTiming
+from inferd.types import LoadTimings, RequestTiming
 
 
 class Metrics(Protocol):
@@ -21,6 +21,12 @@ class Metrics(Protocol):
         """One execution of the runtime, on a batch of `rows` rows from one or more requests."""
         ...
 
+    def version_loaded(self, model: str, timings: LoadTimings) -> None: ...
+
+    def version_load_failed(self, model: str) -> None: ...
+
+    def model_unloaded(self, model: str) -> None: ...
+
 
 class NoMetrics:
     def request_finished(
@@ -32,4 +38,13 @@ class NoMetrics:
         return None
 
     def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
+        return None
+
+    def version_loaded(self, model: str, timings: LoadTimings) -> None:
+        return None
+
+    def version_load_failed(self, model: str) -> None:
+        return None
+
+    def model_unloaded(self, model: str) -> None:
         return None

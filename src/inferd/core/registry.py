@@ -32,7 +32,7 @@ from types import MappingProxyType
 from inferd.config.loader import read_model_config
 from inferd.config.model import ModelConfig
 from inferd.core.handle import ModelHandle
-from inferd.core.loading import LoadTimings, load_version
+from inferd.core.loading import load_version
 from inferd.core.metrics import Metrics, NoMetrics
 from inferd.core.repository import ModelFingerprint, ModelRepository
 from inferd.errors import (
@@ -42,6 +42,7 @@ from inferd.errors import (
     ModelNotReadyError,
     VersionNotFoundError,
 )
+from inferd.types import LoadTimings
 
 logger = logging.getLogger("inferd.registry")
 
@@ -224,6 +225,7 @@ class ModelRegistry:
             if record.owned_dir is not None:
                 shutil.rmtree(record.owned_dir, ignore_errors=True)
             self._publish(ModelRecord(name=name, state=ModelState.FAILED, reason=UNLOADED))
+            self._metrics.model_unloaded(name)
             logger.info("model %s: unloaded", name, extra={"model": name})
 
     async def forget(self, name: str) -> None:
@@ -409,7 +411,9 @@ class ModelRegistry:
                     exc.message,
                     extra={"model": name, "version": version},
                 )
+                self._metrics.version_load_failed(name)
                 return VersionRecord(version, ModelState.FAILED, exc.message, files=files, config=model.config)
+        self._metrics.version_loaded(name, timings)
         return VersionRecord(version, ModelState.READY, "", handle, timings, files, model.config)
 
     def _drain_later(self, handle: ModelHandle) -> None:

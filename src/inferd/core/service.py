@@ -138,7 +138,7 @@ class InferenceService:
                 entries.append(ModelIndexEntry(name=name, state=record.state.value, reason=record.reason))
             else:
                 entries.extend(
-                    ModelIndexEntry(name, str(version), v.state.value, v.reason or record.reason)
+                    ModelIndexEntry(name, str(version), v.state.value, v.reason or record.reason, v.timings)
                     for version, v in sorted(record.versions.items())
                 )
         if ready_only:

@@ -13,11 +13,14 @@ import bisect
 import time
 from dataclasses import dataclass, field
 
-from inferd.types import BatchStatistics, DurationStatistic, ModelStatistics, RequestTiming
+from inferd.types import BatchStatistics, DurationStatistic, LoadTimings, ModelStatistics, RequestTiming
 
 # Latency buckets from 100 us to 10 s: tiny models answer in well under a millisecond.
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+# Model loads: from a small model's milliseconds to a large one's minutes.
+LOAD_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+LOAD_PHASES = ("fetch", "session", "warmup")
 
 
 @dataclass(slots=True)
@@ -101,6 +104,11 @@ class ServingStatistics:
         # Requests that resolved to no loaded version (unknown model or version, model not ready):
         # ErrorCode value -> count. Keyed by code alone, so it stays as small as the ErrorCode enum.
         self.unresolved: dict[str, int] = {}
+        # Model management, server-wide (no model label: a fleet of many models adds no series):
+        # each version load's time by phase, loads by outcome, unloads.
+        self.load_phases = {phase: Histogram.with_bounds(LOAD_BUCKETS_S) for phase in LOAD_PHASES}
+        self.loads = {"success": 0, "failure": 0}
+        self.unloads = 0
 
     def request_finished(
         self, model: str, version: str, outcome: str, duration_s: float, rows: int, timing: RequestTiming
@@ -120,6 +128,18 @@ class ServingStatistics:
         stats.compute_output_s += timing.compute_output_s
         stats.inference_count += rows
         stats.last_inference_ms = int(time.time() * 1000)
+
+    def version_loaded(self, model: str, timings: LoadTimings) -> None:
+        self.loads["success"] += 1
+        self.load_phases["fetch"].observe(timings.fetch_s)
+        self.load_phases["session"].observe(timings.session_s)
+        self.load_phases["warmup"].observe(timings.warmup_s)
+
+    def version_load_failed(self, model: str) -> None:
+        self.loads["failure"] += 1
+
+    def model_unloaded(self, model: str) -> None:
+        self.unloads += 1
 
     def request_unresolved(self, outcome: str) -> None:
         self.unresolved[outcome] = self.unresolved.get(outcome, 0) + 1

@@ -163,13 +163,22 @@ def decode_unload_request(body: bytes) -> bool:
     return dependents
 
 
-def repository_index_json(entries: list[ModelIndexEntry]) -> list[dict[str, str]]:
-    """Triton's index: fields a model does not have (a version, a state) are left out."""
-    return [
-        {key: value for key, value in (("name", e.name), ("version", e.version), ("state", e.state),
-                                       ("reason", e.reason)) if value or key == "name"}
-        for e in entries
-    ]  # fmt: skip
+def repository_index_json(entries: list[ModelIndexEntry]) -> list[dict[str, Any]]:
+    """Triton's index: fields a model does not have (a version, a state) are left out. inferd adds
+    `load_ms`, the last load's cold-start breakdown, to each loaded version."""
+    index = []
+    for e in entries:
+        entry: dict[str, Any] = {"name": e.name}
+        entry.update((key, value) for key, value in (("version", e.version), ("state", e.state),
+                                                     ("reason", e.reason)) if value)  # fmt: skip
+        if e.timings is not None:
+            entry["load_ms"] = {
+                "fetch": round(e.timings.fetch_s * 1e3, 3),
+                "session": round(e.timings.session_s * 1e3, 3),
+                "warmup": round(e.timings.warmup_s * 1e3, 3),
+            }
+        index.append(entry)
+    return index
 
 
 def _repository_body(body: bytes) -> dict[str, Any]:

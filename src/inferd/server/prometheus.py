@@ -91,6 +91,7 @@ class _Exposition(Collector):
         for outcome, count in sorted(dict(self._statistics.unresolved).items()):
             unresolved.add_metric([outcome], count)
         yield unresolved
+        yield from self._model_management()
         for name, documentation, histogram_of in _HISTOGRAMS:
             family = HistogramMetricFamily(name, documentation, labels=["model", "version"])
             for (model, version), stats in snapshot:
@@ -116,6 +117,25 @@ class _Exposition(Collector):
             depths.add_metric([model, version], float(queued))
         yield in_flight
         yield depths
+
+
+    def _model_management(self) -> Iterator[Any]:
+        statistics = self._statistics
+        phases = HistogramMetricFamily(
+            "inferd_model_load_duration_seconds",
+            "Model version loads that succeeded: seconds per phase (fetch: files to local disk; session: "
+            "runtime sessions created; warmup: warm-up samples and placement timing).",
+            labels=["phase"],
+        )
+        for phase, histogram in statistics.load_phases.items():
+            copied = histogram.copy()
+            phases.add_metric([phase], _cumulative_buckets(copied), copied.total)
+        yield phases
+        loads = CounterMetricFamily("inferd_model_loads", "Model version loads, by outcome.", labels=["outcome"])
+        for outcome, count in dict(statistics.loads).items():
+            loads.add_metric([outcome], count)
+        yield loads
+        yield CounterMetricFamily("inferd_model_unloads", "Models unloaded.", value=statistics.unloads)
 
 
 def _cumulative_buckets(histogram: Histogram) -> list[tuple[str, float]]:
