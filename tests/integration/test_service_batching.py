@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from inferd.core.registry import ModelRegistry
-from inferd.core.repository import ModelRepository
+from inferd.core.repository import LocalRepository
 from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
 from inferd.testing.models import mlp_model, write_config
@@ -22,7 +22,7 @@ async def service(tmp_path: Path) -> InferenceService:
     mlp_model(tmp_path / "mlp" / "1" / "model.onnx")
     write_config(tmp_path / "mlp", "max_batch_size: 32\ndynamic_batching { max_queue_delay_microseconds: 100000 }")
     statistics = ServingStatistics()
-    registry = ModelRegistry(ModelRepository(tmp_path), statistics)
+    registry = ModelRegistry(LocalRepository(tmp_path), statistics)
     await registry.load_all(["mlp"])
     return InferenceService(registry, statistics=statistics)
 

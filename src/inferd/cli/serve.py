@@ -7,14 +7,31 @@ import click
 from inferd.config.server import DEFAULT_MAX_REQUEST_BYTES, LogFormat, ModelControlMode, ServerSettings
 
 
+def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
+    """Local repositories are checked here, for a usage error; remote ones when the server reads them."""
+    from pathlib import Path
+
+    for location in locations:
+        if "://" not in location or location.startswith("file://"):
+            path = Path(location.removeprefix("file://"))
+            if not path.is_dir():
+                raise click.BadParameter(
+                    f"folder '{path}' does not exist" if not path.exists() else f"'{path}' is not a folder"
+                )
+    return locations
+
+
 @click.command()
 @click.option(
     "--model-repository",
     "model_repository",
     required=True,
+    multiple=True,
     envvar="INFERD_MODEL_REPOSITORY",
-    type=click.Path(exists=True, file_okay=False),
-    help="Folder in Triton's layout: <repo>/<model>/config.pbtxt and <repo>/<model>/<version>/model.onnx.",
+    callback=lambda _ctx, _param, value: _local_folders_exist(value),
+    help="Repository in Triton's layout (<repo>/<model>/config.pbtxt, <repo>/<model>/<version>/model.onnx): "
+    "a local folder or an fsspec URL such as s3://bucket/prefix (AWS credentials and AWS_ENDPOINT_URL "
+    "as boto reads them). Repeatable: model names must be unique across repositories.",
 )
 @click.option(
     "--host",

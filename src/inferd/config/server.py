@@ -29,8 +29,8 @@ class ModelControlMode(enum.Enum):
 class ServerSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    model_repository: str
-    """Path of the model repository (Triton layout)."""
+    model_repository: tuple[str, ...] = Field(min_length=1)
+    """Model repositories in Triton's layout: local folders or fsspec URLs such as s3://bucket/prefix."""
     host: str = "0.0.0.0"
     """Address every listener binds to."""
     http_port: int = Field(default=8000, ge=0, le=65535)

@@ -24,6 +24,7 @@ import asyncio
 import enum
 import logging
 import shutil
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,7 +35,7 @@ from inferd.config.model import ModelConfig
 from inferd.core.handle import ModelHandle
 from inferd.core.loading import load_version
 from inferd.core.metrics import Metrics, NoMetrics
-from inferd.core.repository import ModelFingerprint, ModelRepository
+from inferd.core.repository import FileEntry, ModelFingerprint, ModelRepository
 from inferd.errors import (
     InferdError,
     ModelLoadError,
@@ -66,7 +67,7 @@ class VersionRecord:
     handle: ModelHandle | None = None
     timings: LoadTimings | None = None
     # The version's files and the model's config as loaded, to tell a changed model from the same one.
-    files: tuple[tuple[str, int, int], ...] | None = None
+    files: tuple[FileEntry, ...] | None = None
     config: ModelConfig | None = None
 
 
@@ -118,6 +119,8 @@ class LocalModel:
     versions: list[int]
     fingerprint: ModelFingerprint | None
     owned_dir: Path | None = None
+    # Seconds spent bringing the files to `model_dir` (a remote repository's fetch).
+    fetch_s: float = 0.0
 
 
 class ModelRegistry:
@@ -224,6 +227,7 @@ class ModelRegistry:
             await asyncio.gather(*(handle.drain() for handle in handles))
             if record.owned_dir is not None:
                 shutil.rmtree(record.owned_dir, ignore_errors=True)
+            await asyncio.to_thread(self._repository.release, name)
             self._publish(ModelRecord(name=name, state=ModelState.FAILED, reason=UNLOADED))
             self._metrics.model_unloaded(name)
             logger.info("model %s: unloaded", name, extra={"model": name})
@@ -303,11 +307,11 @@ class ModelRegistry:
     ) -> LocalModel:
         """On a worker thread: the model's folder, config and the versions to load."""
         owned_dir = None
+        fetch_started = time.perf_counter()
         if files:
-            owned_dir = write_model_files(name, files)
-            model_dir = owned_dir
+            owned_dir = model_dir = write_model_files(name, files)
         else:
-            model_dir = self._repository.model_dir(name)
+            model_dir = self._repository.localize(name, ())  # the config and shared files first
         try:
             if config is None:
                 config = read_model_config(model_dir)
@@ -319,20 +323,26 @@ class ModelRegistry:
                     ", ".join(config.ignored_fields),
                     extra={"model": name},
                 )
-            available = sorted(
-                int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0
-            )
+            if fingerprint is not None:
+                available = fingerprint.version_numbers
+            else:
+                available = sorted(
+                    int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0
+                )
             selected = config.version_policy.select(available)
+            if not selected:
+                raise ModelLoadError(
+                    f"no version of model '{name}' to load: found versions {available}, "
+                    f"version_policy {config.version_policy.kind.value} selects none"
+                )
+            if owned_dir is None:
+                model_dir = self._repository.localize(name, selected)
         except BaseException:
             if owned_dir is not None:
                 shutil.rmtree(owned_dir, ignore_errors=True)
             raise
-        if not selected:
-            raise ModelLoadError(
-                f"no version of model '{name}' to load: found versions {available} under {model_dir}, "
-                f"version_policy {config.version_policy.kind.value} selects none"
-            )
-        return LocalModel(model_dir, config, selected, fingerprint, owned_dir)
+        fetch_s = time.perf_counter() - fetch_started if owned_dir is None else 0.0
+        return LocalModel(model_dir, config, selected, fingerprint, owned_dir, fetch_s)
 
     async def _load(self, name: str, model: LocalModel) -> None:
         old = self._snapshot.models.get(name)
@@ -403,6 +413,7 @@ class ModelRegistry:
                 handle, timings = await asyncio.to_thread(
                     load_version, model.config, version, model.model_dir / str(version), model.model_dir, self._metrics
                 )
+                timings = replace(timings, fetch_s=model.fetch_s)
             except InferdError as exc:
                 logger.error(
                     "model %s version %d failed to load: %s",

@@ -1,39 +1,61 @@
-"""The model repository on storage, in Triton's layout: `<root>/<model>/config.pbtxt` and
+"""Model repositories on storage, in Triton's layout: `<root>/<model>/config.pbtxt` and
 `<root>/<model>/<version>/<model file>`, version folders named by positive integers.
 
 `ModelRepository` is what the registry needs of any storage: list the models, fingerprint one
-(so that polling sees what changed without reading model files), and localize a version to a
-local folder a runtime can open. A local folder localizes to itself.
+(so that polling sees what changed without reading model files), localize a model's config and
+chosen versions to a local folder a runtime can open, and release that folder on unload.
+
+* `LocalRepository`: a folder; it localizes to itself.
+* `FsspecRepository`: any fsspec URL (`s3://bucket/prefix` with the standard AWS credential chain
+  and `AWS_ENDPOINT_URL`, `gs://`, `memory://`, ...). Files are fetched into a local cache folder,
+  each once: a cached file whose size and tag (ETag, or modification time) match the listing is
+  not fetched again. A model's cache is removed when it is released.
+* `Repositories`: several at once (repeated `--model-repository`, as Triton allows); a model name
+  found in two of them is refused rather than guessed.
 
 Names come from clients (a load request) and from listings, so every name is checked to be one
-plain folder name before it touches a path: no separators, no `..`, nothing hidden; and a model
-folder that is a symbolic link pointing outside the root is not served.
+plain folder name before it touches a path (no separators, no `..`, nothing hidden), files of a
+listing must stay inside their model's folder, and a local model folder that is a link pointing
+outside the root is not served.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
 
-from inferd.errors import InferdError, ModelNotFoundError
+from inferd.errors import InferdError, ModelLoadError, ModelNotFoundError
+
+CONFIG_FILE = "config.pbtxt"
+# (path relative to the model folder, size, tag): the tag is an ETag or a modification time.
+FileEntry = tuple[str, int, str]
 
 
 class RepositoryError(InferdError):
-    """The repository root itself is unusable (missing, not a folder)."""
+    """A repository itself is unusable (missing, not a folder, unreachable)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ModelFingerprint:
-    """What a model's files look like now, cheaply: sizes and modification times, no contents."""
+    """What a model's files look like now, from a listing alone: sizes and tags, no contents."""
 
-    # config.pbtxt's (size, mtime_ns), or None when there is none.
-    config: tuple[int, int] | None
-    # version -> sorted (relative path, size, mtime_ns) of every file in its folder.
-    versions: tuple[tuple[int, tuple[tuple[str, int, int], ...]], ...]
+    # Files outside version folders: config.pbtxt, warmup/ data, labels.
+    shared: tuple[FileEntry, ...]
+    # version -> the files in its folder.
+    versions: tuple[tuple[int, tuple[FileEntry, ...]], ...]
 
-    def version(self, version: int) -> tuple[tuple[str, int, int], ...] | None:
+    def version(self, version: int) -> tuple[FileEntry, ...] | None:
         return dict(self.versions).get(version)
+
+    @property
+    def version_numbers(self) -> list[int]:
+        return [version for version, _ in self.versions]
 
 
 def is_plain_name(name: str) -> bool:
@@ -41,9 +63,53 @@ def is_plain_name(name: str) -> bool:
     return bool(name) and "/" not in name and "\\" not in name and "\x00" not in name and not name.startswith(".")
 
 
+def fingerprint_of(files: Iterable[FileEntry]) -> ModelFingerprint:
+    """Files of one model folder (relative paths) sorted into shared ones and version folders."""
+    shared: list[FileEntry] = []
+    versions: dict[int, list[FileEntry]] = {}
+    for entry in files:
+        top = PurePosixPath(entry[0]).parts[0]
+        if top.isdigit() and int(top) > 0 and len(PurePosixPath(entry[0]).parts) > 1:
+            versions.setdefault(int(top), []).append(entry)
+        else:
+            shared.append(entry)
+    return ModelFingerprint(
+        shared=tuple(sorted(shared)), versions=tuple((v, tuple(sorted(versions[v]))) for v in sorted(versions))
+    )
+
+
+class ModelRepository(Protocol):
+    def describe(self) -> str:
+        """Where it is, for messages."""
+        ...
+
+    def check(self) -> None:
+        """RepositoryError when the repository itself cannot be used."""
+        ...
+
+    def model_names(self) -> list[str]: ...
+
+    def has_model(self, name: str) -> bool: ...
+
+    def fingerprint(self, name: str) -> ModelFingerprint:
+        """ModelNotFoundError for a name that is not one of the repository's models."""
+        ...
+
+    def localize(self, name: str, versions: Iterable[int]) -> Path:
+        """A local folder holding the model's shared files and the given versions' folders."""
+        ...
+
+    def release(self, name: str) -> None:
+        """The model is unloaded: drop what localize fetched for it."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
-class ModelRepository:
+class LocalRepository:
     root: Path
+
+    def describe(self) -> str:
+        return str(self.root)
 
     def check(self) -> None:
         if not self.root.is_dir():
@@ -56,45 +122,163 @@ class ModelRepository:
     def has_model(self, name: str) -> bool:
         return is_plain_name(name) and self._is_model_dir(self.root / name)
 
-    def model_dir(self, name: str) -> Path:
-        """The model's folder; ModelNotFoundError for a name that is not one of the repository's models."""
+    def fingerprint(self, name: str) -> ModelFingerprint:
+        model_dir = self._model_dir(name)
+        files = []
+        for folder, _, filenames in os.walk(model_dir):
+            for filename in filenames:
+                path = Path(folder) / filename
+                stat = path.stat()
+                files.append((path.relative_to(model_dir).as_posix(), stat.st_size, str(stat.st_mtime_ns)))
+        return fingerprint_of(files)
+
+    def localize(self, name: str, versions: Iterable[int]) -> Path:
+        return self._model_dir(name)
+
+    def release(self, name: str) -> None:
+        return None
+
+    def _model_dir(self, name: str) -> Path:
         if not self.has_model(name):
             raise ModelNotFoundError(f"model '{name}' is not in the model repository {self.root}")
         return self.root / name
-
-    def versions(self, name: str) -> list[int]:
-        """Version folders of a model: positive integer names only, ascending."""
-        model_dir = self.model_dir(name)
-        found = []
-        for child in model_dir.iterdir():
-            if child.is_dir() and child.name.isdigit() and int(child.name) > 0:
-                found.append(int(child.name))
-        return sorted(found)
-
-    def version_dir(self, name: str, version: int) -> Path:
-        """A local folder holding the version's files (for a local repository, the folder itself)."""
-        return self.model_dir(name) / str(version)
-
-    def fingerprint(self, name: str) -> ModelFingerprint:
-        model_dir = self.model_dir(name)
-        config = model_dir / "config.pbtxt"
-        config_stat = config.stat() if config.is_file() else None
-        versions = []
-        for version in self.versions(name):
-            version_dir = model_dir / str(version)
-            files = []
-            for folder, _, filenames in os.walk(version_dir):
-                for filename in filenames:
-                    path = Path(folder) / filename
-                    stat = path.stat()
-                    files.append((str(path.relative_to(version_dir)), stat.st_size, stat.st_mtime_ns))
-            versions.append((version, tuple(sorted(files))))
-        return ModelFingerprint(
-            config=(config_stat.st_size, config_stat.st_mtime_ns) if config_stat else None, versions=tuple(versions)
-        )
 
     def _is_model_dir(self, path: Path) -> bool:
         if not path.is_dir():
             return False
         # A link may point anywhere: serve it only when it stays inside the repository.
         return not path.is_symlink() or path.resolve().is_relative_to(self.root.resolve())
+
+
+class FsspecRepository:
+    """A repository at an fsspec URL, fetched into `cache_dir/<model>/`."""
+
+    def __init__(self, url: str, cache_dir: Path) -> None:
+        import fsspec
+
+        self._url = url
+        self._fs, root = fsspec.core.url_to_fs(url)
+        self._root = root.rstrip("/")
+        self._cache_dir = cache_dir
+
+    def describe(self) -> str:
+        return self._url
+
+    def check(self) -> None:
+        try:
+            if not self._fs.isdir(self._root):
+                raise RepositoryError(f"model repository {self._url} is not a folder (or not readable)")
+        except (OSError, ValueError) as exc:
+            raise RepositoryError(f"model repository {self._url} cannot be read: {exc}") from exc
+
+    def model_names(self) -> list[str]:
+        self._fs.invalidate_cache()  # listings are cached by some filesystems (s3fs): polling wants news
+        names = []
+        for info in self._fs.ls(self._root, detail=True):
+            name = PurePosixPath(info["name"]).name
+            if info.get("type") == "directory" and is_plain_name(name):
+                names.append(name)
+        return sorted(names)
+
+    def has_model(self, name: str) -> bool:
+        return is_plain_name(name) and name in self.model_names()
+
+    def fingerprint(self, name: str) -> ModelFingerprint:
+        return fingerprint_of(entry for entry, _ in self._listing(name))
+
+    def localize(self, name: str, versions: Iterable[int]) -> Path:
+        wanted = set(versions)
+        target = self._cache_dir / name
+        manifest_path = target / ".inferd-manifest.json"
+        manifest: dict[str, list[Any]] = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+        for (relative, size, tag), remote in self._listing(name):
+            top = PurePosixPath(relative).parts[0]
+            if top.isdigit() and len(PurePosixPath(relative).parts) > 1 and int(top) not in wanted:
+                continue
+            local = target / relative
+            if manifest.get(relative) == [size, tag] and local.is_file() and local.stat().st_size == size:
+                continue  # fetched before, unchanged since
+            local.parent.mkdir(parents=True, exist_ok=True)
+            partial = local.with_name(local.name + ".partial")
+            self._fs.get_file(remote, str(partial))
+            partial.replace(local)
+            manifest[relative] = [size, tag]
+            manifest_path.write_text(json.dumps(manifest))
+        target.mkdir(parents=True, exist_ok=True)
+        return target
+
+    def release(self, name: str) -> None:
+        if is_plain_name(name):
+            shutil.rmtree(self._cache_dir / name, ignore_errors=True)
+
+    def _listing(self, name: str) -> list[tuple[FileEntry, str]]:
+        """(relative path, size, tag) and the remote path of every file of the model."""
+        if not is_plain_name(name):
+            raise ModelNotFoundError(f"model '{name}' is not in the model repository {self._url}")
+        prefix = f"{self._root}/{name}"
+        self._fs.invalidate_cache(prefix)
+        found = self._fs.find(prefix, detail=True)
+        if not found:
+            raise ModelNotFoundError(f"model '{name}' is not in the model repository {self._url}")
+        entries = []
+        for remote, info in found.items():
+            relative = PurePosixPath(remote).relative_to(prefix).as_posix()
+            if ".." in PurePosixPath(relative).parts or relative.startswith("/"):
+                raise ModelLoadError(f"model '{name}': the listing names a file outside it: {remote}")
+            tag = info.get("ETag") or info.get("etag") or str(info.get("mtime") or info.get("LastModified") or "")
+            entries.append(((relative, int(info.get("size") or 0), str(tag)), remote))
+        return entries
+
+
+class Repositories:
+    """Several repositories served as one."""
+
+    def __init__(self, sources: Sequence[ModelRepository]) -> None:
+        self._sources = list(sources)
+
+    def describe(self) -> str:
+        return ", ".join(source.describe() for source in self._sources)
+
+    def check(self) -> None:
+        for source in self._sources:
+            source.check()
+
+    def model_names(self) -> list[str]:
+        return sorted({name for source in self._sources for name in source.model_names()})
+
+    def has_model(self, name: str) -> bool:
+        return any(source.has_model(name) for source in self._sources)
+
+    def fingerprint(self, name: str) -> ModelFingerprint:
+        return self._source(name).fingerprint(name)
+
+    def localize(self, name: str, versions: Iterable[int]) -> Path:
+        return self._source(name).localize(name, versions)
+
+    def release(self, name: str) -> None:
+        for source in self._sources:
+            source.release(name)
+
+    def _source(self, name: str) -> ModelRepository:
+        holding = [source for source in self._sources if source.has_model(name)]
+        if not holding:
+            raise ModelNotFoundError(f"model '{name}' is in none of the model repositories ({self.describe()})")
+        if len(holding) > 1:
+            raise ModelLoadError(
+                f"model '{name}' is in several model repositories ({', '.join(s.describe() for s in holding)}); "
+                "a model name must be unique across them"
+            )
+        return holding[0]
+
+
+def open_repositories(locations: Sequence[str], cache_dir: Path) -> ModelRepository:
+    """Local folders (a path, or file://) and fsspec URLs, as one repository."""
+    sources: list[ModelRepository] = []
+    for index, location in enumerate(locations):
+        if "://" not in location or location.startswith("file://"):
+            sources.append(LocalRepository(Path(location.removeprefix("file://"))))
+        else:
+            # Each URL caches into its own folder, so equal model names in two URLs cannot collide.
+            digest = hashlib.sha256(location.encode()).hexdigest()[:12]
+            sources.append(FsspecRepository(location, cache_dir / f"{index}-{digest}"))
+    return sources[0] if len(sources) == 1 else Repositories(sources)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import signal
+import tempfile
 from pathlib import Path
 
 from inferd.config.server import ModelControlMode, ServerSettings
 from inferd.core.registry import ModelRegistry
-from inferd.core.repository import ModelRepository
+from inferd.core.repository import open_repositories
 from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
 from inferd.server.grpc import build_grpc_server
@@ -36,8 +38,17 @@ def run(settings: ServerSettings) -> None:
 
 
 async def serve(settings: ServerSettings) -> None:
-    repository = ModelRepository(Path(settings.model_repository))
-    repository.check()
+    cache_dir = Path(tempfile.mkdtemp(prefix="inferd-cache-"))
+    try:
+        await _serve(settings, cache_dir)
+    finally:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
+    """`cache_dir`: where files of remote repositories are fetched to."""
+    repository = open_repositories(settings.model_repository, cache_dir)
+    await asyncio.to_thread(repository.check)
     statistics = ServingStatistics()
     registry = ModelRegistry(repository, statistics)
     service = InferenceService(

@@ -66,7 +66,7 @@ def wait_ready(http_port: int, process: subprocess.Popen[bytes], timeout_s: floa
 
 
 @contextlib.contextmanager
-def run_server(repository: Path, log_path: Path, *extra_args: str) -> Iterator[ServerProcess]:
+def run_server(repository: Path | str, log_path: Path, *extra_args: str) -> Iterator[ServerProcess]:
     """Start `inferd serve` on free ports, wait on its own readiness endpoint, stop it after."""
     ports = free_port(), free_port(), free_port()
     command = [
