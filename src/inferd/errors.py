@@ -14,6 +14,7 @@ gRPC statuses in exactly two tables, so no layer below the wire knows about stat
     │   ├── LoadRequestError             a repository load asked for could not be done (the reason attached)
     │   └── UnsupportedError             a request the server's configuration does not allow (model control mode)
     ├── RequestTooLargeError         body above the server's limit (413 / RESOURCE_EXHAUSTED)
+    ├── ModelTooLargeError           a model cannot fit the memory budget even after eviction (507)
     ├── NotFoundError                (404 / NOT_FOUND)
     │   ├── ModelNotFoundError
     │   └── VersionNotFoundError
@@ -47,6 +48,7 @@ class ErrorCode(enum.Enum):
     LOAD_REQUEST_FAILED = "LOAD_REQUEST_FAILED"
     UNSUPPORTED = "UNSUPPORTED"
     REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
+    MODEL_TOO_LARGE = "MODEL_TOO_LARGE"
     MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
     VERSION_NOT_FOUND = "VERSION_NOT_FOUND"
     NOT_FOUND = "NOT_FOUND"
@@ -143,6 +145,10 @@ class UnsupportedError(InvalidRequestError):
 
 class RequestTooLargeError(InferdError):
     code = ErrorCode.REQUEST_TOO_LARGE
+
+
+class ModelTooLargeError(InferdError):
+    code = ErrorCode.MODEL_TOO_LARGE
 
 
 class NotFoundError(InferdError):

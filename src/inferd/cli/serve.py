@@ -2,9 +2,35 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import click
 
 from inferd.config.server import DEFAULT_MAX_REQUEST_BYTES, LogFormat, ModelControlMode, ServerSettings
+
+
+class ByteSize(click.ParamType):  # type: ignore[type-arg]
+    """A size such as 4GiB, 512MiB, 1.5GB or 1000000 (bytes)."""
+
+    name = "size"
+    _UNITS: ClassVar[dict[str, int]] = {
+        "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+        "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+    }  # fmt: skip
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower().replace(" ", "")
+        number = text.rstrip("kmgtib")
+        unit = text[len(number) :]
+        try:
+            size = int(float(number) * self._UNITS[unit])
+        except (ValueError, KeyError):
+            self.fail(f"'{value}' is not a size such as 4GiB, 512MiB or 1000000", param, ctx)
+        if size <= 0:
+            self.fail(f"'{value}' must be more than 0 bytes", param, ctx)
+        return size
 
 
 def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
@@ -89,6 +115,22 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     multiple=True,
     envvar="INFERD_LOAD_MODEL",
     help="In explicit mode, a model to load at startup (repeatable; '*' loads all of them).",
+)
+@click.option(
+    "--model-memory-budget",
+    "model_memory_budget_bytes",
+    default=None,
+    type=ByteSize(),
+    envvar="INFERD_MODEL_MEMORY_BUDGET",
+    help="Estimated memory the loaded models may hold, such as 4GiB or 512MiB. Turns on on-demand loading: "
+    "a model loads on its first request, and the least recently used idle ones are evicted to make room.",
+)
+@click.option(
+    "--max-loaded-models",
+    default=None,
+    type=click.IntRange(min=1),
+    envvar="INFERD_MAX_LOADED_MODELS",
+    help="Loaded models at most. Turns on on-demand loading with eviction, as --model-memory-budget does.",
 )
 @click.option(
     "--log-format",

@@ -44,7 +44,11 @@ class ServerSettings(BaseModel):
     repository_poll_s: float = Field(default=15.0, gt=0)
     """In poll mode, how often the repository is scanned for changes (default 15 s, as Triton)."""
     load_models: tuple[str, ...] = ()
-    """In explicit mode, the models loaded at startup ("*": all of them)."""
+    """In explicit mode, the models loaded at startup ("*": all of them); pinned under a budget."""
+    model_memory_budget_bytes: int | None = Field(default=None, gt=0)
+    """Estimated memory of the loaded models at most; turns on on-demand loading and eviction."""
+    max_loaded_models: int | None = Field(default=None, gt=0)
+    """Loaded models at most; turns on on-demand loading and eviction."""
     log_format: LogFormat = LogFormat.JSON
     log_level: str = "INFO"
     max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, gt=0)

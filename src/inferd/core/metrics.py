@@ -27,6 +27,16 @@ class Metrics(Protocol):
 
     def model_unloaded(self, model: str) -> None: ...
 
+    def model_evicted(self, model: str) -> None: ...
+
+    def on_demand_hit(self) -> None:
+        """A request found its model loaded (counted only when on-demand loading is on)."""
+        ...
+
+    def on_demand_miss(self) -> None:
+        """A request found its model not loaded and loads it."""
+        ...
+
 
 class NoMetrics:
     def request_finished(
@@ -47,4 +57,13 @@ class NoMetrics:
         return None
 
     def model_unloaded(self, model: str) -> None:
+        return None
+
+    def model_evicted(self, model: str) -> None:
+        return None
+
+    def on_demand_hit(self) -> None:
+        return None
+
+    def on_demand_miss(self) -> None:
         return None

@@ -14,6 +14,15 @@ that fails to load leaves the one serving in place and says why in its record an
 `unload(name)` stops routing first, then drains. Loads and unloads of one model are serialized
 by its lock; different models load concurrently, `LOAD_WORKERS` at a time.
 
+On-demand loading (a `LoadBudget`, the multi-model pattern). A request for a model of the
+repository that is not loaded loads it (`lease`); concurrent first requests wait for the one load
+(the model's lock). Before a load, room is made: while the loaded models' estimated memory plus
+the new one's would pass the budget (or their count the maximum), the least recently used model
+that is idle (nothing in flight or queued), not pinned and not changing is evicted. A model that
+cannot fit even then is refused at once (ModelTooLargeError, 507) rather than pushing the process
+out of memory. Estimates come from each runtime's rule (`runtimes.estimate_memory_bytes`): RSS
+deltas cannot be read while loads run concurrently.
+
 A model that fails to load fails alone: its record keeps the state UNAVAILABLE and the reason,
 which every request for it receives, while the other models serve.
 """
@@ -21,6 +30,7 @@ which every request for it receives, while the other models serve.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import shutil
@@ -41,8 +51,10 @@ from inferd.errors import (
     ModelLoadError,
     ModelNotFoundError,
     ModelNotReadyError,
+    ModelTooLargeError,
     VersionNotFoundError,
 )
+from inferd.runtimes import estimate_memory_bytes
 from inferd.types import LoadTimings
 
 logger = logging.getLogger("inferd.registry")
@@ -50,6 +62,22 @@ logger = logging.getLogger("inferd.registry")
 # How many versions load at once; loading is mostly file reading and graph optimization.
 LOAD_WORKERS = 2
 UNLOADED = "unloaded"
+EVICTED = "evicted to make room"
+# How long a listing of the repository's model names answers on-demand lookups: a client sending
+# made-up names costs at most one listing per interval, not one per request.
+NAMES_TTL_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBudget:
+    """Turns on on-demand loading with eviction."""
+
+    memory_bytes: int | None = None
+    """Estimated memory of the loaded models at most."""
+    max_models: int | None = None
+    """Loaded models at most."""
+    pinned: frozenset[str] = frozenset()
+    """Models never evicted (the ones loaded at startup with --load-model)."""
 
 
 class ModelState(enum.Enum):
@@ -69,6 +97,8 @@ class VersionRecord:
     # The version's files and the model's config as loaded, to tell a changed model from the same one.
     files: tuple[FileEntry, ...] | None = None
     config: ModelConfig | None = None
+    # The runtime's estimate of what the loaded version keeps resident.
+    memory_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +114,15 @@ class ModelRecord:
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, r in self.versions.items() if r.state is ModelState.READY)
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(v.memory_bytes for v in self.versions.values() if v.handle is not None)
+
+    @property
+    def busy(self) -> bool:
+        """Some request is inside one of its handles (queued, waiting or executing)."""
+        return any(v.handle is not None and v.handle.in_flight for v in self.versions.values())
 
     def default_version(self) -> VersionRecord | None:
         """The highest ready version, which serves requests that name no version (as in Triton)."""
@@ -121,12 +160,25 @@ class LocalModel:
     owned_dir: Path | None = None
     # Seconds spent bringing the files to `model_dir` (a remote repository's fetch).
     fetch_s: float = 0.0
+    # version -> the runtime's estimate of its resident memory once loaded.
+    memory_bytes: Mapping[int, int] = field(default_factory=dict)
 
 
 class ModelRegistry:
-    def __init__(self, repository: ModelRepository, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, repository: ModelRepository, metrics: Metrics | None = None, budget: LoadBudget | None = None
+    ) -> None:
         self._repository = repository
         self._metrics = metrics or NoMetrics()
+        self._budget = budget
+        # Least recently used, for eviction: model -> the tick of its last lease.
+        self._last_used: dict[str, int] = {}
+        self._tick = 0
+        self._names: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
+        self._room = asyncio.Lock()
+        # Estimated bytes of loads under way, counted against the budget until they finish.
+        self._reserved_bytes = 0
+        self._reserved_models = 0
         self._snapshot = Snapshot.of({})
         self.startup_complete = False
         self._locks: dict[str, asyncio.Lock] = {}
@@ -136,6 +188,10 @@ class ModelRegistry:
     @property
     def repository(self) -> ModelRepository:
         return self._repository
+
+    @property
+    def budget(self) -> LoadBudget | None:
+        return self._budget
 
     # -- lookup (any thread) ---------------------------------------------------------------------
 
@@ -176,6 +232,30 @@ class ModelRegistry:
             f"model '{name}' version {version_record.version} is not ready ({version_record.state.value}){reason}"
         )
 
+    def lookup(self, name: str, version: str) -> ModelHandle | None:
+        """The hot path: the handle serving (name, version) now, or None (then `lease` says why)."""
+        handle = self._snapshot.serving.get((name, version))
+        if handle is not None and self._budget is not None:
+            self._tick += 1
+            self._last_used[name] = self._tick
+            self._metrics.on_demand_hit()
+        return handle
+
+    async def lease(self, name: str, version: str) -> ModelHandle:
+        """The handle serving (name, version), loading the model first when on-demand loading is on
+        and the model is in the repository but not loaded (concurrent callers share the one load);
+        else the error that says why there is none."""
+        handle = self.lookup(name, version)
+        if handle is not None:
+            return handle
+        if self._budget is not None and await self._loadable_on_demand(name):
+            self._metrics.on_demand_miss()
+            with contextlib.suppress(ModelLoadError):  # the record says why; handle() raises it below
+                await self.load(name, if_not_loaded=True)
+            self._tick += 1
+            self._last_used[name] = self._tick
+        return self.handle(name, version)
+
     def all_ready(self) -> bool:
         """Every model loaded (or that failed to) is ready; unloaded ones do not count."""
         return all(r.state is ModelState.READY for r in self.records() if r.reason != UNLOADED)
@@ -193,11 +273,21 @@ class ModelRegistry:
                 raise result
         self.startup_complete = True
 
-    async def load(self, name: str, *, config: ModelConfig | None = None, files: Mapping[str, bytes] = {}) -> None:
+    async def load(
+        self,
+        name: str,
+        *,
+        config: ModelConfig | None = None,
+        files: Mapping[str, bytes] = {},
+        if_not_loaded: bool = False,
+    ) -> None:
         """Load or reload `name`. `config` replaces its config.pbtxt; `files` (relative path ->
-        bytes, e.g. "1/model.onnx") replace its folder. Raises the InferdError that says why when
-        the model is unknown or a version fails (the versions that were serving keep serving)."""
+        bytes, e.g. "1/model.onnx") replace its folder; `if_not_loaded`: nothing to do when it
+        serves already (an on-demand load that waited for another). Raises the InferdError that
+        says why when the model is unknown or a version fails (what was serving keeps serving)."""
         async with self._lock(name):
+            if if_not_loaded and (record := self._snapshot.models.get(name)) and record.ready_versions():
+                return
             fingerprint = None if files else await asyncio.to_thread(self._repository.fingerprint, name)
             try:
                 model = await asyncio.to_thread(self._read_model, name, config, files, fingerprint)
@@ -212,7 +302,7 @@ class ModelRegistry:
                     shutil.rmtree(model.owned_dir, ignore_errors=True)
                 raise
 
-    async def unload(self, name: str) -> None:
+    async def unload(self, name: str, *, reason: str = UNLOADED) -> None:
         """Stop serving `name`: requests already accepted finish, later ones are told it is unloaded.
         A model of the repository that is not loaded is left as it is."""
         async with self._lock(name):
@@ -228,7 +318,8 @@ class ModelRegistry:
             if record.owned_dir is not None:
                 shutil.rmtree(record.owned_dir, ignore_errors=True)
             await asyncio.to_thread(self._repository.release, name)
-            self._publish(ModelRecord(name=name, state=ModelState.FAILED, reason=UNLOADED))
+            self._publish(ModelRecord(name=name, state=ModelState.FAILED, reason=reason))
+            self._last_used.pop(name, None)
             self._metrics.model_unloaded(name)
             logger.info("model %s: unloaded", name, extra={"model": name})
 
@@ -253,6 +344,17 @@ class ModelRegistry:
             for name in names
             if (record := self._snapshot.models.get(name)) is None or record.fingerprint != fingerprints.get(name)
         ]
+        if self._budget is not None:
+            # Under a budget a model loads on its first request, not because it appeared; only
+            # models serving now are reloaded when their files change.
+            # A model that failed is forgotten when its files change, so its next request tries again.
+            for name in changed:
+                record = self._snapshot.models.get(name)
+                if record is not None and not record.versions and record.reason not in (UNLOADED, EVICTED):
+                    models = dict(self._snapshot.models)
+                    del models[name]
+                    self._snapshot = Snapshot.of(models)
+            changed = [name for name in changed if (r := self._snapshot.models.get(name)) is not None and r.versions]
         results = await asyncio.gather(*(self.load(name) for name in changed), return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, InferdError):
@@ -307,11 +409,13 @@ class ModelRegistry:
     ) -> LocalModel:
         """On a worker thread: the model's folder, config and the versions to load."""
         owned_dir = None
-        fetch_started = time.perf_counter()
+        fetch_s = 0.0
         if files:
             owned_dir = model_dir = write_model_files(name, files)
         else:
+            fetch_started = time.perf_counter()
             model_dir = self._repository.localize(name, ())  # the config and shared files first
+            fetch_s = time.perf_counter() - fetch_started
         try:
             if config is None:
                 config = read_model_config(model_dir)
@@ -336,13 +440,25 @@ class ModelRegistry:
                     f"version_policy {config.version_policy.kind.value} selects none"
                 )
             if owned_dir is None:
+                fetch_started = time.perf_counter()
                 model_dir = self._repository.localize(name, selected)
+                fetch_s += time.perf_counter() - fetch_started
         except BaseException:
             if owned_dir is not None:
                 shutil.rmtree(owned_dir, ignore_errors=True)
             raise
-        fetch_s = time.perf_counter() - fetch_started if owned_dir is None else 0.0
-        return LocalModel(model_dir, config, selected, fingerprint, owned_dir, fetch_s)
+        memory = {version: self._estimate(config, model_dir, version, fingerprint) for version in selected}
+        return LocalModel(model_dir, config, selected, fingerprint, owned_dir, fetch_s, memory)
+
+    @staticmethod
+    def _estimate(config: ModelConfig, model_dir: Path, version: int, fingerprint: ModelFingerprint | None) -> int:
+        """The runtime's estimate of the version's resident memory, from its files' sizes."""
+        listed = fingerprint.version(version) if fingerprint is not None else None
+        if listed is not None:
+            model_bytes = sum(size for _, size, _ in listed)
+        else:
+            model_bytes = sum(p.stat().st_size for p in (model_dir / str(version)).rglob("*") if p.is_file())
+        return estimate_memory_bytes(config, model_dir / str(version), model_bytes)
 
     async def _load(self, name: str, model: LocalModel) -> None:
         old = self._snapshot.models.get(name)
@@ -372,7 +488,16 @@ class ModelRegistry:
         self._publish(ModelRecord(name, state, "", MappingProxyType(showing), old.fingerprint if old else None,
                                   old.owned_dir if old else None))  # fmt: skip
 
-        loaded = await asyncio.gather(*(self._load_version(name, model, version) for version in to_load))
+        need = sum(model.memory_bytes.get(version, 0) for version in to_load)
+        new_model = not any(v.handle is not None for v in old_versions.values())
+        if self._budget is not None and to_load:
+            await self._make_room(name, need, new_model)
+        try:
+            loaded = await asyncio.gather(*(self._load_version(name, model, version) for version in to_load))
+        finally:
+            if self._budget is not None and to_load:
+                self._reserved_bytes -= need
+                self._reserved_models -= new_model
         versions = dict(kept)
         failures = []
         for version, result in zip(to_load, loaded, strict=True):
@@ -425,7 +550,68 @@ class ModelRegistry:
                 self._metrics.version_load_failed(name)
                 return VersionRecord(version, ModelState.FAILED, exc.message, files=files, config=model.config)
         self._metrics.version_loaded(name, timings)
-        return VersionRecord(version, ModelState.READY, "", handle, timings, files, model.config)
+        return VersionRecord(
+            version, ModelState.READY, "", handle, timings, files, model.config, model.memory_bytes.get(version, 0)
+        )
+
+    async def _loadable_on_demand(self, name: str) -> bool:
+        record = self._snapshot.models.get(name)
+        if record is not None:
+            # A model that failed to load keeps its reason until its files change; only one that
+            # was never loaded, unloaded or evicted loads on demand, or one loading now (its
+            # load's lock is then waited for, not taken again).
+            loading = record.state is ModelState.LOADING or self._lock(name).locked()
+            return loading or (record.reason in (UNLOADED, EVICTED) and not record.versions)
+        now = time.monotonic()
+        listed_at, names = self._names
+        if now - listed_at > NAMES_TTL_S:
+            names = frozenset(await asyncio.to_thread(self._repository.model_names))
+            self._names = (now, names)
+        return name in names
+
+    async def _make_room(self, name: str, need: int, new_model: bool) -> None:
+        """Evict least recently used idle models until `need` more bytes (and, for a model not
+        loaded yet, one more model) fit the budget; then reserve them until the load finishes."""
+        budget = self._budget
+        assert budget is not None
+        if budget.memory_bytes is not None and need > budget.memory_bytes:
+            raise ModelTooLargeError(
+                f"model '{name}' needs about {_mib(need)} (estimated) but the model memory budget is "
+                f"{_mib(budget.memory_bytes)} (--model-memory-budget)"
+            )
+        async with self._room:
+            while True:
+                others = [r for r in self._snapshot.models.values() if r.name != name and r.memory_bytes]
+                used = sum(r.memory_bytes for r in others) + self._reserved_bytes
+                count = len(others) + self._reserved_models + new_model
+                fits_memory = budget.memory_bytes is None or used + need <= budget.memory_bytes
+                fits_count = budget.max_models is None or count <= budget.max_models
+                if fits_memory and fits_count:
+                    self._reserved_bytes += need
+                    self._reserved_models += new_model
+                    return
+                victims = [
+                    r
+                    for r in others
+                    if r.name not in budget.pinned and not r.busy and not self._lock(r.name).locked()
+                ]
+                if not victims:
+                    raise ModelTooLargeError(
+                        f"model '{name}' (about {_mib(need)}, estimated) does not fit: {_mib(used)} of the "
+                        f"{_mib(budget.memory_bytes) if budget.memory_bytes else 'unlimited'} model memory budget "
+                        f"and {count - new_model} of {budget.max_models or 'unlimited'} models are held by models "
+                        "that are pinned or serving requests now; retry later"
+                    )
+                victim = min(victims, key=lambda r: self._last_used.get(r.name, 0))
+                logger.info(
+                    "model %s: evicted (least recently used, %s) to make room for %s",
+                    victim.name,
+                    _mib(victim.memory_bytes),
+                    name,
+                    extra={"model": victim.name},
+                )
+                self._metrics.model_evicted(victim.name)
+                await self.unload(victim.name, reason=EVICTED)
 
     def _drain_later(self, handle: ModelHandle) -> None:
         task = asyncio.get_running_loop().create_task(handle.drain())
@@ -450,6 +636,10 @@ def write_model_files(name: str, files: Mapping[str, bytes]) -> Path:
         shutil.rmtree(root, ignore_errors=True)
         raise
     return root
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"
 
 
 def _not_ready_message(record: ModelRecord) -> str:

@@ -95,7 +95,9 @@ class InferenceService:
         self._inferring += 1
         handle = None
         try:
-            handle = self._registry.handle(request.model_name, request.model_version)
+            handle = self._registry.lookup(request.model_name, request.model_version)
+            if handle is None:  # not serving: load on demand, or the error that says why
+                handle = await self._registry.lease(request.model_name, request.model_version)
             response = await handle.infer(request, alone=alone)
         except InferdError as exc:
             exc.request_id = exc.request_id or request.request_id
@@ -200,6 +202,10 @@ class InferenceService:
                     queued = handle.batcher.queued if handle.batcher is not None else 0
                     gauges.append((record.name, str(version), handle.in_flight, queued))
         return gauges
+
+    def model_memory(self) -> list[tuple[str, int]]:
+        """(model, estimated resident bytes) for every loaded model."""
+        return [(r.name, r.memory_bytes) for r in self._registry.records() if r.memory_bytes]
 
     def model_states(self) -> list[tuple[str, str, ModelState]]:
         """(model, version, state) for every known version; a model with none reports version ""."""

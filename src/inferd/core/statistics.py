@@ -109,6 +109,8 @@ class ServingStatistics:
         self.load_phases = {phase: Histogram.with_bounds(LOAD_BUCKETS_S) for phase in LOAD_PHASES}
         self.loads = {"success": 0, "failure": 0}
         self.unloads = 0
+        self.evictions = 0
+        self.on_demand = {"hit": 0, "miss": 0}
 
     def request_finished(
         self, model: str, version: str, outcome: str, duration_s: float, rows: int, timing: RequestTiming
@@ -140,6 +142,15 @@ class ServingStatistics:
 
     def model_unloaded(self, model: str) -> None:
         self.unloads += 1
+
+    def model_evicted(self, model: str) -> None:
+        self.evictions += 1
+
+    def on_demand_hit(self) -> None:
+        self.on_demand["hit"] += 1
+
+    def on_demand_miss(self) -> None:
+        self.on_demand["miss"] += 1
 
     def request_unresolved(self, outcome: str) -> None:
         self.unresolved[outcome] = self.unresolved.get(outcome, 0) + 1

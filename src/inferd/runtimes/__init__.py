@@ -34,6 +34,24 @@ def detect_platform(version_dir: Path) -> str:
     return ""
 
 
+# platform → "module:attribute" of its `estimate_memory_bytes(model_bytes) -> int` per instance.
+_MEMORY_ESTIMATES = {
+    "onnxruntime_onnx": "inferd.runtimes.onnx:estimate_memory_bytes",
+    "onnxruntime": "inferd.runtimes.onnx:estimate_memory_bytes",
+}
+
+
+def estimate_memory_bytes(config: ModelConfig, version_dir: Path, model_bytes: int) -> int:
+    """What a version whose files hold `model_bytes` keeps resident once loaded, all its instances
+    together, by its runtime's own rule (before loading: to decide what must make room)."""
+    name = config.platform or config.backend or detect_platform(version_dir)
+    target = _MEMORY_ESTIMATES.get(name, _MEMORY_ESTIMATES["onnxruntime"])
+    module_name, attribute = target.split(":")
+    per_instance = getattr(importlib.import_module(module_name), attribute)
+    instances = sum(group.count for group in config.instance_groups) or 1
+    return int(per_instance(model_bytes)) * instances
+
+
 def load_runtime(config: ModelConfig, version_dir: Path, options: RuntimeOptions) -> Runtime:
     """Load one instance of the model version in `version_dir` with the runtime its config names."""
     name = config.platform or config.backend or detect_platform(version_dir)
@@ -48,4 +66,11 @@ def load_runtime(config: ModelConfig, version_dir: Path, options: RuntimeOptions
     return factory(config, version_dir, options)
 
 
-__all__ = ["Runtime", "RuntimeOptions", "detect_platform", "load_runtime", "supported_platforms"]
+__all__ = [
+    "Runtime",
+    "RuntimeOptions",
+    "detect_platform",
+    "estimate_memory_bytes",
+    "load_runtime",
+    "supported_platforms",
+]

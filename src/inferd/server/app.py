@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from inferd.config.server import ModelControlMode, ServerSettings
-from inferd.core.registry import ModelRegistry
+from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import open_repositories
 from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
@@ -50,7 +50,14 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
     repository = open_repositories(settings.model_repository, cache_dir)
     await asyncio.to_thread(repository.check)
     statistics = ServingStatistics()
-    registry = ModelRegistry(repository, statistics)
+    budget = None
+    if settings.model_memory_budget_bytes is not None or settings.max_loaded_models is not None:
+        budget = LoadBudget(
+            memory_bytes=settings.model_memory_budget_bytes,
+            max_models=settings.max_loaded_models,
+            pinned=frozenset(name for name in settings.load_models if name != "*"),
+        )
+    registry = ModelRegistry(repository, statistics, budget)
     service = InferenceService(
         registry,
         strict_readiness=settings.strict_readiness,
@@ -70,7 +77,15 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
     http_app.requests_in_flight = lambda: http_server.in_flight
     grpc_server = build_grpc_server(service, max_message_bytes=settings.max_request_bytes)
     grpc_server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
-    metrics_server = serve_metrics(statistics, service.model_states, service.load, settings.host, settings.metrics_port)
+    metrics_server = serve_metrics(
+        statistics,
+        service.model_states,
+        service.load,
+        service.model_memory,
+        settings.host,
+        settings.metrics_port,
+        budget_bytes=settings.model_memory_budget_bytes,
+    )
 
     # Listeners come up before models load: liveness answers at once, readiness once loading is done.
     await grpc_server.start()
@@ -90,7 +105,8 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
     )
 
     mode = settings.model_control_mode
-    if mode is ModelControlMode.EXPLICIT and "*" not in settings.load_models:
+    if (mode is ModelControlMode.EXPLICIT or budget is not None) and "*" not in settings.load_models:
+        # Under a budget the rest load on demand, on their first request.
         await registry.load_all(settings.load_models)
     else:
         await registry.load_all()

@@ -15,6 +15,7 @@ from inferd.core.statistics import Histogram, ServingStatistics, VersionStatisti
 
 ModelStates = Callable[[], list[tuple[str, str, ModelState]]]
 Load = Callable[[], list[tuple[str, str, int, int]]]
+Memory = Callable[[], list[tuple[str, int]]]
 
 # metric name, help, the VersionStatistics histogram it shows
 _HISTOGRAMS: tuple[tuple[str, str, Callable[[VersionStatistics], Histogram]], ...] = (
@@ -57,19 +58,37 @@ _HISTOGRAMS: tuple[tuple[str, str, Callable[[VersionStatistics], Histogram]], ..
 )
 
 
-def serve_metrics(statistics: ServingStatistics, model_states: ModelStates, load: Load, host: str, port: int) -> Any:
+def serve_metrics(
+    statistics: ServingStatistics,
+    model_states: ModelStates,
+    load: Load,
+    memory: Memory,
+    host: str,
+    port: int,
+    *,
+    budget_bytes: int | None = None,
+) -> Any:
     """Start the /metrics listener on a daemon thread; returns the server (has `.shutdown()`)."""
     registry = CollectorRegistry()
-    registry.register(_Exposition(statistics, model_states, load))
+    registry.register(_Exposition(statistics, model_states, load, memory, budget_bytes))
     server, _thread = start_http_server(port, addr=host, registry=registry)
     return server
 
 
 class _Exposition(Collector):
-    def __init__(self, statistics: ServingStatistics, model_states: ModelStates, load: Load) -> None:
+    def __init__(
+        self,
+        statistics: ServingStatistics,
+        model_states: ModelStates,
+        load: Load,
+        memory: Memory,
+        budget_bytes: int | None,
+    ) -> None:
         self._statistics = statistics
         self._model_states = model_states
         self._load = load
+        self._memory = memory
+        self._budget_bytes = budget_bytes
 
     def collect(self) -> Iterator[Any]:
         snapshot = sorted(self._statistics.snapshot().items())
@@ -136,6 +155,29 @@ class _Exposition(Collector):
             loads.add_metric([outcome], count)
         yield loads
         yield CounterMetricFamily("inferd_model_unloads", "Models unloaded.", value=statistics.unloads)
+        yield CounterMetricFamily(
+            "inferd_model_evictions", "Models unloaded to make room under the budget.", value=statistics.evictions
+        )
+        on_demand = CounterMetricFamily(
+            "inferd_model_on_demand_requests",
+            "With on-demand loading: requests that found their model loaded (hit) or loaded it (miss).",
+            labels=["result"],
+        )
+        for result, count in dict(statistics.on_demand).items():
+            on_demand.add_metric([result], count)
+        yield on_demand
+        memory = GaugeMetricFamily(
+            "inferd_model_memory_bytes",
+            "Estimated resident memory of each loaded model (its runtime's estimate from its files).",
+            labels=["model"],
+        )
+        for model, size in self._memory():
+            memory.add_metric([model], float(size))
+        yield memory
+        if self._budget_bytes is not None:
+            yield GaugeMetricFamily(
+                "inferd_model_memory_budget_bytes", "The --model-memory-budget.", value=float(self._budget_bytes)
+            )
 
 
 def _cumulative_buckets(histogram: Histogram) -> list[tuple[str, float]]:
