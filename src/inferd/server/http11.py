@@ -247,7 +247,8 @@ class _Connection(asyncio.Protocol):
         if self._discarding or self._closing:
             return
         self.last_active = time.monotonic()
-        head_open_before = self._messages_begun if self._in_head else -1
+        started_at = self._started_at
+        head_open_before = self._messages_begun if started_at is not None and self._head_ended_at is None else -1
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -264,7 +265,7 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._reject(400, f"invalid HTTP request: {exc}")
             return
-        if self._in_head and head_open_before == self._messages_begun:
+        if head_open_before == self._messages_begun and self._started_at is not None and self._head_ended_at is None:
             # httptools hands over a header only once it ends, so a header line that never ends
             # is counted here: all of this data belonged to the open head. (The data a head
             # begins in is not counted: that undercounts by at most one read, never overcounts.)
@@ -317,7 +318,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self._messages_begun += 1
-        self._started_at = time.monotonic()
+        self._started_at = self.last_active  # the time of the read this request's first byte came in
         self._head_ended_at = None
         self._url = b""
         self._headers = {}
@@ -335,7 +336,7 @@ class _Connection(asyncio.Protocol):
         self._count_head(len(name) + len(value))
 
     def on_headers_complete(self) -> None:
-        self._head_ended_at = time.monotonic()
+        self._head_ended_at = self.last_active
         declared = self._headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self._limits.max_request_bytes:
             # Refused by its declared length, before a byte of the body is read.
@@ -360,10 +361,6 @@ class _Connection(asyncio.Protocol):
         if not self._answered_early:
             self._finish_request()
         self._started_at = None
-
-    @property
-    def _in_head(self) -> bool:
-        return self._started_at is not None and self._head_ended_at is None
 
     # -- serving --------------------------------------------------------------------------------
 
