@@ -319,3 +319,55 @@ def test_poll_mode_follows_the_repository(tmp_path: Path) -> None:
         with pytest.raises(InferenceServerException) as raised:
             mlp_output(client, "other")
         assert raised.value.status() == "404"
+
+
+def test_loads_unloads_and_inference_racing_leave_a_consistent_state(tmp_path: Path) -> None:
+    import threading
+
+    root = tmp_path / "repository"
+    for name in ("a", "b"):
+        mlp_model(root / name / "1" / "model.onnx", seed=1)
+        write_config(root / name, MLP_CONFIG)
+    statuses: list[str] = []
+    with run_server(root, tmp_path / "server.log", "--model-control-mode", "explicit") as server:
+
+        def control(worker: int) -> None:
+            client = httpclient.InferenceServerClient(server.http_url)
+            for step in range(30):  # bounded
+                name = "ab"[(worker + step) % 2]
+                try:
+                    if (worker + step) % 3:
+                        client.load_model(name)
+                    else:
+                        client.unload_model(name)
+                    statuses.append("200")
+                except InferenceServerException as exc:
+                    statuses.append(str(exc.status()))
+
+        def infer(worker: int) -> None:
+            client = httpclient.InferenceServerClient(server.http_url)
+            for step in range(150):
+                try:
+                    mlp_output(client, "ab"[step % 2])
+                    statuses.append("200")
+                except InferenceServerException as exc:
+                    statuses.append(f"{exc.status()} {exc.message()}")
+
+        threads = [threading.Thread(target=control, args=(i,)) for i in range(4)]
+        threads += [threading.Thread(target=infer, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        # Every answer was a success or a clear "not loaded" (503 naming the state, or 404 before
+        # the model's first load), never anything else; and the server ends in a state it can
+        # report and act on.
+        clear = ("503", "not ready"), ("404", "not loaded")
+        odd = [s for s in statuses if s != "200" and not any(s.startswith(c) and m in s for c, m in clear)]
+        assert not odd, odd[:5]
+        client = httpclient.InferenceServerClient(server.http_url)
+        for name in ("a", "b"):
+            state = index(client)[name][0].get("state")
+            assert state in ("READY", "UNAVAILABLE"), state
+            client.load_model(name)
+            np.testing.assert_allclose(mlp_output(client, name), expected_mlp(1), rtol=1e-6)
