@@ -4,6 +4,7 @@ model that cannot fit refused at once."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -55,7 +56,9 @@ def test_concurrent_first_requests_share_one_load(many: ServerProcess) -> None:
     before = scrape(many)
 
     def call(_: int) -> np.ndarray:
-        return mlp_output(httpclient.InferenceServerClient(many.http_url), "m2")
+        # Each thread closes its own client: tritonclient's cannot be collected from another thread.
+        with contextlib.closing(httpclient.InferenceServerClient(many.http_url)) as client:
+            return mlp_output(client, "m2")
 
     with ThreadPoolExecutor(16) as pool:
         results = list(pool.map(call, range(16)))
@@ -103,7 +106,8 @@ def test_what_cannot_fit_is_refused_and_busy_models_are_not_evicted(tmp_path: Pa
         def slow_call() -> np.ndarray:
             tensor = httpclient.InferInput("x", [384, 384], "FP32")
             tensor.set_data_from_numpy(x)
-            return httpclient.InferenceServerClient(server.http_url).infer("slow", [tensor]).as_numpy("y")
+            with contextlib.closing(httpclient.InferenceServerClient(server.http_url)) as slow_client:
+                return slow_client.infer("slow", [tensor]).as_numpy("y")
 
         with ThreadPoolExecutor(1) as pool:
             busy = pool.submit(slow_call)

@@ -3,6 +3,7 @@ against a real `inferd serve` in explicit and poll model control modes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -195,7 +196,9 @@ def test_unload_lets_accepted_requests_finish(explicit_server: ServerProcess) ->
     def call() -> np.ndarray:
         tensor = httpclient.InferInput("x", [384, 384], "FP32")
         tensor.set_data_from_numpy(x)
-        return httpclient.InferenceServerClient(explicit_server.http_url).infer("slow", [tensor]).as_numpy("y")
+        # Each thread closes its own client: tritonclient's cannot be collected from another thread.
+        with contextlib.closing(httpclient.InferenceServerClient(explicit_server.http_url)) as client:
+            return client.infer("slow", [tensor]).as_numpy("y")
 
     with ThreadPoolExecutor(2) as pool:
         accepted = [pool.submit(call) for _ in range(2)]
@@ -233,27 +236,27 @@ def test_hot_swap_under_load_fails_no_request(tmp_path: Path) -> None:
     with run_server(root, tmp_path / "server.log", "--model-control-mode", "explicit", "--load-model", "*") as server:
 
         def http_loop() -> None:
-            client = httpclient.InferenceServerClient(server.http_url)
-            for _ in range(20_000):  # bounded; the swaps below take a few seconds
-                if stop.is_set():
-                    return
-                try:
-                    answers["http"].append(str(mlp_output(client).tolist()))
-                except InferenceServerException as exc:
-                    answers["http"].append(f"failed: {exc}")
+            with contextlib.closing(httpclient.InferenceServerClient(server.http_url)) as client:
+                for _ in range(20_000):  # bounded; the swaps below take a few seconds
+                    if stop.is_set():
+                        return
+                    try:
+                        answers["http"].append(str(mlp_output(client).tolist()))
+                    except InferenceServerException as exc:
+                        answers["http"].append(f"failed: {exc}")
 
         def grpc_loop() -> None:
-            client = grpcclient.InferenceServerClient(server.grpc_url)
             x = np.arange(16, dtype=np.float32).reshape(1, 16)
-            for _ in range(20_000):
-                if stop.is_set():
-                    return
-                tensor = grpcclient.InferInput("x", [1, 16], "FP32")
-                tensor.set_data_from_numpy(x)
-                try:
-                    answers["grpc"].append(str(client.infer("mlp", [tensor]).as_numpy("y").tolist()))
-                except InferenceServerException as exc:
-                    answers["grpc"].append(f"failed: {exc}")
+            with contextlib.closing(grpcclient.InferenceServerClient(server.grpc_url)) as client:
+                for _ in range(20_000):
+                    if stop.is_set():
+                        return
+                    tensor = grpcclient.InferInput("x", [1, 16], "FP32")
+                    tensor.set_data_from_numpy(x)
+                    try:
+                        answers["grpc"].append(str(client.infer("mlp", [tensor]).as_numpy("y").tolist()))
+                    except InferenceServerException as exc:
+                        answers["grpc"].append(f"failed: {exc}")
 
         loops = [threading.Thread(target=http_loop), threading.Thread(target=grpc_loop)]
         for loop in loops:
@@ -332,26 +335,26 @@ def test_loads_unloads_and_inference_racing_leave_a_consistent_state(tmp_path: P
     with run_server(root, tmp_path / "server.log", "--model-control-mode", "explicit") as server:
 
         def control(worker: int) -> None:
-            client = httpclient.InferenceServerClient(server.http_url)
-            for step in range(30):  # bounded
-                name = "ab"[(worker + step) % 2]
-                try:
-                    if (worker + step) % 3:
-                        client.load_model(name)
-                    else:
-                        client.unload_model(name)
-                    statuses.append("200")
-                except InferenceServerException as exc:
-                    statuses.append(str(exc.status()))
+            with contextlib.closing(httpclient.InferenceServerClient(server.http_url)) as client:
+                for step in range(30):  # bounded
+                    name = "ab"[(worker + step) % 2]
+                    try:
+                        if (worker + step) % 3:
+                            client.load_model(name)
+                        else:
+                            client.unload_model(name)
+                        statuses.append("200")
+                    except InferenceServerException as exc:
+                        statuses.append(str(exc.status()))
 
         def infer(worker: int) -> None:
-            client = httpclient.InferenceServerClient(server.http_url)
-            for step in range(150):
-                try:
-                    mlp_output(client, "ab"[step % 2])
-                    statuses.append("200")
-                except InferenceServerException as exc:
-                    statuses.append(f"{exc.status()} {exc.message()}")
+            with contextlib.closing(httpclient.InferenceServerClient(server.http_url)) as client:
+                for step in range(150):
+                    try:
+                        mlp_output(client, "ab"[step % 2])
+                        statuses.append("200")
+                    except InferenceServerException as exc:
+                        statuses.append(f"{exc.status()} {exc.message()}")
 
         threads = [threading.Thread(target=control, args=(i,)) for i in range(4)]
         threads += [threading.Thread(target=infer, args=(i,)) for i in range(4)]
