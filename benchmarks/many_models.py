@@ -34,6 +34,9 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serving import _wrk_latency_us
+
 from inferd.runtimes.onnx import estimate_memory_bytes
 from inferd.testing.models import mlp_model
 from inferd.testing.server import ServerProcess, free_port, run_server
@@ -119,10 +122,7 @@ def wrk(url: str, script: Path, seconds: float) -> dict[str, float]:
     ).stdout
 
     def latency_ms(percentile: str) -> float:
-        match = re.search(rf"{percentile}%\s+([\d.]+)(us|ms|s)\b", output)
-        if match is None:
-            return float("nan")
-        return float(match.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[match.group(2)]
+        return _wrk_latency_us(output, f"{percentile}%") / 1e3
 
     non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
     errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output)

@@ -19,7 +19,7 @@ from inferd.testing.models import mlp_model, slow_model, write_config
 from inferd.testing.server import ServerProcess, run_server
 from tests.e2e.test_batching import wait_until_in_flight
 from tests.e2e.test_observability import sample, scrape
-from tests.e2e.test_repository import expected_mlp, index, mlp_output
+from tests.e2e.test_repository import expected_mlp, index, mlp_output, slow_output
 
 pytestmark = pytest.mark.e2e
 
@@ -103,14 +103,8 @@ def test_what_cannot_fit_is_refused_and_busy_models_are_not_evicted(tmp_path: Pa
         # A model serving a request is never evicted: the next model is refused until it is idle.
         x = np.zeros((384, 384), dtype=np.float32)
 
-        def slow_call() -> np.ndarray:
-            tensor = httpclient.InferInput("x", [384, 384], "FP32")
-            tensor.set_data_from_numpy(x)
-            with contextlib.closing(httpclient.InferenceServerClient(server.http_url)) as slow_client:
-                return slow_client.infer("slow", [tensor]).as_numpy("y")
-
         with ThreadPoolExecutor(1) as pool:
-            busy = pool.submit(slow_call)
+            busy = pool.submit(slow_output, server.http_url, x)
             wait_until_in_flight(server, "slow")
             with pytest.raises(InferenceServerException) as raised:
                 mlp_output(client, "small")

@@ -55,6 +55,15 @@ def expected_mlp(seed: int) -> np.ndarray:
         return session.run(["y"], {"x": np.arange(16, dtype=np.float32).reshape(1, 16)})[0]
 
 
+def slow_output(url: str, x: np.ndarray) -> np.ndarray:
+    """One request to the `slow` model (384 x 384 identity, heavy compute) on a client of its own,
+    closed in the calling thread: tritonclient's cannot be collected from another thread."""
+    tensor = httpclient.InferInput("x", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    with contextlib.closing(httpclient.InferenceServerClient(url)) as client:
+        return client.infer("slow", [tensor]).as_numpy("y")
+
+
 def index(client: httpclient.InferenceServerClient) -> dict[str, list[dict[str, Any]]]:
     by_name: dict[str, list[dict[str, Any]]] = {}
     for entry in client.get_model_repository_index():
@@ -194,11 +203,7 @@ def test_unload_lets_accepted_requests_finish(explicit_server: ServerProcess) ->
     x = np.full((384, 384), 2.0, dtype=np.float32)
 
     def call() -> np.ndarray:
-        tensor = httpclient.InferInput("x", [384, 384], "FP32")
-        tensor.set_data_from_numpy(x)
-        # Each thread closes its own client: tritonclient's cannot be collected from another thread.
-        with contextlib.closing(httpclient.InferenceServerClient(explicit_server.http_url)) as client:
-            return client.infer("slow", [tensor]).as_numpy("y")
+        return slow_output(explicit_server.http_url, x)
 
     with ThreadPoolExecutor(2) as pool:
         accepted = [pool.submit(call) for _ in range(2)]

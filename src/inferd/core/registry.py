@@ -327,9 +327,7 @@ class ModelRegistry:
         """Unload `name` and drop its record (its folder left the repository)."""
         if name in self._snapshot.models:
             await self.unload(name)
-            models = dict(self._snapshot.models)
-            models.pop(name, None)
-            self._snapshot = Snapshot.of(models)
+            self._drop(name)
 
     async def poll(self) -> None:
         """Bring the served models in line with the repository: load what was added or changed,
@@ -351,9 +349,7 @@ class ModelRegistry:
             for name in changed:
                 record = self._snapshot.models.get(name)
                 if record is not None and not record.versions and record.reason not in (UNLOADED, EVICTED):
-                    models = dict(self._snapshot.models)
-                    del models[name]
-                    self._snapshot = Snapshot.of(models)
+                    self._drop(name)
             changed = [name for name in changed if (r := self._snapshot.models.get(name)) is not None and r.versions]
         results = await asyncio.gather(*(self.load(name) for name in changed), return_exceptions=True)
         for result in results:
@@ -380,6 +376,12 @@ class ModelRegistry:
     def _owned_dir(self, name: str) -> Path | None:
         record = self._snapshot.models.get(name)
         return record.owned_dir if record is not None else None
+
+    def _drop(self, name: str) -> None:
+        """Forget `name`'s record (it serves nothing)."""
+        models = dict(self._snapshot.models)
+        models.pop(name, None)
+        self._snapshot = Snapshot.of(models)
 
     def _publish(self, record: ModelRecord) -> None:
         models = dict(self._snapshot.models)
