@@ -115,6 +115,7 @@ class Measurement:
     throughput: float
     p50_us: float = 0.0
     p99_us: float = 0.0
+    p90_us: float = 0.0
 
 
 # -- model repositories -------------------------------------------------------------------------
@@ -290,6 +291,7 @@ def wrk(url: str, body: bytes, concurrency: int, seconds: float, scratch: Path) 
         throughput=float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),  # type: ignore[union-attr]
         p50_us=_wrk_latency_us(output, "50%"),
         p99_us=_wrk_latency_us(output, "99%"),
+        p90_us=_wrk_latency_us(output, "90%"),
     )
 
 
@@ -329,7 +331,12 @@ def perf_analyzer(
         if completed.returncode == 0:
             with report.open() as handle:
                 row = next(csv.DictReader(handle))
-            return Measurement(float(row["Inferences/Second"]), float(row["p50 latency"]), float(row["p99 latency"]))
+            return Measurement(
+                float(row["Inferences/Second"]),
+                float(row["p50 latency"]),
+                float(row["p99 latency"]),
+                float(row["p90 latency"]),
+            )
     raise RuntimeError(f"perf_analyzer failed:\n{completed.stdout}\n{completed.stderr}")
 
 
@@ -391,7 +398,7 @@ def best_of(
 
 
 def median_latency(measures: dict[str, Callable[[], Measurement]], rounds: int) -> list[tuple[str, Measurement]]:
-    """Each path at concurrency 1, in turns, `rounds` times; the median p50 and p99 of each."""
+    """Each path, in turns, `rounds` times; the median throughput, p50, p90 and p99 of each."""
     results: dict[str, list[Measurement]] = {label: [] for label in measures}
     for _ in range(rounds):
         for label, measure in measures.items():
@@ -403,6 +410,7 @@ def median_latency(measures: dict[str, Callable[[], Measurement]], rounds: int) 
                 throughput=float(np.median([m.throughput for m in ms])),
                 p50_us=float(np.median([m.p50_us for m in ms])),
                 p99_us=float(np.median([m.p99_us for m in ms])),
+                p90_us=float(np.median([m.p90_us for m in ms])),
             ),
         )
         for label, ms in results.items()
@@ -420,6 +428,8 @@ def benchmark(model: Model, source: Path | None, args: argparse.Namespace, scrat
     latency: list[tuple[str, Measurement]] = []
     gains: list[tuple[str, float, float]] = []
     concurrencies, rounds = args.concurrency, args.rounds or model.rounds
+    top = max(concurrencies)
+    tail: list[tuple[str, Measurement]] = []
     body = model.v2_json()
     setups = [Setup(batching=True, instances=count) for count in model.instance_counts] + [Setup(batching=False)]
     # The floor servers run throughout, idle but for their turns: the first setup (inferd's
@@ -451,6 +461,14 @@ def benchmark(model: Model, source: Path | None, args: argparse.Namespace, scrat
                     )
                 if paired:
                     floor = json_sweep["floor"]
+                    with console.status(f"{model.name}: latency tail at concurrency {top}, with the floor"):
+                        tail = median_latency(
+                            {
+                                "inferd HTTP JSON": lambda url=http_url: wrk(url, body, top, args.seconds, scratch),  # type: ignore[misc]
+                                "floor server, HTTP JSON": lambda: wrk(floor_url, body, top, args.seconds, scratch),
+                            },
+                            max(3, rounds),
+                        )
                 if not setup.batching:
                     gains.append(("HTTP JSON", json_sweep["inferd"].measurement.throughput, 0.0))
                     continue
@@ -495,6 +513,7 @@ def benchmark(model: Model, source: Path | None, args: argparse.Namespace, scrat
     if model.name == "tiny":
         rows += measure_peers(model, model_path, body, concurrencies, args, scratch, reference)
     report(model, reference, batch1_us, rows, floor, grpc_floor, latency, gains)
+    report_tail(model, top, tail)
 
 
 def measure_peers(
@@ -585,6 +604,18 @@ def report(
     console.print(lat)
     for label, on, off in gains:
         console.print(f"{model.name}: batching gain over {label}: {_rate(on)} / {_rate(off)} = {on / off:.2f}x")
+
+
+def report_tail(model: Model, concurrency: int, tail: list[tuple[str, Measurement]]) -> None:
+    """The tail a throughput sweep hides (a stall of a few ms once a second moves p99, not the rate)."""
+    table = Table(title=f"{model.name}: latency tail at concurrency {concurrency}, in turns (median of rounds)")
+    for column in ("path", "inferences/s", "p50 us", "p90 us", "p99 us", "p99 / floor's p99"):
+        table.add_column(column, justify="right" if column != "path" else "left")
+    floor_p99 = dict(tail)["floor server, HTTP JSON"].p99_us
+    for label, m in tail:
+        percentiles = (f"{m.p50_us:.0f}", f"{m.p90_us:.0f}", f"{m.p99_us:.0f}")
+        table.add_row(label, _rate(m.throughput), *percentiles, f"{m.p99_us / floor_p99:.2f}")
+    console.print(table)
 
 
 def _rate(per_second: float) -> str:

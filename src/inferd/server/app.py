@@ -6,6 +6,7 @@ All wiring happens here and nowhere else; nothing runs at import time.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import shutil
 import signal
@@ -115,6 +116,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
     logger.info("models ready: %s", ", ".join(ready) or "none", extra={"ready": len(ready), "failed": len(failed)})
     if failed:
         logger.warning("models not ready: %s", "; ".join(failed))
+    _freeze_startup_objects()
 
     poller = loop.create_task(_poll(registry, settings.repository_poll_s)) if mode is ModelControlMode.POLL else None
     await stop.wait()
@@ -128,6 +130,19 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
     metrics_server.shutdown()
     await registry.close()
     logger.info("stopped")
+
+
+def _freeze_startup_objects() -> None:
+    """Keep what start-up made (modules, configs, sessions' wrappers) out of every later collection.
+
+    A full collection walks every tracked object, and traffic triggers one about every second: with
+    the imports and models of a server that took 12-15 ms each (on the loop's thread), the whole
+    p99 tail of the tiny model at concurrency 32 (13 ms against the floor's 3.3). Frozen, a full
+    collection walks only what was made since. Garbage first, so none of it is kept for good.
+    Sessions frozen here are still freed on unload: nothing of a handle is held by a cycle.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 async def _poll(registry: ModelRegistry, interval_s: float) -> None:
