@@ -27,7 +27,7 @@ import onnxruntime as ort
 from rich.console import Console
 from rich.table import Table
 
-from inferd.core.executor import intra_op_threads_per_instance
+from inferd.runtimes.base import cores_available
 from inferd.testing.server import run_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def example_inputs() -> dict[str, np.ndarray]:
 
 def in_process_throughput(seconds: float) -> float:
     options = ort.SessionOptions()
-    options.intra_op_num_threads = intra_op_threads_per_instance(1)
+    options.intra_op_num_threads = cores_available()
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(
         str(REPOSITORY / "minilm" / "1" / "model.onnx"), sess_options=options, providers=["CPUExecutionProvider"]

@@ -6,7 +6,13 @@ from typing import ClassVar
 
 import click
 
-from inferd.config.server import DEFAULT_MAX_REQUEST_BYTES, LogFormat, ModelControlMode, ServerSettings
+from inferd.config.server import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    IntraOpPools,
+    LogFormat,
+    ModelControlMode,
+    ServerSettings,
+)
 
 
 class ByteSize(click.ParamType):  # type: ignore[type-arg]
@@ -207,6 +213,25 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     type=click.IntRange(min=1),
     envvar="INFERD_MAX_CONNECTIONS",
     help="Open HTTP connections at most; one more is answered 503 with Retry-After and closed.",
+)
+@click.option(
+    "--intra-op-pools",
+    type=click.Choice([p.value for p in IntraOpPools]),
+    default=IntraOpPools.SHARED.value,
+    show_default=True,
+    envvar="INFERD_INTRA_OP_POOLS",
+    help="ONNX Runtime's threads within one execution: one pool sized to the cores that every model "
+    "shares (threads do not grow with models), or a pool per instance of cores / instances threads "
+    "(a model's intra_op_thread_count and allow_spinning parameters then apply).",
+)
+@click.option(
+    "--execution-threads",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    envvar="INFERD_EXECUTION_THREADS",
+    help="Worker threads every model shares for executions too slow to run on the event loop "
+    "(0: 4 per core, at least 16). They do not grow with the number of models.",
 )
 def serve(**options: object) -> None:
     """Serve the models of a model repository over KServe v2 REST and gRPC.

@@ -15,6 +15,15 @@ class LogFormat(enum.Enum):
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 
+class IntraOpPools(enum.Enum):
+    """Where ONNX Runtime's sessions find threads to split one execution over."""
+
+    SHARED = "shared"
+    """One pool for the whole server, sized to the cores: threads do not grow with models."""
+    PER_INSTANCE = "per-instance"
+    """A pool per session, of cores / the model's instances (its `intra_op_thread_count` wins)."""
+
+
 class ModelControlMode(enum.Enum):
     """Triton's model control modes."""
 
@@ -49,6 +58,10 @@ class ServerSettings(BaseModel):
     """Estimated memory of the loaded models at most; turns on on-demand loading and eviction."""
     max_loaded_models: int | None = Field(default=None, gt=0)
     """Loaded models at most; turns on on-demand loading and eviction."""
+    intra_op_pools: IntraOpPools = IntraOpPools.SHARED
+    """Intra-op thread pools of ONNX Runtime: one shared (default) or one per instance."""
+    execution_threads: int = Field(default=0, ge=0)
+    """Worker threads the server runs executions on, shared by every model (0: 4 per core, at least 16)."""
     log_format: LogFormat = LogFormat.JSON
     log_level: str = "INFO"
     max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, gt=0)

@@ -1,23 +1,40 @@
-"""Runs batches on a model version's instances: one runtime session per instance_group slot, each
-used by one worker thread at a time, so the event loop keeps decoding requests meanwhile
-(ONNX Runtime releases the GIL while it computes)."""
+"""Runs executions on a model version's instances, in one place for every caller (the batcher, and
+requests to models without one): each instance runs one execution at a time, inline on the event
+loop when the model is faster than a hop to a thread and its runtime allows it, else on the
+server's worker threads (ONNX Runtime releases the GIL while it computes, so the loop keeps
+decoding requests meanwhile).
+
+Thread budget (the server's, not a model's): N loaded models must not mean N thread pools.
+* Worker threads: one set for the whole server (`--execution-threads`), started as executions
+  need them. An instance holds a thread only while it executes.
+* ONNX Runtime's intra-op threads (`--intra-op-pools`): by default one pool sized to the cores,
+  which every session shares, so threads do not grow with models. `per-instance` gives each
+  session its own pool of cores / the model's instances threads (as Triton does): models with
+  several instances compute faster so (two MiniLM instances on one shared pool ran 18-23% slower
+  than on a pool each), but every loaded model adds its threads.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import numpy as np
 
 from inferd.runtimes import Runtime
+from inferd.runtimes.base import cores_available
 
 Arrays = dict[str, np.ndarray[Any, Any]]
+Execution = tuple[int, float, float]
+"""One run of a runtime: rows, wall seconds, CPU seconds of the thread that ran it."""
+Result = TypeVar("Result")
+Job = Callable[[Runtime], tuple[Result, list[Execution]]]
+"""Work on one instance (from any thread): its result and the executions it ran."""
 
 logger = logging.getLogger("inferd.executor")
 
@@ -38,47 +55,61 @@ _PLACEMENT_WINDOW = 64
 
 
 def timed_execute(
-    instance: Runtime, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str]
-) -> tuple[Arrays, float, float]:
-    """Run on `instance` (from any thread): the outputs, the seconds it took and the CPU seconds of
-    the running thread, which the pool uses to choose where the next executions run."""
+    instance: Runtime, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str], rows: int
+) -> tuple[Arrays, Execution]:
+    """Run on `instance` (from any thread): the outputs, and the execution's rows, seconds and CPU
+    seconds of the running thread (which the pool uses to choose where the next ones run)."""
     started, cpu_started = time.perf_counter(), time.thread_time()
     results = instance.execute(inputs, names)
-    return results, time.perf_counter() - started, time.thread_time() - cpu_started
+    return results, (rows, time.perf_counter() - started, time.thread_time() - cpu_started)
 
 
-def cores_available() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+def intra_op_threads_per_instance(total_instances: int, *, shared: bool) -> int | None:
+    """Threads of each instance's own intra-op pool, so that instances x threads fit the cores;
+    None when the instances compute on the pool the server shares."""
+    return None if shared else max(1, cores_available() // max(1, total_instances))
 
 
-def intra_op_threads_per_instance(total_instances: int) -> int:
-    """Split the cores between instances so that instances x threads fit the machine."""
-    return max(1, cores_available() // max(1, total_instances))
+def default_execution_threads() -> int:
+    """Worker threads of the server: enough for every core to compute and a few executions to wait
+    (on a GIL, on I/O in a Python model) without holding the others up."""
+    return max(16, 4 * cores_available())
+
+
+def execution_threads(count: int = 0) -> ThreadPoolExecutor:
+    """The server's worker threads, shared by every model (`count` 0: the default)."""
+    return ThreadPoolExecutor(max_workers=count or default_execution_threads(), thread_name_prefix="inferd-exec")
 
 
 class InstancePool:
-    """The loaded instances of one model version and the threads that run them."""
+    """The loaded instances of one model version, and where their executions run."""
 
     def __init__(
         self,
         instances: Sequence[Runtime],
         *,
         name: str,
+        threads: Executor | None = None,
         on_execute: Callable[[int, float], None] | None = None,
     ) -> None:
-        """`on_execute(rows, compute_s)` hears of every execution (for metrics)."""
+        """`threads`: the server's worker threads (a pool of its own when None, for tests and
+        tools); `on_execute(rows, compute_s)` hears of every execution (for metrics)."""
         if not instances:
             raise ValueError("an instance pool needs at least one instance")
         self._instances = list(instances)
         self._name = name
         self._on_execute = on_execute
+        self._on_release: Callable[[], None] | None = None
         self._inline = False
-        # Only a model that calibrated inline moves: one on threads may block on I/O, which its
-        # CPU time would not show, and must never block the loop.
+        # A runtime that may block (on I/O, on a sleep) or hold the GIL never runs on the loop,
+        # however fast it once was; and only a model that calibrated inline moves: one on threads
+        # may wait on something its CPU time would not show.
+        self._may_run_inline = all(instance.may_run_inline for instance in self._instances)
         self._movable = False
         self._mean_cpu_s = 0.0
         self._mean_execution_s = 0.0
-        self._threads = ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"inferd-{name}")
+        self._own_threads = threads is None
+        self._threads = threads or ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"inferd-{name}")
         # A stack and the futures of those waiting, not an asyncio.Queue: acquiring and releasing
         # happen once per execution, and the queue's bookkeeping cost microseconds of each. Last
         # in, first out: under light load one instance does the work, its memory warm in the
@@ -94,6 +125,15 @@ class InstancePool:
     def idle(self) -> int:
         """Instances not executing now (all of them before serving starts)."""
         return len(self._free)
+
+    @property
+    def busy(self) -> bool:
+        """Whether any instance is executing (or handed to a caller about to run it)."""
+        return len(self._free) < len(self._instances)
+
+    def on_release(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (on the loop) each time an instance becomes free: a batcher dispatches then."""
+        self._on_release = callback
 
     async def acquire(self) -> Runtime:
         """An idle instance, waiting for one to be released when all are busy."""
@@ -111,6 +151,21 @@ class InstancePool:
                 self._waiters.remove(waiter)
             raise
 
+    def try_acquire(self) -> Runtime | None:
+        """An idle instance, or None when all are busy."""
+        return self._free.pop() if self._free else None
+
+    def release(self, instance: Runtime) -> None:
+        """Give `instance` back: to the first one still waiting, else to the idle ones."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():  # cancelled, and not yet resumed to remove itself
+                waiter.set_result(instance)
+                return
+        self._free.append(instance)
+        if self._on_release is not None:
+            self._on_release()
+
     @property
     def mean_execution_s(self) -> float:
         """Recent mean time of one execution (calibrated at load, then learned from traffic)."""
@@ -123,15 +178,6 @@ class InstancePool:
         rounds = (busy + len(self._waiters) + executions_ahead) // self.size + 1
         return rounds * self._mean_execution_s
 
-    def release(self, instance: Runtime) -> None:
-        """Give `instance` back: to the first one still waiting, else to the idle ones."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():  # cancelled, and not yet resumed to remove itself
-                waiter.set_result(instance)
-                return
-        self._free.append(instance)
-
     @property
     def runs_inline(self) -> bool:
         """Whether executions run on the event loop (the model is faster than a thread hop)."""
@@ -139,7 +185,7 @@ class InstancePool:
 
     def calibrate(self, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str]) -> float:
         """Time the model on one instance before serving and choose where it runs: inline when its
-        fastest execution is under INLINE_THRESHOLD_S. Returns that time."""
+        runtime allows it and its fastest execution is under INLINE_THRESHOLD_S. Returns that time."""
         for _ in range(_CALIBRATION_RUNS // 2):  # first runs allocate and are not representative
             self._instances[0].execute(inputs, names)
         durations = []
@@ -149,37 +195,78 @@ class InstancePool:
             durations.append(time.perf_counter() - started)
         # The fastest run: other models load meanwhile, and contention only ever adds time.
         fastest_s = min(durations)
-        self._inline = self._movable = fastest_s < INLINE_THRESHOLD_S
+        self._inline = self._movable = self._may_run_inline and fastest_s < INLINE_THRESHOLD_S
         self._mean_cpu_s = self._mean_execution_s = fastest_s
         return fastest_s
 
-    def try_acquire(self) -> Runtime | None:
-        """An idle instance, or None when all are busy."""
-        return self._free.pop() if self._free else None
-
-    @property
-    def threads(self) -> ThreadPoolExecutor:
-        """The worker threads, one per instance, for executions that do not run inline."""
-        return self._threads
+    def run(self, instance: Runtime, job: Job[Result], done: Callable[[Result | BaseException], None]) -> None:
+        """Run `job` on an acquired `instance`, where this model runs: inline now, or on a worker
+        thread. Then (on the loop) the executions are recorded, the instance is released and
+        `done` hears the job's result, or the exception it raised."""
+        if self._inline:
+            try:
+                result, executions = job(instance)
+            except Exception as exc:  # a bug in the job: its caller must hear of it
+                self._finish(instance, exc, [], done)
+            else:
+                self._finish(instance, result, executions, done)
+            return
+        future = asyncio.get_running_loop().run_in_executor(self._threads, job, instance)
+        future.add_done_callback(lambda ran: self._finished_on_thread(instance, ran, done))
 
     async def execute(
-        self, instance: Runtime, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str], rows: int
-    ) -> Arrays:
-        """Run one batch of `rows` rows on an acquired instance: on its worker thread, or inline
-        on the event loop when this model's executions are shorter than the hop to a thread."""
-        if self._inline:
-            results, execute_s, cpu_s = timed_execute(instance, inputs, names)
-        else:
-            loop = asyncio.get_running_loop()
-            results, execute_s, cpu_s = await loop.run_in_executor(
-                self._threads, timed_execute, instance, inputs, names
-            )
-        self.executed(rows, execute_s, cpu_s)
-        return results
+        self, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str], rows: int
+    ) -> tuple[Arrays, float]:
+        """Run one batch of `rows` rows on the next free instance: its outputs and the seconds it
+        waited for that instance."""
+        started = time.perf_counter()
+        instance = await self.acquire()
+        waited_s = time.perf_counter() - started
+        answer: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
 
-    def executed(self, rows: int, execute_s: float, cpu_s: float) -> None:
-        """Record one execution (on the event loop's thread): for the estimates, for metrics and
-        for the choice of where the next ones run."""
+        def job(runtime: Runtime) -> tuple[Arrays, list[Execution]]:
+            results, execution = timed_execute(runtime, inputs, names, rows)
+            return results, [execution]
+
+        def done(outcome: Arrays | BaseException) -> None:
+            if answer.done():  # its caller is gone (cancelled)
+                return
+            if isinstance(outcome, BaseException):
+                answer.set_exception(outcome)
+            else:
+                answer.set_result(outcome)
+
+        self.run(instance, job, done)
+        return await answer, waited_s
+
+    def _finished_on_thread(
+        self,
+        instance: Runtime,
+        ran: asyncio.Future[tuple[Result, list[Execution]]],
+        done: Callable[[Result | BaseException], None],
+    ) -> None:
+        if ran.cancelled():  # the loop is closing
+            self._finish(instance, asyncio.CancelledError(), [], done)
+        elif (error := ran.exception()) is not None:
+            self._finish(instance, error, [], done)
+        else:
+            result, executions = ran.result()
+            self._finish(instance, result, executions, done)
+
+    def _finish(
+        self,
+        instance: Runtime,
+        outcome: Result | BaseException,
+        executions: list[Execution],
+        done: Callable[[Result | BaseException], None],
+    ) -> None:
+        for rows, execute_s, cpu_s in executions:
+            self._executed(rows, execute_s, cpu_s)
+        self.release(instance)
+        done(outcome)
+
+    def _executed(self, rows: int, execute_s: float, cpu_s: float) -> None:
+        """Record one execution: for the estimates, for metrics and for where the next ones run."""
         if self._movable:
             self._place(cpu_s)
         self._mean_execution_s += (execute_s - self._mean_execution_s) / _PLACEMENT_WINDOW
@@ -214,6 +301,8 @@ class InstancePool:
         return results
 
     def close(self) -> None:
-        self._threads.shutdown(wait=True)
+        """After the last execution finished: the sessions go (and the threads, when its own)."""
+        if self._own_threads:
+            self._threads.shutdown(wait=True)
         for instance in self._instances:
             instance.close()

@@ -44,15 +44,14 @@ class ModelHandle:
     # Set by `drain` while it waits for the requests inside to finish.
     _idle: asyncio.Event | None = None
 
-    async def infer(self, request: InferRequest, *, alone: bool = False) -> InferResponse:
-        """`alone`: no other request is in the server, so there is no company to batch with."""
+    async def infer(self, request: InferRequest) -> InferResponse:
         if self.state is HandleState.CLOSED:
             raise ModelNotReadyError(f"model '{self.config.name}' version {self.version} was unloaded")
         # NOTE: counted before the first await, in the same loop turn as the registry lookup that
         # found this handle, so a drain that starts later always waits for this request.
         self.in_flight += 1
         try:
-            return await self._infer(request, alone)
+            return await self._infer(request)
         finally:
             self.in_flight -= 1
             if self._idle is not None and not self.in_flight:
@@ -71,7 +70,7 @@ class ModelHandle:
         self.state = HandleState.CLOSED
         await asyncio.to_thread(self.pool.close)
 
-    async def _infer(self, request: InferRequest, alone: bool) -> InferResponse:
+    async def _infer(self, request: InferRequest) -> InferResponse:
         feeds, batch_size = prepare_inputs(self.config, request)
         names = output_names(self.config, request)
         request.timing.rows = batch_size
@@ -84,12 +83,10 @@ class ModelHandle:
             timeout_deadline_s = time.monotonic() + timeout_us / 1e6
             deadline_s = timeout_deadline_s if deadline_s is None else min(deadline_s, timeout_deadline_s)
         batcher = self.batcher
-        # A request alone in the server meets an idle batcher: the batch would be this request
-        # alone, at once; a model that runs inline then skips the queue's bookkeeping entirely.
-        if batcher is None or (alone and batcher.idle and self.pool.runs_inline):
+        if batcher is None:
             if deadline_s is not None:
                 self._check_deadline(deadline_s)
-            results = await self._run_alone(feeds, batch_size, names, request.timing)
+            results = await self._run_unbatched(feeds, batch_size, names, request.timing)
         else:
             results = await batcher.submit(
                 feeds,
@@ -118,21 +115,12 @@ class ModelHandle:
                 retry_after_s=estimate_s,
             )
 
-    async def _run_alone(
+    async def _run_unbatched(
         self, feeds: Mapping[str, np.ndarray[Any, Any]], rows: int, names: list[str], timing: RequestTiming
     ) -> Arrays:
         started = time.perf_counter()
-        instance = await self.pool.acquire()
-        acquired = time.perf_counter()
-        try:
-            results = await self.pool.execute(instance, feeds, names, rows)
-        finally:
-            self.pool.release(instance)
-            if self.batcher is not None:
-                # Requests may have queued while this ran: the batcher only hears of its own releases.
-                self.batcher.wake()
-        timing.queue_s = acquired - started
-        timing.compute_infer_s = time.perf_counter() - acquired
+        results, timing.queue_s = await self.pool.execute(feeds, names, rows)
+        timing.compute_infer_s = time.perf_counter() - started - timing.queue_s
         timing.batch_rows = rows
         return results
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Executor
 from pathlib import Path
 
 from inferd.config.loader import complete_config
@@ -28,24 +29,33 @@ logger = logging.getLogger("inferd.loading")
 
 
 def load_version(
-    config: ModelConfig, version: int, version_dir: Path, model_dir: Path, metrics: Metrics
+    config: ModelConfig,
+    version: int,
+    version_dir: Path,
+    model_dir: Path,
+    metrics: Metrics,
+    threads: Executor | None = None,
+    *,
+    shared_intra_op_pool: bool = True,
 ) -> tuple[ModelHandle, LoadTimings]:
-    """`model_dir` holds the version's `warmup/` data files."""
+    """`model_dir` holds the version's `warmup/` data files; `threads` are the server's worker
+    threads and `shared_intra_op_pool` says where sessions compute (see core.executor)."""
     instances: list[Runtime] = []
     pool: InstancePool | None = None
     started = time.perf_counter()
     try:
         groups = config.instance_groups or (InstanceGroup(),)
-        threads = intra_op_threads_per_instance(sum(g.count for g in groups))
+        intra_op_threads = intra_op_threads_per_instance(sum(g.count for g in groups), shared=shared_intra_op_pool)
         for group in groups:
             for _ in range(group.count):
-                options = RuntimeOptions(instance_group=group, intra_op_threads=threads)
+                options = RuntimeOptions(instance_group=group, intra_op_threads=intra_op_threads)
                 instances.append(load_runtime(config, version_dir, options))
         completed = complete_config(config, instances[0].signature)
         label = str(version)
         pool = InstancePool(
             instances,
             name=config.name,
+            threads=threads,
             on_execute=lambda rows, infer_s: metrics.batch_executed(config.name, label, rows, infer_s),
         )
         sessions_ready = time.perf_counter()
@@ -66,15 +76,15 @@ def load_version(
             config.name, pool, max_batch_size=completed.max_batch_size, config=completed.dynamic_batching
         )
     logger.info(
-        "model %s version %d loaded in %.0f ms (sessions %.0f ms, warm-up %.0f ms): %d instance(s), %d thread(s) "
-        "each, max_batch_size %d, dynamic batching %s, %s, %.0f us per execution",
+        "model %s version %d loaded in %.0f ms (sessions %.0f ms, warm-up %.0f ms): %d instance(s), %s, "
+        "max_batch_size %d, dynamic batching %s, %s, %.0f us per execution",
         config.name,
         version,
         (timings.session_s + timings.warmup_s) * 1e3,
         timings.session_s * 1e3,
         timings.warmup_s * 1e3,
         len(instances),
-        threads,
+        "the shared intra-op pool" if intra_op_threads is None else f"{intra_op_threads} intra-op thread(s) each",
         completed.max_batch_size,
         "on" if batcher is not None else "off",
         "inline on the event loop" if pool.runs_inline else "on worker threads",

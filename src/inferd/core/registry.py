@@ -42,6 +42,7 @@ from types import MappingProxyType
 
 from inferd.config.loader import read_model_config
 from inferd.config.model import ModelConfig
+from inferd.core.executor import execution_threads as make_execution_threads
 from inferd.core.handle import ModelHandle
 from inferd.core.loading import load_version
 from inferd.core.metrics import Metrics, NoMetrics
@@ -166,9 +167,19 @@ class LocalModel:
 
 class ModelRegistry:
     def __init__(
-        self, repository: ModelRepository, metrics: Metrics | None = None, budget: LoadBudget | None = None
+        self,
+        repository: ModelRepository,
+        metrics: Metrics | None = None,
+        budget: LoadBudget | None = None,
+        execution_threads: int = 0,
+        *,
+        shared_intra_op_pool: bool = True,
     ) -> None:
+        """`execution_threads`: the worker threads every loaded model shares (0: the default);
+        `shared_intra_op_pool`: whether sessions compute on one pool (see core.executor)."""
         self._repository = repository
+        self._shared_intra_op_pool = shared_intra_op_pool
+        self._threads = make_execution_threads(execution_threads)
         self._metrics = metrics or NoMetrics()
         self._budget = budget
         # Least recently used, for eviction: model -> the tick of its last lease.
@@ -364,6 +375,7 @@ class ModelRegistry:
                 await self.unload(name)
         if self._draining:
             await asyncio.gather(*self._draining)
+        self._threads.shutdown(wait=False)
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -538,7 +550,14 @@ class ModelRegistry:
         async with self._load_slots:
             try:
                 handle, timings = await asyncio.to_thread(
-                    load_version, model.config, version, model.model_dir / str(version), model.model_dir, self._metrics
+                    load_version,
+                    model.config,
+                    version,
+                    model.model_dir / str(version),
+                    model.model_dir,
+                    self._metrics,
+                    self._threads,
+                    shared_intra_op_pool=self._shared_intra_op_pool,
                 )
                 timings = replace(timings, fetch_s=model.fetch_s)
             except InferdError as exc:
@@ -593,9 +612,7 @@ class ModelRegistry:
                     self._reserved_models += new_model
                     return
                 victims = [
-                    r
-                    for r in others
-                    if r.name not in budget.pinned and not r.busy and not self._lock(r.name).locked()
+                    r for r in others if r.name not in budget.pinned and not r.busy and not self._lock(r.name).locked()
                 ]
                 if not victims:
                     raise ModelTooLargeError(

@@ -49,8 +49,6 @@ class InferenceService:
         self._statistics = statistics or ServingStatistics()
         self._strict_readiness = strict_readiness
         self.shutting_down = False
-        # Requests inside `infer` now, from every transport.
-        self._inferring = 0
 
     def live(self) -> bool:
         return True
@@ -87,18 +85,14 @@ class InferenceService:
             outputs=tuple(_tensor_metadata(config, t) for t in config.outputs),
         )
 
-    async def infer(self, request: InferRequest, *, alone: bool = False) -> InferResponse:
-        """`alone`: the transport holds no other request, so a batcher need not wait a moment for
-        company (it still does when another transport's request is in the core)."""
+    async def infer(self, request: InferRequest) -> InferResponse:
         started = time.perf_counter()
-        alone = alone and self._inferring == 0
-        self._inferring += 1
         handle = None
         try:
             handle = self._registry.lookup(request.model_name, request.model_version)
             if handle is None:  # not serving: load on demand, or the error that says why
                 handle = await self._registry.lease(request.model_name, request.model_version)
-            response = await handle.infer(request, alone=alone)
+            response = await handle.infer(request)
         except InferdError as exc:
             exc.request_id = exc.request_id or request.request_id
             if handle is None:
@@ -116,8 +110,6 @@ class InferenceService:
                     request.timing,
                 )
             raise
-        finally:
-            self._inferring -= 1
         # Counted from the start of decoding, as Triton counts from the request's arrival.
         elapsed_s = time.perf_counter() - started + request.timing.decode_s
         self._statistics.request_finished(

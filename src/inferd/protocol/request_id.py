@@ -22,9 +22,7 @@ _HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 def check_request_id(value: str, where: str) -> str:
     """`value`, or MalformedRequestError naming `where` when it holds control characters."""
     if not value.isprintable() and any(unicodedata.category(c) == "Cc" for c in value):
-        raise MalformedRequestError(
-            f"{where} {value!r} holds control characters; a request id must be printable text"
-        )
+        raise MalformedRequestError(f"{where} {value!r} holds control characters; a request id must be printable text")
     return value
 
 

@@ -2,12 +2,14 @@
 
 A runtime is one loaded session of one model version. `execute` runs one batch that core has
 already merged and validated; core splits the outputs back per request, so a runtime never knows
-how many requests a batch came from. `execute` is called from a worker thread, one call at a time
-per runtime instance (core owns one instance per `instance_group` slot).
+how many requests a batch came from. `execute` is called from a worker thread, or from the event loop when
+`may_run_inline` and the model is fast, one call at a time per runtime instance (core owns one
+instance per `instance_group` slot).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,18 +20,31 @@ import numpy as np
 from inferd.config.model import InstanceGroup, ModelConfig, ModelSignature
 
 
+def cores_available() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 @dataclass(frozen=True, slots=True)
 class RuntimeOptions:
     """How core asks a runtime to be placed."""
 
     instance_group: InstanceGroup
-    intra_op_threads: int
-    """Threads one execution may use (instances x threads should fit the cores)."""
+    intra_op_threads: int | None
+    """Threads of the instance's own pool for one execution (instances x threads fit the cores);
+    None: compute on the pool the server's single-instance models share."""
 
 
 class Runtime(Protocol):
     @property
     def signature(self) -> ModelSignature: ...
+
+    @property
+    def may_run_inline(self) -> bool:
+        """Whether an execution only computes, so that a fast one may run on the event loop. False
+        for a runtime whose code may block (I/O, sleeps) or hold the GIL for long (Python models):
+        the loop must never run those, however fast they once were."""
+        ...
 
     def execute(
         self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]

@@ -6,6 +6,8 @@ the GPUs the machine has, so the GPU path is testable on a machine without one.
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,9 +17,11 @@ import onnxruntime as ort
 
 from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorSpec
 from inferd.errors import InternalError, InvalidRequestError, ModelLoadError
-from inferd.runtimes.base import RuntimeOptions
+from inferd.runtimes.base import RuntimeOptions, cores_available
 from inferd.runtimes.onnx_strings import bytes_from_ort, str_for_ort
 from inferd.types import DataType
+
+logger = logging.getLogger("inferd.onnx")
 
 DEFAULT_MODEL_FILENAME = "model.onnx"
 CPU_PROVIDER = "CPUExecutionProvider"
@@ -93,8 +97,52 @@ def estimate_memory_bytes(model_bytes: int) -> int:
     return int(MEMORY_PER_FILE_BYTE * model_bytes) + MEMORY_PER_SESSION_BYTES
 
 
+_shared_pool_lock = threading.Lock()
+_shared_pool_made = False
+_OWN_POOL_PARAMETERS = ("intra_op_thread_count", "inter_op_thread_count", "allow_spinning")
+
+
+def _use_shared_pool(config: ModelConfig, options: ort.SessionOptions) -> None:
+    """Compute on ONNX Runtime's process-wide intra-op pool, sized to the cores. It must exist
+    before the first session creates ORT's environment, and then every session must use it."""
+    global _shared_pool_made
+    with _shared_pool_lock:
+        if not _shared_pool_made:
+            ort.set_global_thread_pool_sizes(cores_available(), 1)
+            _shared_pool_made = True
+    options.use_per_session_threads = False
+    ignored = [key for key in _OWN_POOL_PARAMETERS if key in config.parameters]
+    if ignored:
+        logger.warning(
+            "model %s: parameters %s apply to a pool of its own, and sessions share one; "
+            "start the server with --intra-op-pools per-instance to apply them",
+            config.name,
+            ", ".join(ignored),
+            extra={"model": config.name},
+        )
+
+
+def _use_own_pool(config: ModelConfig, options: ort.SessionOptions, threads: int) -> None:
+    if _shared_pool_made:  # not in a server, where one setting holds for every model
+        raise ModelLoadError("this process shares one intra-op pool already; a session cannot have its own")
+    options.intra_op_num_threads = _int_parameter(config, "intra_op_thread_count", threads)
+    options.inter_op_num_threads = _int_parameter(config, "inter_op_thread_count", 1)
+    # Spinning intra-op threads burn the cores the event loop needs to parse requests; they
+    # wait on the OS instead unless the model's parameters ask otherwise.
+    spinning = config.parameters.get("allow_spinning", "false").lower() == "true"
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+
+
 class OnnxRuntime:
+    # Sessions only compute (and release the GIL meanwhile): a fast one may run on the loop.
+    may_run_inline = True
+
     def __init__(self, config: ModelConfig, version_dir: Path, options: RuntimeOptions) -> None:
+        session_options = ort.SessionOptions()
+        if options.intra_op_threads is None:
+            _use_shared_pool(config, session_options)
+        else:
+            _use_own_pool(config, session_options, options.intra_op_threads)
         path = version_dir / (config.default_model_filename or DEFAULT_MODEL_FILENAME)
         if not path.is_file():
             raise ModelLoadError(f"model file {path} not found")
@@ -105,15 +153,8 @@ class OnnxRuntime:
             gpus=options.instance_group.gpus,
             use_tensorrt=config.parameters.get("enable_tensorrt", "").lower() == "true",
         )
-        session_options = ort.SessionOptions()
-        session_options.intra_op_num_threads = _int_parameter(config, "intra_op_thread_count", options.intra_op_threads)
-        session_options.inter_op_num_threads = _int_parameter(config, "inter_op_thread_count", 1)
         session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         session_options.log_severity_level = 3
-        # Spinning intra-op threads burn the cores the event loop needs to parse requests; they
-        # wait on the OS instead unless the model's parameters ask otherwise.
-        spinning = config.parameters.get("allow_spinning", "false").lower() == "true"
-        session_options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
         try:
             self._session = ort.InferenceSession(str(path), sess_options=session_options, providers=providers)
         except Exception as exc:  # ORT raises its own pybind exception types for corrupt files

@@ -13,7 +13,7 @@ import signal
 import tempfile
 from pathlib import Path
 
-from inferd.config.server import ModelControlMode, ServerSettings
+from inferd.config.server import IntraOpPools, ModelControlMode, ServerSettings
 from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import open_repositories
 from inferd.core.service import InferenceService
@@ -58,7 +58,13 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
             max_models=settings.max_loaded_models,
             pinned=frozenset(name for name in settings.load_models if name != "*"),
         )
-    registry = ModelRegistry(repository, statistics, budget)
+    registry = ModelRegistry(
+        repository,
+        statistics,
+        budget,
+        settings.execution_threads,
+        shared_intra_op_pool=settings.intra_op_pools is IntraOpPools.SHARED,
+    )
     service = InferenceService(
         registry,
         strict_readiness=settings.strict_readiness,
@@ -75,7 +81,6 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
         max_connections=settings.max_connections,
     )
     http_server = HttpServer(http_app, limits)
-    http_app.requests_in_flight = lambda: http_server.in_flight
     grpc_server = build_grpc_server(service, max_message_bytes=settings.max_request_bytes)
     grpc_server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
     metrics_server = serve_metrics(

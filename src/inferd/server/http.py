@@ -50,9 +50,6 @@ class HttpApp:
     def __init__(self, service: InferenceService, *, max_request_bytes: int) -> None:
         self._service = service
         self._max_request_bytes = max_request_bytes
-        # Requests the HTTP server has read and not yet answered, this one included; the
-        # composition root points it at `HttpServer.in_flight`. Unknown counts as company.
-        self.requests_in_flight: Callable[[], int] = lambda: 2
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         request_id = ""
@@ -148,7 +145,7 @@ class HttpApp:
         current_request_id.set(request.request_id)
         # NOTE: if the client disconnects meanwhile, HttpServer cancels this task; a request still
         # queued in a batcher is then dropped unrun.
-        response = await self._service.infer(request, alone=self.requests_in_flight() == 1)
+        response = await self._service.infer(request)
         encode_started = time.perf_counter()
         payload, json_length = json_v2.encode_response(response, request)
         request.timing.encode_s = time.perf_counter() - encode_started

@@ -137,7 +137,6 @@ class _Exposition(Collector):
         yield in_flight
         yield depths
 
-
     def _model_management(self) -> Iterator[Any]:
         statistics = self._statistics
         phases = HistogramMetricFamily(

@@ -17,10 +17,14 @@ from inferd.types import DataType
 class FakeRuntime:
     """y = 2 * x. Rejects a batch holding a negative value (as an engine rejects bad input).
 
-    `gate`, when given, holds every execution until it is set, so a test can keep an instance busy.
+    `gate`, when given, holds every execution until it is set, so a test can keep an instance busy;
+    `may_run_inline` False stands for a runtime that may block (a Python model).
     """
 
-    def __init__(self, gate: threading.Event | None = None, compute_s: float = 0.0) -> None:
+    def __init__(
+        self, gate: threading.Event | None = None, compute_s: float = 0.0, *, may_run_inline: bool = True
+    ) -> None:
+        self.may_run_inline = may_run_inline
         self.batches: list[int] = []
         self.gate = gate
         # Stands for the model's own compute time (a busy wait: it holds the thread as compute does).

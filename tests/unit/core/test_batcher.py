@@ -65,6 +65,33 @@ async def test_lone_request_on_idle_server_runs_at_once() -> None:
     assert result.tolist() == [[6.0, 6.0]]
 
 
+async def test_requests_that_keep_coming_alone_run_without_yielding_until_company_comes() -> None:
+    runtime = FakeRuntime()
+    pool = InstancePool([runtime], name="fake")
+    pool.calibrate(rows([1.0]), ["y"])  # runs inline
+    batcher = DynamicBatcher("fake", pool, max_batch_size=8, config=DynamicBatchingConfig(), clock=FakeClock())
+
+    def answered_in_one_step() -> bool:
+        call = submit(batcher, [1.0])
+        try:
+            call.send(None)
+        except StopIteration:
+            return True
+        call.close()
+        return False
+
+    for _ in range(8):  # at first a request waits a loop turn for company, which does not come
+        await submit(batcher, [1.0])
+        await asyncio.sleep(0)
+    assert answered_in_one_step()
+    await asyncio.sleep(0)
+    # Two arrive in one loop turn: the first ran alone; company is expected again from then on.
+    together = [asyncio.ensure_future(submit(batcher, [float(v)])) for v in (1, 2, 3)]
+    assert [r.tolist() for r in await asyncio.gather(*together)] == [[[2.0, 2.0]], [[4.0, 4.0]], [[6.0, 6.0]]]
+    assert runtime.batches[-2:] == [1, 2]
+    assert not answered_in_one_step()
+
+
 async def test_requests_queued_while_busy_merge_and_each_gets_its_rows() -> None:
     gate = threading.Event()
     runtime = FakeRuntime(gate)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from inferd.core.executor import INLINE_THRESHOLD_S, InstancePool
+from inferd.errors import InvalidRequestError
 from inferd.testing.fakes import FakeRuntime
 
 FEEDS = {"x": np.ones((1, 2), dtype=np.float32)}
@@ -26,11 +29,15 @@ def test_a_slower_model_runs_on_threads() -> None:
     assert not pool.runs_inline
 
 
+def test_a_runtime_that_may_block_never_runs_inline_however_fast() -> None:
+    pool = InstancePool([FakeRuntime(may_run_inline=False)], name="python")
+    assert pool.calibrate(FEEDS, ["y"]) < INLINE_THRESHOLD_S
+    assert not pool.runs_inline
+
+
 async def run_executions(pool: InstancePool, count: int) -> None:
     for _ in range(count):
-        instance = await pool.acquire()
-        await pool.execute(instance, FEEDS, ["y"], 1)
-        pool.release(instance)
+        await pool.execute(FEEDS, ["y"], 1)
 
 
 async def test_inline_model_that_grows_costly_moves_to_threads_and_back(caplog: pytest.LogCaptureFixture) -> None:
@@ -68,14 +75,38 @@ async def test_a_model_calibrated_on_threads_stays_there() -> None:
 async def test_reported_executions_carry_rows_and_time() -> None:
     seen: list[tuple[int, float]] = []
     pool = InstancePool([FakeRuntime(), FakeRuntime()], name="two", on_execute=lambda r, s: seen.append((r, s)))
-    instances = [await pool.acquire(), await pool.acquire()]
-    assert pool.idle == 0
-    results = await asyncio.gather(*(pool.execute(i, FEEDS, ["y"], 1) for i in instances))
-    for instance in instances:
-        pool.release(instance)
-    assert [r["y"].tolist() for r in results] == [[[2.0, 2.0]]] * 2
+    results = await asyncio.gather(*(pool.execute(FEEDS, ["y"], 1) for _ in range(2)))
+    assert [r["y"].tolist() for r, _ in results] == [[[2.0, 2.0]]] * 2
     assert [rows for rows, _ in seen] == [1, 1]
     assert pool.idle == 2
+
+
+async def test_executions_on_threads_use_the_threads_given_and_each_instance_runs_one_at_a_time() -> None:
+    gate = threading.Event()
+    runtimes = [FakeRuntime(gate), FakeRuntime(gate)]
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="shared") as shared:
+        pool = InstancePool(runtimes, name="two", threads=shared)  # not calibrated: runs on threads
+        released: list[int] = []
+        pool.on_release(lambda: released.append(pool.idle))
+        running = [asyncio.ensure_future(pool.execute(FEEDS, ["y"], 1)) for _ in range(3)]
+        for _ in range(2000):  # bounded: until both instances are inside an execution
+            if all(r.started.is_set() for r in runtimes):
+                break
+            await asyncio.sleep(0.001)
+        assert pool.idle == 0 and not running[2].done()  # the third waits for an instance
+        names = {t.name for t in threading.enumerate()}
+        assert any(n.startswith("shared") for n in names) and not any(n.startswith("inferd-two") for n in names)
+        gate.set()
+        await asyncio.gather(*running)
+        assert sorted(len(r.batches) for r in runtimes) == [1, 2]
+        assert released and pool.idle == 2  # each release heard; the hand-over to the waiter is not one
+
+
+async def test_an_error_in_an_execution_reaches_its_caller_and_frees_the_instance() -> None:
+    pool = InstancePool([FakeRuntime()], name="one")
+    with pytest.raises(InvalidRequestError, match="negative"):
+        await pool.execute({"x": -FEEDS["x"]}, ["y"], 1)
+    assert pool.idle == 1
 
 
 async def test_a_waiter_cancelled_after_the_hand_over_passes_the_instance_on() -> None:
