@@ -193,8 +193,9 @@ def run(
             wrk(url, warm_script, 2)  # make sure all ten are loaded
             warm = wrk(url, warm_script, 5)
         peak = rss_mb(server.process.pid, "VmHWM")
-    hits, misses = value(after, "inferd_model_on_demand_requests_total", result="hit"), value(
-        after, "inferd_model_on_demand_requests_total", result="miss"
+    hits, misses = (
+        value(after, "inferd_model_on_demand_requests_total", result="hit"),
+        value(after, "inferd_model_on_demand_requests_total", result="miss"),
     )
     loads = value(after, "inferd_model_loads_total", outcome="success")
 

@@ -178,9 +178,7 @@ def test_config_override_that_fails_leaves_the_old_version_serving(explicit_serv
     assert client.get_model_config("mlp")["max_batch_size"] == 8
 
 
-def test_load_with_files_serves_a_model_sent_by_the_client(
-    explicit_server: ServerProcess, tmp_path: Path
-) -> None:
+def test_load_with_files_serves_a_model_sent_by_the_client(explicit_server: ServerProcess, tmp_path: Path) -> None:
     mlp_model(tmp_path / "model.onnx", seed=7)
     content = (tmp_path / "model.onnx").read_bytes()
     for client_module, url in ((httpclient, explicit_server.http_url), (grpcclient, explicit_server.grpc_url)):
