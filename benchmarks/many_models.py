@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import json
 import re
-import subprocess
 import sys
 import tempfile
 import urllib.request
@@ -35,7 +34,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serving import _wrk_latency_us
+from serving import _wrk_latency_us, run_wrk
 
 from inferd.runtimes.onnx import estimate_memory_bytes
 from inferd.testing.models import mlp_model
@@ -113,13 +112,7 @@ def zipf_script(names: list[str], path: Path) -> Path:
 
 
 def wrk(url: str, script: Path, seconds: float) -> dict[str, float]:
-    output = subprocess.run(
-        ["wrk", "-t2", f"-c{CONCURRENCY}", f"-d{max(1, round(seconds))}s", "--latency", "-s", str(script), url],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=seconds + 120,
-    ).stdout
+    output = run_wrk(url, script, CONCURRENCY, seconds, threads=2)
 
     def latency_ms(percentile: str) -> float:
         return _wrk_latency_us(output, f"{percentile}%") / 1e3

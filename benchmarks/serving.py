@@ -278,13 +278,7 @@ def wrk(url: str, body: bytes, concurrency: int, seconds: float, scratch: Path) 
         f"wrk.body = {json.dumps(body.decode())}\n"
         'wrk.headers["Content-Type"] = "application/json"\n'
     )
-    output = subprocess.run(
-        ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--latency", "-s", str(script), url],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=seconds + 60,
-    ).stdout
+    output = run_wrk(url, script, concurrency, seconds)
     if "Non-2xx" in output:
         raise RuntimeError(f"wrk saw errors:\n{output}")
     return Measurement(
@@ -293,6 +287,26 @@ def wrk(url: str, body: bytes, concurrency: int, seconds: float, scratch: Path) 
         p99_us=_wrk_latency_us(output, "99%"),
         p90_us=_wrk_latency_us(output, "90%"),
     )
+
+
+def run_wrk(url: str, script: Path, concurrency: int, seconds: float, threads: int = 1) -> str:
+    """wrk's report (with the latency distribution) of `seconds` of load driven by a Lua `script`."""
+    return subprocess.run(
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{concurrency}",
+            f"-d{max(1, round(seconds))}s",
+            "--latency",
+            "-s",
+            str(script),
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=seconds + 120,
+    ).stdout
 
 
 def _wrk_latency_us(output: str, percentile: str) -> float:

@@ -132,8 +132,6 @@ class HttpServer:
         self.handler = handler
         self.limits = limits or HttpLimits()
         self.connections: set[_Connection] = set()
-        # Requests read and not yet answered, on every connection.
-        self.in_flight = 0
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._all_closed = asyncio.Event()
@@ -398,7 +396,6 @@ class _Connection(asyncio.Protocol):
         self._url = b""
         self._chunks = []
         self._pending.append(request)
-        self._server.in_flight += 1
         if self._task is None:
             self._task = self._loop.create_task(self._serve())
         elif len(self._pending) > self._limits.max_pipelined:
@@ -421,7 +418,6 @@ class _Connection(asyncio.Protocol):
                     # Answered, or cancelled because the client left (which dropped it already).
                     if self._pending and self._pending[0] is request:
                         self._pending.popleft()
-                        self._server.in_flight -= 1
                 keep_alive = request.keep_alive and not response.close and not self._closing
                 self._send(response, request.method, keep_alive)
                 self.last_active = time.monotonic()
@@ -488,7 +484,6 @@ class _Connection(asyncio.Protocol):
         is `_pending[0]`)."""
         while len(self._pending) > keep:
             self._pending.pop()
-            self._server.in_flight -= 1
 
     def close_when_done(self) -> None:
         """Close now if idle or lingering, else after the requests already read are answered."""
