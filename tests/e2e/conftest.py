@@ -3,6 +3,7 @@ end-to-end tests; clients are tritonclient's and plain HTTP."""
 
 from __future__ import annotations
 
+import gc
 import http.client
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -11,6 +12,8 @@ from typing import Any
 
 import orjson
 import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 
 from inferd.testing.models import add_sub_model, identity_model, mlp_model, write_config
 from inferd.testing.server import ServerProcess, run_server
@@ -109,6 +112,51 @@ def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     log_path = tmp_path_factory.mktemp("logs") / "server.log"
     with run_server(repository, log_path, "--max-request-bytes", str(MAX_REQUEST_BYTES)) as process:
         yield process
+
+
+class Clients:
+    """tritonclient clients closed when the test ends, in the test's own thread.
+
+    tritonclient's HTTP client joins a gevent pool when it closes. Left to the garbage collector
+    (an exception kept by `pytest.raises` holds one in a reference cycle) it is closed from
+    whichever thread runs the next collection, where gevent may have no hub, and whatever test is
+    running then fails with an unraisable-exception warning. A client made in a worker thread is
+    closed in that thread instead (`with ... as client`).
+    """
+
+    def __init__(self) -> None:
+        self._made: list[httpclient.InferenceServerClient | grpcclient.InferenceServerClient] = []
+
+    def http(self, url: str) -> httpclient.InferenceServerClient:
+        client = httpclient.InferenceServerClient(url)
+        self._made.append(client)
+        return client
+
+    def grpc(self, url: str) -> grpcclient.InferenceServerClient:
+        client = grpcclient.InferenceServerClient(url)
+        self._made.append(client)
+        return client
+
+    def close(self) -> None:
+        for client in self._made:
+            client.close()
+
+
+@pytest.fixture(autouse=True)
+def collect_garbage_after_each_test() -> Iterator[None]:
+    """Whatever a test leaves in a reference cycle is collected now, in the test's thread, so a
+    client it forgot to close fails that test rather than a later one at random."""
+    yield
+    gc.collect()
+
+
+@pytest.fixture
+def clients() -> Iterator[Clients]:
+    made = Clients()
+    try:
+        yield made
+    finally:
+        made.close()
 
 
 @dataclass

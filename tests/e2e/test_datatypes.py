@@ -9,6 +9,7 @@ import tritonclient.http as httpclient
 
 from inferd.testing.server import ServerProcess
 from inferd.types import DataType
+from tests.e2e.conftest import Clients
 
 pytestmark = pytest.mark.e2e
 
@@ -29,9 +30,9 @@ def sample(datatype: DataType) -> np.ndarray:
 
 @pytest.mark.parametrize("datatype", list(DataType), ids=lambda d: d.value)
 @pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
-def test_http_round_trip(server: ServerProcess, datatype: DataType, binary: bool) -> None:
+def test_http_round_trip(clients: Clients, server: ServerProcess, datatype: DataType, binary: bool) -> None:
     data = sample(datatype)
-    client = httpclient.InferenceServerClient(server.http_url)
+    client = clients.http(server.http_url)
     tensor = httpclient.InferInput("INPUT0", list(data.shape), datatype.value)
     tensor.set_data_from_numpy(data, binary_data=binary)
     requested = httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary)
@@ -50,9 +51,9 @@ def test_http_round_trip(server: ServerProcess, datatype: DataType, binary: bool
 
 
 @pytest.mark.parametrize("datatype", list(DataType), ids=lambda d: d.value)
-def test_grpc_round_trip(server: ServerProcess, datatype: DataType) -> None:
+def test_grpc_round_trip(clients: Clients, server: ServerProcess, datatype: DataType) -> None:
     data = sample(datatype)
-    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client = clients.grpc(server.grpc_url)
     tensor = grpcclient.InferInput("INPUT0", list(data.shape), datatype.value)
     tensor.set_data_from_numpy(data)
     result = client.infer(f"identity_{datatype.value.lower()}", [tensor])
@@ -112,8 +113,8 @@ BLOBS = np.array(
 )
 
 
-def test_bytes_that_are_not_utf8_pass_through_binary_http(server: ServerProcess) -> None:
-    client = httpclient.InferenceServerClient(server.http_url)
+def test_bytes_that_are_not_utf8_pass_through_binary_http(clients: Clients, server: ServerProcess) -> None:
+    client = clients.http(server.http_url)
     tensor = httpclient.InferInput("INPUT0", list(BLOBS.shape), "BYTES")
     tensor.set_data_from_numpy(BLOBS, binary_data=True)
     for binary_output in (True, False):  # output as JSON cannot hold them: inferd sends them binary
@@ -123,8 +124,8 @@ def test_bytes_that_are_not_utf8_pass_through_binary_http(server: ServerProcess)
         assert list(output.reshape(-1)) == list(BLOBS.reshape(-1))
 
 
-def test_bytes_that_are_not_utf8_pass_through_grpc(server: ServerProcess) -> None:
-    client = grpcclient.InferenceServerClient(server.grpc_url)
+def test_bytes_that_are_not_utf8_pass_through_grpc(clients: Clients, server: ServerProcess) -> None:
+    client = clients.grpc(server.grpc_url)
     tensor = grpcclient.InferInput("INPUT0", list(BLOBS.shape), "BYTES")
     tensor.set_data_from_numpy(BLOBS)
     output = client.infer("identity_bytes", [tensor]).as_numpy("OUTPUT0")

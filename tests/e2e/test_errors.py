@@ -9,12 +9,11 @@ import grpc
 import numpy as np
 import orjson
 import pytest
-import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing.server import ServerProcess
-from tests.e2e.conftest import MAX_REQUEST_BYTES, http_request, post_binary
+from tests.e2e.conftest import MAX_REQUEST_BYTES, Clients, http_request, post_binary
 
 pytestmark = pytest.mark.e2e
 
@@ -305,8 +304,8 @@ def test_grpc_message_too_large(server: ServerProcess) -> None:
     assert grpc_infer_error(server, request).code() is grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-def test_grpc_tritonclient_errors(server: ServerProcess) -> None:
-    client = grpcclient.InferenceServerClient(server.grpc_url)
+def test_grpc_tritonclient_errors(clients: Clients, server: ServerProcess) -> None:
+    client = clients.grpc(server.grpc_url)
     with pytest.raises(InferenceServerException) as raised:
         client.get_model_metadata("nope")
     assert "StatusCode.NOT_FOUND" in raised.value.status()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -12,8 +14,9 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def client(server: ServerProcess) -> grpcclient.InferenceServerClient:
-    return grpcclient.InferenceServerClient(server.grpc_url)
+def client(server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
+    with grpcclient.InferenceServerClient(server.grpc_url) as made:
+        yield made
 
 
 def test_health(client: grpcclient.InferenceServerClient) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import orjson
 import pytest
@@ -15,8 +17,9 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def client(server: ServerProcess) -> httpclient.InferenceServerClient:
-    return httpclient.InferenceServerClient(server.http_url)
+def client(server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
+    with httpclient.InferenceServerClient(server.http_url) as made:
+        yield made
 
 
 def add_sub_inputs(rows: int = 1, binary: bool = True) -> tuple[list[httpclient.InferInput], np.ndarray, np.ndarray]:

@@ -7,11 +7,10 @@ import urllib.request
 import numpy as np
 import orjson
 import pytest
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.testing.server import ServerProcess
-from tests.e2e.conftest import http_request
+from tests.e2e.conftest import Clients, http_request
 
 pytestmark = pytest.mark.e2e
 
@@ -19,10 +18,10 @@ PHASES = ("decode", "queue", "batch-wait", "compute", "encode")
 
 
 def infer_mlp(server: ServerProcess, rows: int) -> None:
-    client = httpclient.InferenceServerClient(server.http_url)
     tensor = httpclient.InferInput("x", [rows, 16], "FP32")
     tensor.set_data_from_numpy(np.ones((rows, 16), dtype=np.float32))
-    client.infer("mlp_specific", [tensor], model_version="3")
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        client.infer("mlp_specific", [tensor], model_version="3")
 
 
 def scrape(server: ServerProcess) -> str:
@@ -39,8 +38,8 @@ def sample(text: str, name: str, missing: float | None = None, **labels: str) ->
     return missing
 
 
-def test_statistics_extension_counts_requests_and_rows(server: ServerProcess) -> None:
-    client = httpclient.InferenceServerClient(server.http_url)
+def test_statistics_extension_counts_requests_and_rows(clients: Clients, server: ServerProcess) -> None:
+    client = clients.http(server.http_url)
     before = client.get_inference_statistics("mlp_specific", "3")["model_stats"][0]
     infer_mlp(server, rows=3)
     infer_mlp(server, rows=2)
@@ -55,7 +54,7 @@ def test_statistics_extension_counts_requests_and_rows(server: ServerProcess) ->
     # Every loaded version of every model, and over gRPC the same numbers.
     everything = client.get_inference_statistics()["model_stats"]
     assert {"add_sub", "mlp_specific"} <= {s["name"] for s in everything}
-    grpc_stats = grpcclient.InferenceServerClient(server.grpc_url).get_inference_statistics("mlp_specific", "3")
+    grpc_stats = clients.grpc(server.grpc_url).get_inference_statistics("mlp_specific", "3")
     assert grpc_stats.model_stats[0].inference_count == after["inference_count"]
 
 

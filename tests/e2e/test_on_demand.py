@@ -4,7 +4,6 @@ model that cannot fit refused at once."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +16,7 @@ from tritonclient.utils import InferenceServerException
 from inferd.runtimes.onnx import estimate_memory_bytes
 from inferd.testing.models import mlp_model, slow_model, write_config
 from inferd.testing.server import ServerProcess, run_server
+from tests.e2e.conftest import Clients
 from tests.e2e.test_batching import wait_until_in_flight
 from tests.e2e.test_observability import sample, scrape
 from tests.e2e.test_repository import expected_mlp, index, mlp_output, slow_output
@@ -40,8 +40,8 @@ def loaded(client: httpclient.InferenceServerClient) -> set[str]:
     return {name for name, entries in index(client).items() if entries[0].get("state") == "READY"}
 
 
-def test_a_model_loads_on_its_first_request(many: ServerProcess) -> None:
-    client = httpclient.InferenceServerClient(many.http_url)
+def test_a_model_loads_on_its_first_request(clients: Clients, many: ServerProcess) -> None:
+    client = clients.http(many.http_url)
     assert loaded(client) == {"m0"}  # the rest wait for their first request
     before = scrape(many)
     np.testing.assert_allclose(mlp_output(client, "m1"), expected_mlp(1), rtol=1e-6)
@@ -57,7 +57,7 @@ def test_concurrent_first_requests_share_one_load(many: ServerProcess) -> None:
 
     def call(_: int) -> np.ndarray:
         # Each thread closes its own client: tritonclient's cannot be collected from another thread.
-        with contextlib.closing(httpclient.InferenceServerClient(many.http_url)) as client:
+        with httpclient.InferenceServerClient(many.http_url) as client:
             return mlp_output(client, "m2")
 
     with ThreadPoolExecutor(16) as pool:
@@ -69,8 +69,8 @@ def test_concurrent_first_requests_share_one_load(many: ServerProcess) -> None:
     assert sample(after, loads, outcome="success") - sample(before, loads, outcome="success") == 1
 
 
-def test_least_recently_used_is_evicted_and_pinned_is_kept(many: ServerProcess) -> None:
-    client = httpclient.InferenceServerClient(many.http_url)
+def test_least_recently_used_is_evicted_and_pinned_is_kept(clients: Clients, many: ServerProcess) -> None:
+    client = clients.http(many.http_url)
     for name in ("m1", "m2"):
         mlp_output(client, name)
     assert loaded(client) == {"m0", "m1", "m2"}  # the maximum of 3
@@ -84,7 +84,7 @@ def test_least_recently_used_is_evicted_and_pinned_is_kept(many: ServerProcess) 
     assert sample(scrape(many), "inferd_model_evictions_total") >= 4
 
 
-def test_what_cannot_fit_is_refused_and_busy_models_are_not_evicted(tmp_path: Path) -> None:
+def test_what_cannot_fit_is_refused_and_busy_models_are_not_evicted(clients: Clients, tmp_path: Path) -> None:
     root = tmp_path / "repository"
     mlp_model(root / "small" / "1" / "model.onnx", seed=1)
     mlp_model(root / "large" / "1" / "model.onnx", sizes=(16, 16384, 4), seed=2)
@@ -95,7 +95,7 @@ def test_what_cannot_fit_is_refused_and_busy_models_are_not_evicted(tmp_path: Pa
     budget = max(slow_bytes, estimate_memory_bytes((root / "small" / "1" / "model.onnx").stat().st_size)) + 1024
     assert large_bytes > budget
     with run_server(root, tmp_path / "server.log", "--model-memory-budget", str(budget)) as server:
-        client = httpclient.InferenceServerClient(server.http_url)
+        client = clients.http(server.http_url)
         with pytest.raises(InferenceServerException) as raised:
             mlp_output(client, "large")
         assert raised.value.status() == "507"

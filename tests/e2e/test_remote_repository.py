@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing.models import mlp_model
 from inferd.testing.server import free_port, run_server
+from tests.e2e.conftest import Clients
 from tests.e2e.test_repository import MLP_CONFIG, expected_mlp, index, mlp_output, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -55,12 +55,12 @@ def upload_mlp(s3: Any, tmp_path: Path, key_prefix: str, seed: int) -> None:
     s3.upload_file(str(path), BUCKET, f"{key_prefix}/model.onnx")
 
 
-def test_poll_mode_serves_and_follows_an_s3_repository(s3: Any, tmp_path: Path) -> None:
+def test_poll_mode_serves_and_follows_an_s3_repository(clients: Clients, s3: Any, tmp_path: Path) -> None:
     s3.put_object(Bucket=BUCKET, Key="repo/mlp/config.pbtxt", Body=MLP_CONFIG.encode())
     upload_mlp(s3, tmp_path, "repo/mlp/1", seed=1)
     flags = ("--model-control-mode", "poll", "--repository-poll-secs", "0.2")
     with run_server(f"s3://{BUCKET}/repo", tmp_path / "server.log", *flags) as server:
-        client = httpclient.InferenceServerClient(server.http_url)
+        client = clients.http(server.http_url)
         np.testing.assert_allclose(mlp_output(client), expected_mlp(1), rtol=1e-6)
         [entry] = index(client)["mlp"]
         assert entry["load_ms"]["fetch"] > 0  # the files came over the network
@@ -79,7 +79,7 @@ def test_poll_mode_serves_and_follows_an_s3_repository(s3: Any, tmp_path: Path) 
         assert raised.value.status() == "404"
 
 
-def test_explicit_loads_from_s3_beside_a_local_repository(s3: Any, tmp_path: Path) -> None:
+def test_explicit_loads_from_s3_beside_a_local_repository(clients: Clients, s3: Any, tmp_path: Path) -> None:
     upload_mlp(s3, tmp_path, "repo/remote/1", seed=3)
     s3.put_object(Bucket=BUCKET, Key="repo/remote/config.pbtxt", Body=io.BytesIO(MLP_CONFIG.encode()))
     upload_mlp(s3, tmp_path, "repo/twice/1", seed=3)
@@ -88,7 +88,7 @@ def test_explicit_loads_from_s3_beside_a_local_repository(s3: Any, tmp_path: Pat
     mlp_model(local / "twice" / "1" / "model.onnx", seed=4)
     flags = ("--model-repository", str(local), "--model-control-mode", "explicit")
     with run_server(f"s3://{BUCKET}/repo", tmp_path / "server.log", *flags) as server:
-        client = httpclient.InferenceServerClient(server.http_url)
+        client = clients.http(server.http_url)
         assert sorted(index(client)) == ["nearby", "remote", "twice"]
         client.load_model("remote")
         client.load_model("nearby")

@@ -3,7 +3,6 @@ against a real `inferd serve` in explicit and poll model control modes."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import time
@@ -19,7 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing.models import add_sub_model, mlp_model, slow_model, write_config
 from inferd.testing.server import ServerProcess, run_server
-from tests.e2e.conftest import http_request
+from tests.e2e.conftest import Clients, http_request
 from tests.e2e.test_batching import wait_until_in_flight
 
 pytestmark = pytest.mark.e2e
@@ -60,7 +59,7 @@ def slow_output(url: str, x: np.ndarray) -> np.ndarray:
     closed in the calling thread: tritonclient's cannot be collected from another thread."""
     tensor = httpclient.InferInput("x", list(x.shape), "FP32")
     tensor.set_data_from_numpy(x)
-    with contextlib.closing(httpclient.InferenceServerClient(url)) as client:
+    with httpclient.InferenceServerClient(url) as client:
         return client.infer("slow", [tensor]).as_numpy("y")
 
 
@@ -94,8 +93,8 @@ def explicit_server(explicit_root: Path, tmp_path_factory: pytest.TempPathFactor
         yield server
 
 
-def test_explicit_mode_loads_only_what_it_is_told(explicit_server: ServerProcess) -> None:
-    client = httpclient.InferenceServerClient(explicit_server.http_url)
+def test_explicit_mode_loads_only_what_it_is_told(clients: Clients, explicit_server: ServerProcess) -> None:
+    client = clients.http(explicit_server.http_url)
     entries = index(client)
     [mlp] = entries["mlp"]
     assert {key: mlp[key] for key in ("name", "version", "state")} == {"name": "mlp", "version": "1", "state": "READY"}
@@ -108,10 +107,10 @@ def test_explicit_mode_loads_only_what_it_is_told(explicit_server: ServerProcess
     assert not client.is_model_ready("add_sub")
 
 
-def test_load_and_unload_over_http(explicit_server: ServerProcess) -> None:
+def test_load_and_unload_over_http(clients: Clients, explicit_server: ServerProcess) -> None:
     from tests.e2e.test_observability import sample, scrape
 
-    client = httpclient.InferenceServerClient(explicit_server.http_url)
+    client = clients.http(explicit_server.http_url)
     before = scrape(explicit_server)
     client.load_model("add_sub")
     assert client.is_model_ready("add_sub")
@@ -136,8 +135,8 @@ def test_load_and_unload_over_http(explicit_server: ServerProcess) -> None:
     assert raised.value.status() == "503" and "unloaded" in raised.value.message()
 
 
-def test_load_and_unload_over_grpc(explicit_server: ServerProcess) -> None:
-    client = grpcclient.InferenceServerClient(explicit_server.grpc_url)
+def test_load_and_unload_over_grpc(clients: Clients, explicit_server: ServerProcess) -> None:
+    client = clients.grpc(explicit_server.grpc_url)
     client.load_model("add_sub")
     assert client.is_model_ready("add_sub")
     models = {m.name: m for m in client.get_model_repository_index().models}
@@ -146,8 +145,8 @@ def test_load_and_unload_over_grpc(explicit_server: ServerProcess) -> None:
     assert not client.is_model_ready("add_sub")
 
 
-def test_loading_what_cannot_load_is_a_4xx_with_the_reason(explicit_server: ServerProcess) -> None:
-    client = httpclient.InferenceServerClient(explicit_server.http_url)
+def test_loading_what_cannot_load_is_a_4xx_with_the_reason(clients: Clients, explicit_server: ServerProcess) -> None:
+    client = clients.http(explicit_server.http_url)
     with pytest.raises(InferenceServerException) as raised:
         client.load_model("no_such_model")
     assert raised.value.status() == "404"
@@ -160,8 +159,10 @@ def test_loading_what_cannot_load_is_a_4xx_with_the_reason(explicit_server: Serv
         assert reply.status in (400, 404), (hostile, reply.status)
 
 
-def test_config_override_that_fails_leaves_the_old_version_serving(explicit_server: ServerProcess) -> None:
-    client = httpclient.InferenceServerClient(explicit_server.http_url)
+def test_config_override_that_fails_leaves_the_old_version_serving(
+    clients: Clients, explicit_server: ServerProcess
+) -> None:
+    client = clients.http(explicit_server.http_url)
     before = mlp_output(client)
     bad = json.dumps({"max_batch_size": 8, "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [17]}]})
     with pytest.raises(InferenceServerException) as raised:
@@ -178,14 +179,15 @@ def test_config_override_that_fails_leaves_the_old_version_serving(explicit_serv
     assert client.get_model_config("mlp")["max_batch_size"] == 8
 
 
-def test_load_with_files_serves_a_model_sent_by_the_client(explicit_server: ServerProcess, tmp_path: Path) -> None:
+def test_load_with_files_serves_a_model_sent_by_the_client(
+    clients: Clients, explicit_server: ServerProcess, tmp_path: Path
+) -> None:
     mlp_model(tmp_path / "model.onnx", seed=7)
     content = (tmp_path / "model.onnx").read_bytes()
-    for client_module, url in ((httpclient, explicit_server.http_url), (grpcclient, explicit_server.grpc_url)):
-        client = client_module.InferenceServerClient(url)
+    for client in (clients.http(explicit_server.http_url), clients.grpc(explicit_server.grpc_url)):
         client.load_model("sent", config=json.dumps({"max_batch_size": 8}), files={"file:1/model.onnx": content})
         assert client.is_model_ready("sent")
-    http = httpclient.InferenceServerClient(explicit_server.http_url)
+    http = clients.http(explicit_server.http_url)
     np.testing.assert_allclose(mlp_output(http, "sent"), expected_mlp(7), rtol=1e-6)
     with pytest.raises(InferenceServerException) as raised:
         http.load_model("escape", config="{}", files={"file:../outside.onnx": content})
@@ -193,10 +195,10 @@ def test_load_with_files_serves_a_model_sent_by_the_client(explicit_server: Serv
     http.unload_model("sent")
 
 
-def test_unload_lets_accepted_requests_finish(explicit_server: ServerProcess) -> None:
+def test_unload_lets_accepted_requests_finish(clients: Clients, explicit_server: ServerProcess) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    client = httpclient.InferenceServerClient(explicit_server.http_url)
+    client = clients.http(explicit_server.http_url)
     client.load_model("slow")
     x = np.full((384, 384), 2.0, dtype=np.float32)
 
@@ -214,8 +216,8 @@ def test_unload_lets_accepted_requests_finish(explicit_server: ServerProcess) ->
     assert raised.value.status() == "503" and "unloaded" in raised.value.message()
 
 
-def test_control_is_refused_outside_explicit_mode(server: ServerProcess) -> None:
-    client = httpclient.InferenceServerClient(server.http_url)
+def test_control_is_refused_outside_explicit_mode(clients: Clients, server: ServerProcess) -> None:
+    client = clients.http(server.http_url)
     with pytest.raises(InferenceServerException) as raised:
         client.load_model("mlp")
     assert raised.value.status() == "400"
@@ -227,7 +229,7 @@ def test_control_is_refused_outside_explicit_mode(server: ServerProcess) -> None
 # -- hot swap under load --------------------------------------------------------------------------
 
 
-def test_hot_swap_under_load_fails_no_request(tmp_path: Path) -> None:
+def test_hot_swap_under_load_fails_no_request(clients: Clients, tmp_path: Path) -> None:
     import threading
 
     root = tmp_path / "repository"
@@ -239,7 +241,7 @@ def test_hot_swap_under_load_fails_no_request(tmp_path: Path) -> None:
     with run_server(root, tmp_path / "server.log", "--model-control-mode", "explicit", "--load-model", "*") as server:
 
         def http_loop() -> None:
-            with contextlib.closing(httpclient.InferenceServerClient(server.http_url)) as client:
+            with httpclient.InferenceServerClient(server.http_url) as client:
                 for _ in range(20_000):  # bounded; the swaps below take a few seconds
                     if stop.is_set():
                         return
@@ -250,7 +252,7 @@ def test_hot_swap_under_load_fails_no_request(tmp_path: Path) -> None:
 
         def grpc_loop() -> None:
             x = np.arange(16, dtype=np.float32).reshape(1, 16)
-            with contextlib.closing(grpcclient.InferenceServerClient(server.grpc_url)) as client:
+            with grpcclient.InferenceServerClient(server.grpc_url) as client:
                 for _ in range(20_000):
                     if stop.is_set():
                         return
@@ -265,7 +267,7 @@ def test_hot_swap_under_load_fails_no_request(tmp_path: Path) -> None:
         for loop in loops:
             loop.start()
         try:
-            control = httpclient.InferenceServerClient(server.http_url)
+            control = clients.http(server.http_url)
             wait_for(lambda: len(answers["http"]) > 20 and len(answers["grpc"]) > 20)
             # A new version (the policy serves the latest), then a changed config, then a new file
             # under the same version: each loaded beside the one serving, then swapped in.
@@ -296,13 +298,13 @@ def test_hot_swap_under_load_fails_no_request(tmp_path: Path) -> None:
 # -- poll mode ------------------------------------------------------------------------------------
 
 
-def test_poll_mode_follows_the_repository(tmp_path: Path) -> None:
+def test_poll_mode_follows_the_repository(clients: Clients, tmp_path: Path) -> None:
     root = tmp_path / "repository"
     mlp_model(root / "mlp" / "1" / "model.onnx", seed=1)
     write_config(root / "mlp", MLP_CONFIG)
     flags = ("--model-control-mode", "poll", "--repository-poll-secs", "0.2")
     with run_server(root, tmp_path / "server.log", *flags) as server:
-        client = httpclient.InferenceServerClient(server.http_url)
+        client = clients.http(server.http_url)
         np.testing.assert_allclose(mlp_output(client), expected_mlp(1), rtol=1e-6)
         # An added model.
         mlp_model(root / "other" / "1" / "model.onnx", seed=5)
@@ -327,7 +329,7 @@ def test_poll_mode_follows_the_repository(tmp_path: Path) -> None:
         assert raised.value.status() == "404"
 
 
-def test_loads_unloads_and_inference_racing_leave_a_consistent_state(tmp_path: Path) -> None:
+def test_loads_unloads_and_inference_racing_leave_a_consistent_state(clients: Clients, tmp_path: Path) -> None:
     import threading
 
     root = tmp_path / "repository"
@@ -338,7 +340,7 @@ def test_loads_unloads_and_inference_racing_leave_a_consistent_state(tmp_path: P
     with run_server(root, tmp_path / "server.log", "--model-control-mode", "explicit") as server:
 
         def control(worker: int) -> None:
-            with contextlib.closing(httpclient.InferenceServerClient(server.http_url)) as client:
+            with httpclient.InferenceServerClient(server.http_url) as client:
                 for step in range(30):  # bounded
                     name = "ab"[(worker + step) % 2]
                     try:
@@ -351,7 +353,7 @@ def test_loads_unloads_and_inference_racing_leave_a_consistent_state(tmp_path: P
                         statuses.append(str(exc.status()))
 
         def infer(worker: int) -> None:
-            with contextlib.closing(httpclient.InferenceServerClient(server.http_url)) as client:
+            with httpclient.InferenceServerClient(server.http_url) as client:
                 for step in range(150):
                     try:
                         mlp_output(client, "ab"[step % 2])
@@ -371,7 +373,7 @@ def test_loads_unloads_and_inference_racing_leave_a_consistent_state(tmp_path: P
         clear = ("503", "not ready"), ("404", "not loaded")
         odd = [s for s in statuses if s != "200" and not any(s.startswith(c) and m in s for c, m in clear)]
         assert not odd, odd[:5]
-        client = httpclient.InferenceServerClient(server.http_url)
+        client = clients.http(server.http_url)
         for name in ("a", "b"):
             state = index(client)[name][0].get("state")
             assert state in ("READY", "UNAVAILABLE"), state

@@ -13,6 +13,7 @@ import tritonclient.grpc as grpcclient
 
 from inferd.testing.models import slow_model, write_config
 from inferd.testing.server import ServerProcess, run_server
+from tests.e2e.conftest import Clients
 from tests.e2e.test_batching import wait_until_in_flight
 
 pytestmark = pytest.mark.e2e
@@ -57,12 +58,12 @@ def grpc_infer(client: grpcclient.InferenceServerClient, value: float) -> float:
     return float(client.infer("slow", [tensor], client_timeout=120).as_numpy("y")[0, 0])
 
 
-def test_sigterm_finishes_in_flight_requests(tmp_path: Path) -> None:
+def test_sigterm_finishes_in_flight_requests(clients: Clients, tmp_path: Path) -> None:
     repository = tmp_path / "repository"
     slow_model(repository / "slow" / "1" / "model.onnx", size=SIZE, repeats=192)
     write_config(repository / "slow", "max_batch_size: 0\ninstance_group [ { count: 1 kind: KIND_CPU } ]")
     with run_server(repository, tmp_path / "server.log") as server, ThreadPoolExecutor(max_workers=6) as pool:
-        grpc_clients = [grpcclient.InferenceServerClient(server.grpc_url) for _ in range(2)]
+        grpc_clients = [clients.grpc(server.grpc_url) for _ in range(2)]
         assert all(client.is_server_ready() for client in grpc_clients)
         http_futures = [pool.submit(http_infer, server, value) for value in (1.0, 2.0, 3.0, 4.0)]
         grpc_futures = [pool.submit(grpc_infer, grpc_clients[i], value) for i, value in enumerate((5.0, 6.0))]

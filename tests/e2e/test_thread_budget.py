@@ -34,14 +34,11 @@ def repository(root: Path, count: int) -> Path:
 def threads_after_serving_each(server: ServerProcess, count: int) -> int:
     """The server's threads once every model answered a request (threads start when needed)."""
     x = np.eye(SIZE, dtype=np.float32)
-    client = httpclient.InferenceServerClient(server.http_url)
-    try:
+    with httpclient.InferenceServerClient(server.http_url) as client:
         for index in range(count):
             tensor = httpclient.InferInput("x", [SIZE, SIZE], "FP32")
             tensor.set_data_from_numpy(x)
             np.testing.assert_allclose(client.infer(f"m{index}", [tensor]).as_numpy("y"), x)
-    finally:
-        client.close()
     return len(os.listdir(f"/proc/{server.process.pid}/task"))
 
 
