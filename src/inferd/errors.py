@@ -12,7 +12,8 @@ gRPC statuses in exactly two tables, so no layer below the wire knows about stat
     │   ├── BatchSizeError               batch dimension missing, too large or inconsistent
     │   ├── MethodNotAllowedError        wrong HTTP method for the path (405)
     │   ├── LoadRequestError             a repository load asked for could not be done (the reason attached)
-    │   └── UnsupportedError             a request the server's configuration does not allow (model control mode)
+    │   ├── UnsupportedError             a request the server's configuration does not allow (model control mode)
+    │   └── ModelRaisedError             a model's code raised on this request's rows (Python models)
     ├── RequestTooLargeError         body above the server's limit (413 / RESOURCE_EXHAUSTED)
     ├── ModelTooLargeError           a model cannot fit the memory budget even after eviction (507)
     ├── NotFoundError                (404 / NOT_FOUND)
@@ -25,6 +26,7 @@ gRPC statuses in exactly two tables, so no layer below the wire knows about stat
     ├── ModelLoadError               raised while loading; becomes the model's failure reason
     │   └── ModelConfigError             config.pbtxt cannot be parsed or is inconsistent
     └── InternalError                a bug or a runtime failure (500 / INTERNAL)
+        └── ModelOutputError             a model's outputs break its contract: the model's fault
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class ErrorCode(enum.Enum):
     DEADLINE_UNREACHABLE = "DEADLINE_UNREACHABLE"
     MODEL_LOAD_FAILED = "MODEL_LOAD_FAILED"
     MODEL_CONFIG_INVALID = "MODEL_CONFIG_INVALID"
+    MODEL_RAISED = "MODEL_RAISED"
+    MODEL_OUTPUT_INVALID = "MODEL_OUTPUT_INVALID"
     INTERNAL = "INTERNAL"
 
 
@@ -200,3 +204,17 @@ class ModelConfigError(ModelLoadError):
 
 class InternalError(InferdError):
     code = ErrorCode.INTERNAL
+
+
+class ModelRaisedError(InvalidRequestError):
+    """A model's own code raised while executing this request (run alone, so it was this request's
+    rows): the model's message, with its name and version. Other requests of the batch are served."""
+
+    code = ErrorCode.MODEL_RAISED
+
+
+class ModelOutputError(InternalError):
+    """A model returned outputs that break its own contract (a missing output, the wrong datatype,
+    shape or number of rows): the model's fault, never the request's."""
+
+    code = ErrorCode.MODEL_OUTPUT_INVALID

@@ -11,15 +11,15 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing.models import add_sub_model, slow_model, write_config
+from inferd.testing.models import add_sub_model, sleepy_model, write_config
 from inferd.testing.server import ServerProcess, run_server
 from tests.e2e.conftest import http_request
 
 pytestmark = pytest.mark.e2e
 
 WIDTH = 16
-SLOW_SIZE = 256
-GLACIAL_SIZE = 1024
+SLOW_SIZE = 8
+GLACIAL_SIZE = 8
 
 
 @pytest.fixture(scope="module")
@@ -34,20 +34,17 @@ def batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
         instance_group [ { count: 2 kind: KIND_CPU } ]
         """,
     )
-    slow_model(root / "slow" / "1" / "model.onnx", size=SLOW_SIZE, repeats=64, batched=True)
-    write_config(
+    # Python models that sleep per execution: slow by construction, on any machine.
+    sleepy_model(
         root / "slow",
+        50,
+        2,
         """
-        max_batch_size: 2
         dynamic_batching { default_queue_policy { max_queue_size: 4 } }
         instance_group [ { count: 1 kind: KIND_CPU } ]
         """,
     )
-    slow_model(root / "glacial" / "1" / "model.onnx", size=GLACIAL_SIZE, repeats=400, batched=True)
-    write_config(
-        root / "glacial",
-        "max_batch_size: 8\ndynamic_batching { }\ninstance_group [ { count: 1 kind: KIND_CPU } ]",
-    )
+    sleepy_model(root / "glacial", 500, 8, "dynamic_batching { }\ninstance_group [ { count: 1 kind: KIND_CPU } ]")
     with run_server(root, tmp_path_factory.mktemp("logs") / "server.log") as server:
         yield server
 

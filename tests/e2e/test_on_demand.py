@@ -14,7 +14,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.runtimes.onnx import estimate_memory_bytes
-from inferd.testing.models import mlp_model, slow_model, write_config
+from inferd.runtimes.python import estimate_memory_bytes as python_memory_bytes
+from inferd.testing.models import mlp_model, sleepy_model
 from inferd.testing.server import ServerProcess, run_server
 from tests.e2e.conftest import Clients
 from tests.e2e.test_batching import wait_until_in_flight
@@ -88,9 +89,8 @@ def test_what_cannot_fit_is_refused_and_busy_models_are_not_evicted(clients: Cli
     root = tmp_path / "repository"
     mlp_model(root / "small" / "1" / "model.onnx", seed=1)
     mlp_model(root / "large" / "1" / "model.onnx", sizes=(16, 16384, 4), seed=2)
-    slow_model(root / "slow" / "1" / "model.onnx", size=384, repeats=192)
-    write_config(root / "slow", "max_batch_size: 0")
-    slow_bytes = estimate_memory_bytes((root / "slow" / "1" / "model.onnx").stat().st_size)
+    sleepy_model(root / "slow", 1500, 0)  # busy for 1.5 s on any machine
+    slow_bytes = python_memory_bytes((root / "slow" / "1" / "model.py").stat().st_size)
     large_bytes = estimate_memory_bytes((root / "large" / "1" / "model.onnx").stat().st_size)
     budget = max(slow_bytes, estimate_memory_bytes((root / "small" / "1" / "model.onnx").stat().st_size)) + 1024
     assert large_bytes > budget
@@ -101,7 +101,7 @@ def test_what_cannot_fit_is_refused_and_busy_models_are_not_evicted(clients: Cli
         assert raised.value.status() == "507"
         assert "model memory budget" in raised.value.message() and "MiB" in raised.value.message()
         # A model serving a request is never evicted: the next model is refused until it is idle.
-        x = np.zeros((384, 384), dtype=np.float32)
+        x = np.zeros((4, 4), dtype=np.float32)
 
         with ThreadPoolExecutor(1) as pool:
             busy = pool.submit(slow_output, server.http_url, x)

@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing.models import add_sub_model, mlp_model, slow_model, write_config
+from inferd.testing.models import add_sub_model, mlp_model, sleepy_model, write_config
 from inferd.testing.server import ServerProcess, run_server
 from tests.e2e.conftest import Clients, http_request
 from tests.e2e.test_batching import wait_until_in_flight
@@ -55,8 +55,8 @@ def expected_mlp(seed: int) -> np.ndarray:
 
 
 def slow_output(url: str, x: np.ndarray) -> np.ndarray:
-    """One request to the `slow` model (384 x 384 identity, heavy compute) on a client of its own,
-    closed in the calling thread: tritonclient's cannot be collected from another thread."""
+    """One request to the `slow` model (y = x, after a sleep) on a client of its own, closed in the
+    calling thread: tritonclient's cannot be collected from another thread."""
     tensor = httpclient.InferInput("x", list(x.shape), "FP32")
     tensor.set_data_from_numpy(x)
     with httpclient.InferenceServerClient(url) as client:
@@ -81,8 +81,7 @@ def explicit_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     add_sub_model(root / "add_sub" / "1" / "model.onnx")
     (root / "broken" / "1").mkdir(parents=True)
     (root / "broken" / "1" / "model.onnx").write_bytes(b"not onnx")
-    slow_model(root / "slow" / "1" / "model.onnx", size=384, repeats=192)
-    write_config(root / "slow", "max_batch_size: 0")
+    sleepy_model(root / "slow", 300, 0)
     return root
 
 
@@ -200,7 +199,7 @@ def test_unload_lets_accepted_requests_finish(clients: Clients, explicit_server:
 
     client = clients.http(explicit_server.http_url)
     client.load_model("slow")
-    x = np.full((384, 384), 2.0, dtype=np.float32)
+    x = np.full((4, 4), 2.0, dtype=np.float32)
 
     def call() -> np.ndarray:
         return slow_output(explicit_server.http_url, x)

@@ -11,14 +11,14 @@ import orjson
 import pytest
 import tritonclient.grpc as grpcclient
 
-from inferd.testing.models import slow_model, write_config
+from inferd.testing.models import sleepy_model
 from inferd.testing.server import ServerProcess, run_server
 from tests.e2e.conftest import Clients
 from tests.e2e.test_batching import wait_until_in_flight
 
 pytestmark = pytest.mark.e2e
 
-SIZE = 384
+SIZE = 8
 
 
 def http_infer(server: ServerProcess, value: float) -> tuple[int, float]:
@@ -60,17 +60,15 @@ def grpc_infer(client: grpcclient.InferenceServerClient, value: float) -> float:
 
 def test_sigterm_finishes_in_flight_requests(clients: Clients, tmp_path: Path) -> None:
     repository = tmp_path / "repository"
-    slow_model(repository / "slow" / "1" / "model.onnx", size=SIZE, repeats=192)
-    write_config(repository / "slow", "max_batch_size: 0\ninstance_group [ { count: 1 kind: KIND_CPU } ]")
+    sleepy_model(repository / "slow", 300, 0, "instance_group [ { count: 1 kind: KIND_CPU } ]")
     with run_server(repository, tmp_path / "server.log") as server, ThreadPoolExecutor(max_workers=6) as pool:
         grpc_clients = [clients.grpc(server.grpc_url) for _ in range(2)]
         assert all(client.is_server_ready() for client in grpc_clients)
         http_futures = [pool.submit(http_infer, server, value) for value in (1.0, 2.0, 3.0, 4.0)]
         grpc_futures = [pool.submit(grpc_infer, grpc_clients[i], value) for i, value in enumerate((5.0, 6.0))]
-        # One instance runs them one at a time, each some billions of multiply-adds, while all six
-        # arrive within milliseconds (the gRPC channels are up already): signal once the server
-        # holds all six, as its own gauge says, not after a guessed delay.
-        # TODO(issue 12): a Python model that waits by construction instead of heavy compute.
+        # One instance runs them one at a time, 300 ms each (a Python model that sleeps: slow on
+        # any machine), while all six arrive within milliseconds (the gRPC channels are up
+        # already): signal once the server holds all six, as its own gauge says.
         wait_until_in_flight(server, "slow", 6)
         server.process.send_signal(15)
         # The identity weights keep each value; every request in flight is answered in full.

@@ -32,8 +32,6 @@ from inferd.errors import ModelConfigError
 from inferd.types import DataType
 
 CONFIG_FILE_NAME = "config.pbtxt"
-ONNX_PLATFORM = "onnxruntime_onnx"
-ONNX_BACKEND = "onnxruntime"
 # Triton's --backend-config=default-max-batch-size: what an auto-completed batching model gets.
 DEFAULT_MAX_BATCH_SIZE = 4
 
@@ -148,12 +146,12 @@ def _from_message(message: Any, pb: Any, *, model_name: str, source: str) -> Mod
     )
 
 
-def complete_config(config: ModelConfig, signature: ModelSignature) -> ModelConfig:
+def complete_config(config: ModelConfig, signature: ModelSignature, *, platform: str, backend: str) -> ModelConfig:
     """Fill what config.pbtxt left out from the model file, and check what it did say against it.
 
     Like Triton's auto-complete: missing inputs/outputs come from the file; a model given no inputs
     and no batch size whose every tensor has a dynamic first dimension batches up to
-    DEFAULT_MAX_BATCH_SIZE.
+    DEFAULT_MAX_BATCH_SIZE; `platform` and `backend` name the runtime that loaded it.
     """
     max_batch_size = config.max_batch_size
     if max_batch_size == 0 and not config.inputs and _all_batchable(signature):
@@ -163,8 +161,8 @@ def complete_config(config: ModelConfig, signature: ModelSignature) -> ModelConf
     outputs = config.outputs or tuple(_from_spec(s, strip_batch) for s in signature.outputs)
     completed = dataclasses.replace(
         config,
-        platform=config.platform or ONNX_PLATFORM,
-        backend=config.backend or ONNX_BACKEND,
+        platform=config.platform or platform,
+        backend=config.backend or backend,
         max_batch_size=max_batch_size,
         inputs=inputs,
         outputs=outputs,

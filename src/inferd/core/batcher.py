@@ -36,7 +36,13 @@ import numpy as np
 
 from inferd.config.model import DynamicBatchingConfig
 from inferd.core.executor import Arrays, Execution, InstancePool, timed_execute
-from inferd.errors import DeadlineUnreachableError, InferdError, InternalError, OverloadedError, UnavailableError
+from inferd.errors import (
+    DeadlineUnreachableError,
+    InferdError,
+    ModelOutputError,
+    OverloadedError,
+    UnavailableError,
+)
 from inferd.runtimes import Runtime
 from inferd.types import RequestTiming
 
@@ -335,9 +341,9 @@ class DynamicBatcher:
     def _split(self, batch: list[_Pending], results: Arrays, rows: int) -> list[Arrays | BaseException]:
         for name, array in results.items():
             if array.ndim == 0 or array.shape[0] != rows:
-                error = InternalError(
-                    f"model '{self._model_name}' output '{name}' has shape {list(array.shape)}, "
-                    f"but the batch had {rows} rows in its first dimension"
+                error = ModelOutputError(
+                    f"model '{self._model_name}' output '{name}' has shape {list(array.shape)}, but the batch "
+                    f"had {rows} rows: a batching model's outputs have the batch as their first dimension"
                 )
                 return [error] * len(batch)
         if len(batch) == 1:

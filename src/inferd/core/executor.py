@@ -186,10 +186,13 @@ class InstancePool:
     def calibrate(self, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str]) -> float:
         """Time the model on one instance before serving and choose where it runs: inline when its
         runtime allows it and its fastest execution is under INLINE_THRESHOLD_S. Returns that time."""
-        for _ in range(_CALIBRATION_RUNS // 2):  # first runs allocate and are not representative
+        # A model that may never run inline is timed once, for the first estimates of its waits
+        # (a Python model may sleep for seconds: thirty runs would delay its loading by minutes).
+        runs = _CALIBRATION_RUNS if self._may_run_inline else 1
+        for _ in range(runs // 2):  # first runs allocate and are not representative
             self._instances[0].execute(inputs, names)
         durations = []
-        for _ in range(_CALIBRATION_RUNS):
+        for _ in range(runs):
             started = time.perf_counter()
             self._instances[0].execute(inputs, names)
             durations.append(time.perf_counter() - started)

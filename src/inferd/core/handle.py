@@ -21,7 +21,7 @@ from inferd.config.model import ModelConfig
 from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import Arrays, InstancePool
 from inferd.core.validation import output_names, prepare_inputs
-from inferd.errors import DeadlineUnreachableError, InternalError, InvalidRequestError, ModelNotReadyError
+from inferd.errors import DeadlineUnreachableError, InvalidRequestError, ModelNotReadyError, ModelOutputError
 from inferd.types import DataType, InferRequest, InferResponse, RequestTiming, Tensor
 
 
@@ -127,7 +127,13 @@ class ModelHandle:
     def _output_tensor(self, name: str, array: np.ndarray[Any, Any] | None, batch_size: int) -> Tensor:
         spec = self.config.output(name)
         if spec is None or array is None:
-            raise InternalError(f"model '{self.config.name}' produced no output '{name}'")
+            raise ModelOutputError(f"model '{self.config.name}' version {self.version} produced no output '{name}'")
+        if self.config.max_batch_size > 0 and (array.ndim == 0 or array.shape[0] != batch_size):
+            raise ModelOutputError(
+                f"model '{self.config.name}' version {self.version} output '{name}' has shape {list(array.shape)}, "
+                f"but the request had {batch_size} rows: a batching model's outputs have the batch as their "
+                "first dimension"
+            )
         if spec.reshape is not None:
             # The runtime's shape is `reshape`; clients see `dims` (Triton's reshape semantics).
             target = (batch_size, *spec.dims) if self.config.max_batch_size > 0 else spec.dims
@@ -135,9 +141,9 @@ class ModelHandle:
                 array = array.reshape(target)
         expected = spec.datatype.numpy_dtype
         if array.dtype is not expected and array.dtype != expected and spec.datatype is not DataType.BYTES:
-            raise InternalError(
-                f"model '{self.config.name}' output '{name}' is {array.dtype}, but its config says "
-                f"{spec.datatype.value}"
+            raise ModelOutputError(
+                f"model '{self.config.name}' version {self.version} output '{name}' is {array.dtype}, "
+                f"but its config says {spec.datatype.value}"
             )
         return Tensor(name=name, datatype=spec.datatype, shape=array.shape, data=array)
 

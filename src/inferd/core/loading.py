@@ -9,6 +9,7 @@ the InferdError that says why, and whatever was created is closed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from concurrent.futures import Executor
@@ -22,7 +23,7 @@ from inferd.core.handle import ModelHandle
 from inferd.core.metrics import Metrics
 from inferd.core.warmup import probe_inputs, run_warmup
 from inferd.errors import InferdError
-from inferd.runtimes import Runtime, RuntimeOptions, load_runtime
+from inferd.runtimes import Runtime, RuntimeOptions, load_runtime, runtime_kind
 from inferd.types import LoadTimings
 
 logger = logging.getLogger("inferd.loading")
@@ -37,9 +38,11 @@ def load_version(
     threads: Executor | None = None,
     *,
     shared_intra_op_pool: bool = True,
+    event_loop: asyncio.AbstractEventLoop | None = None,
 ) -> tuple[ModelHandle, LoadTimings]:
     """`model_dir` holds the version's `warmup/` data files; `threads` are the server's worker
-    threads and `shared_intra_op_pool` says where sessions compute (see core.executor)."""
+    threads and `shared_intra_op_pool` says where sessions compute (see core.executor);
+    `event_loop` is the server's, where async models run their coroutines."""
     instances: list[Runtime] = []
     pool: InstancePool | None = None
     started = time.perf_counter()
@@ -48,9 +51,10 @@ def load_version(
         intra_op_threads = intra_op_threads_per_instance(sum(g.count for g in groups), shared=shared_intra_op_pool)
         for group in groups:
             for _ in range(group.count):
-                options = RuntimeOptions(instance_group=group, intra_op_threads=intra_op_threads)
+                options = RuntimeOptions(instance_group=group, intra_op_threads=intra_op_threads, event_loop=event_loop)
                 instances.append(load_runtime(config, version_dir, options))
-        completed = complete_config(config, instances[0].signature)
+        kind = runtime_kind(config, version_dir)
+        completed = complete_config(config, instances[0].signature, platform=kind.platform, backend=kind.backend)
         label = str(version)
         pool = InstancePool(
             instances,

@@ -558,6 +558,7 @@ class ModelRegistry:
                     self._metrics,
                     self._threads,
                     shared_intra_op_pool=self._shared_intra_op_pool,
+                    event_loop=asyncio.get_running_loop(),
                 )
                 timings = replace(timings, fetch_s=model.fetch_s)
             except InferdError as exc:

@@ -29,6 +29,8 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.DEADLINE_UNREACHABLE: 503,
     ErrorCode.MODEL_LOAD_FAILED: 503,
     ErrorCode.MODEL_CONFIG_INVALID: 503,
+    ErrorCode.MODEL_RAISED: 400,
+    ErrorCode.MODEL_OUTPUT_INVALID: 500,
     ErrorCode.INTERNAL: 500,
 }
 
@@ -55,5 +57,7 @@ GRPC_STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.DEADLINE_UNREACHABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.MODEL_LOAD_FAILED: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.MODEL_CONFIG_INVALID: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.MODEL_RAISED: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.MODEL_OUTPUT_INVALID: grpc.StatusCode.INTERNAL,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }

@@ -1,76 +1,150 @@
-"""Runtimes, chosen by a model's platform/backend name and imported only when a model needs one."""
+"""Runtimes, chosen by a model's platform/backend name (or its model file) and imported only when a
+model needs one: `import inferd` never imports torch."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from inferd.config.model import ModelConfig
 from inferd.errors import ModelLoadError
 from inferd.runtimes.base import Runtime, RuntimeFactory, RuntimeOptions
 
-# platform or backend name (Triton's spelling) → "module:attribute" of its factory.
-_FACTORIES = {
-    "onnxruntime_onnx": "inferd.runtimes.onnx:OnnxRuntime",
-    "onnxruntime": "inferd.runtimes.onnx:OnnxRuntime",
-}
+
+@dataclass(frozen=True, slots=True)
+class RuntimeKind:
+    """What inferd knows of one runtime before importing it."""
+
+    platform: str
+    """Triton's platform name, which completed configs report ("" where Triton names only a backend)."""
+    backend: str
+    factory: str
+    """"module:attribute" of its RuntimeFactory."""
+    memory_estimate: str
+    """"module:attribute" of its `estimate_memory_bytes(model_bytes) -> int`, per instance."""
+    model_files: tuple[str, ...]
+    """Default model file names, in the order they are looked for; the first names a new model's."""
+    extra: str = ""
+    """The optional dependency it needs, for the load error when it is missing."""
+
+
+ONNX = RuntimeKind(
+    platform="onnxruntime_onnx",
+    backend="onnxruntime",
+    factory="inferd.runtimes.onnx:OnnxRuntime",
+    memory_estimate="inferd.runtimes.onnx:estimate_memory_bytes",
+    model_files=("model.onnx",),
+)
+PYTORCH = RuntimeKind(
+    platform="pytorch_libtorch",
+    backend="pytorch",
+    factory="inferd.runtimes.pytorch:PyTorchRuntime",
+    memory_estimate="inferd.runtimes.pytorch:estimate_memory_bytes",
+    model_files=("model.pt", "model.pt2"),
+    extra="pip install 'inferd[pytorch]' torch==2.13.0",
+)
+PYTHON = RuntimeKind(
+    platform="",
+    backend="python",
+    factory="inferd.runtimes.python:PythonRuntime",
+    memory_estimate="inferd.runtimes.python:estimate_memory_bytes",
+    model_files=("model.py",),
+)
+KINDS = (ONNX, PYTORCH, PYTHON)
+
+# Every spelling Triton accepts in `platform` or `backend`.
+_KINDS_BY_NAME = {name: kind for kind in KINDS for name in (kind.platform, kind.backend) if name}
+_KINDS_BY_FILE = {file: kind for kind in KINDS for file in kind.model_files}
+_KINDS_BY_SUFFIX = {Path(file).suffix: kind for kind in KINDS for file in kind.model_files}
 
 
 def supported_platforms() -> list[str]:
-    return sorted(_FACTORIES)
+    return sorted(_KINDS_BY_NAME)
 
 
-# File suffix → platform, for models that come without a config.pbtxt naming one.
-_PLATFORMS_BY_SUFFIX = {".onnx": "onnxruntime_onnx"}
+def runtime_kind(config: ModelConfig, version_dir: Path) -> RuntimeKind:
+    """The runtime of a model version: named by its config, else told by its model file."""
+    name = config.platform or config.backend
+    if name:
+        kind = _KINDS_BY_NAME.get(name)
+        if kind is None:
+            raise ModelLoadError(
+                f"model '{config.name}': platform/backend '{name}' is not supported "
+                f"(supported: {', '.join(supported_platforms())})"
+            )
+        return kind
+    detected = detect_runtime(version_dir, config.default_model_filename)
+    if detected is None:
+        files = sorted(p.name for p in version_dir.iterdir()) if version_dir.is_dir() else []
+        raise ModelLoadError(
+            f"model '{config.name}': no platform or backend in its config, and no model file in "
+            f"{version_dir} tells one ({', '.join(sorted(_KINDS_BY_FILE))} do; found: {', '.join(files) or 'nothing'})"
+        )
+    return detected
 
 
-def detect_platform(version_dir: Path) -> str:
-    """The platform of the model file in `version_dir`, or "" when nothing there is recognised."""
-    if version_dir.is_dir():
-        for child in sorted(version_dir.iterdir()):
-            platform = _PLATFORMS_BY_SUFFIX.get(child.suffix)
-            if platform:
-                return platform
-    return ""
-
-
-# platform → "module:attribute" of its `estimate_memory_bytes(model_bytes) -> int` per instance.
-_MEMORY_ESTIMATES = {
-    "onnxruntime_onnx": "inferd.runtimes.onnx:estimate_memory_bytes",
-    "onnxruntime": "inferd.runtimes.onnx:estimate_memory_bytes",
-}
+def detect_runtime(version_dir: Path, model_filename: str = "") -> RuntimeKind | None:
+    """The runtime whose model file is in `version_dir`, or None when nothing there is recognised."""
+    if not version_dir.is_dir():
+        return None
+    if model_filename:
+        return _KINDS_BY_SUFFIX.get(Path(model_filename).suffix)
+    names = sorted(child.name for child in version_dir.iterdir())
+    for name in names:  # a default model file name first: a helper.py beside model.onnx is not the model
+        if name in _KINDS_BY_FILE:
+            return _KINDS_BY_FILE[name]
+    for name in names:
+        kind = _KINDS_BY_SUFFIX.get(Path(name).suffix)
+        if kind is not None and kind is not PYTHON:  # any .onnx or .pt file; only model.py is a model
+            return kind
+    return None
 
 
 def estimate_memory_bytes(config: ModelConfig, version_dir: Path, model_bytes: int) -> int:
     """What a version whose files hold `model_bytes` keeps resident once loaded, all its instances
     together, by its runtime's own rule (before loading: to decide what must make room)."""
-    name = config.platform or config.backend or detect_platform(version_dir)
-    target = _MEMORY_ESTIMATES.get(name, _MEMORY_ESTIMATES["onnxruntime"])
-    module_name, attribute = target.split(":")
-    per_instance = getattr(importlib.import_module(module_name), attribute)
+    try:
+        kind = runtime_kind(config, version_dir)
+    except ModelLoadError:  # it will fail to load, with this reason; until then, count it as ONNX
+        kind = ONNX
+    per_instance: Callable[[int], int] = _attribute(kind.memory_estimate, kind, config)
     instances = sum(group.count for group in config.instance_groups) or 1
     return int(per_instance(model_bytes)) * instances
 
 
 def load_runtime(config: ModelConfig, version_dir: Path, options: RuntimeOptions) -> Runtime:
     """Load one instance of the model version in `version_dir` with the runtime its config names."""
-    name = config.platform or config.backend or detect_platform(version_dir)
-    target = _FACTORIES.get(name)
-    if target is None:
-        raise ModelLoadError(
-            f"model '{config.name}': platform/backend '{name}' is not supported "
-            f"(supported: {', '.join(supported_platforms())})"
-        )
-    module_name, attribute = target.split(":")
-    factory: RuntimeFactory = getattr(importlib.import_module(module_name), attribute)
+    kind = runtime_kind(config, version_dir)
+    factory: RuntimeFactory = _attribute(kind.factory, kind, config)
     return factory(config, version_dir, options)
 
 
+def _attribute(target: str, kind: RuntimeKind, config: ModelConfig) -> Any:
+    module_name, attribute = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = f"; install it with: {kind.extra}" if kind.extra else ""
+        raise ModelLoadError(
+            f"model '{config.name}' needs the {kind.backend} runtime, which cannot be imported ({exc}){hint}"
+        ) from exc
+    return getattr(module, attribute)
+
+
 __all__ = [
+    "KINDS",
+    "ONNX",
+    "PYTHON",
+    "PYTORCH",
     "Runtime",
+    "RuntimeKind",
     "RuntimeOptions",
-    "detect_platform",
+    "detect_runtime",
     "estimate_memory_bytes",
     "load_runtime",
+    "runtime_kind",
     "supported_platforms",
 ]

@@ -9,6 +9,7 @@ instance per `instance_group` slot).
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ class RuntimeOptions:
     intra_op_threads: int | None
     """Threads of the instance's own pool for one execution (instances x threads fit the cores);
     None: compute on the pool the server's single-instance models share."""
+    event_loop: asyncio.AbstractEventLoop | None = None
+    """The server's event loop, where a runtime's coroutines run (async Python models); None
+    outside a server, where each execution runs its coroutine to the end on a loop of its own."""
 
 
 class Runtime(Protocol):

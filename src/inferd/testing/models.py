@@ -1,4 +1,5 @@
-"""Small ONNX models built with onnx.helper, and model repositories made of them.
+"""Small ONNX models built with onnx.helper, Python models written as source, and model
+repositories made of them.
 
 Needs the `onnx` package (the `test` extra); nothing here downloads anything.
 """
@@ -6,6 +7,7 @@ Needs the `onnx` package (the `test` extra); nothing here downloads anything.
 from __future__ import annotations
 
 import itertools
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,48 @@ def slow_model(path: Path, size: int = 1024, repeats: int = 24, batched: bool = 
         initializer=[numpy_helper.from_array(weight, "w")],
     )
     _save(graph, path)
+
+
+def python_model(version_dir: Path, source: str) -> None:
+    """A Python model: `source` becomes `version_dir/model.py`."""
+    version_dir.mkdir(parents=True, exist_ok=True)
+    (version_dir / "model.py").write_text(textwrap.dedent(source).strip() + "\n", encoding="utf-8")
+
+
+# y = x after sleeping `parameters.sleep_ms` per execution (0 when absent): slow by construction,
+# whatever the machine's speed, and it holds no CPU while it waits.
+SLEEPY_MODEL = """
+import time
+
+import numpy as np
+
+
+class Model:
+    def initialize(self, args):
+        self.sleep_s = float(args["parameters"].get("sleep_ms", "0")) / 1000
+
+    def execute(self, inputs):
+        time.sleep(self.sleep_s)
+        return {"y": inputs["x"]}
+"""
+
+
+def sleepy_model(model_dir: Path, sleep_ms: float, max_batch_size: int, config: str = "") -> None:
+    """A Python model that answers y = x (FP32, two dimensions of any size, the first the batch
+    when `max_batch_size` > 0) after `sleep_ms` per execution; `config` adds to its config.pbtxt."""
+    python_model(model_dir / "1", SLEEPY_MODEL)
+    dims = "[ -1 ]" if max_batch_size > 0 else "[ -1, -1 ]"
+    write_config(
+        model_dir,
+        f"""
+        backend: "python"
+        max_batch_size: {max_batch_size}
+        input [ {{ name: "x" data_type: TYPE_FP32 dims: {dims} }} ]
+        output [ {{ name: "y" data_type: TYPE_FP32 dims: {dims} }} ]
+        parameters {{ key: "sleep_ms" value {{ string_value: "{sleep_ms}" }} }}
+        {config.strip()}
+        """,
+    )
 
 
 def write_config(model_dir: Path, text: str) -> None:

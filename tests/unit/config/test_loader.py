@@ -87,10 +87,11 @@ SIGNATURE = ModelSignature(
     inputs=(TensorSpec("a", DataType.FP32, (-1, 8)), TensorSpec("b", DataType.INT64, (-1, 2))),
     outputs=(TensorSpec("c", DataType.FP32, (-1, 8)),),
 )
+ONNX_NAMES = {"platform": "onnxruntime_onnx", "backend": "onnxruntime"}
 
 
 def test_complete_from_nothing_makes_a_batching_model() -> None:
-    config = complete_config(parse_model_config("", model_name="m"), SIGNATURE)
+    config = complete_config(parse_model_config("", model_name="m"), SIGNATURE, **ONNX_NAMES)
     assert config.max_batch_size == 4
     assert [(t.name, t.dims) for t in config.inputs] == [("a", (8,)), ("b", (2,))]
     assert [(t.name, t.dims) for t in config.outputs] == [("c", (8,))]
@@ -103,7 +104,7 @@ def test_complete_keeps_given_inputs_and_fills_outputs() -> None:
         'max_batch_size: 2\ninput [ { name: "a" data_type: TYPE_FP32 dims: [8] }, '
         '{ name: "b" data_type: TYPE_INT64 dims: [2] } ]'
     )
-    config = complete_config(parse_model_config(text, model_name="m"), SIGNATURE)
+    config = complete_config(parse_model_config(text, model_name="m"), SIGNATURE, **ONNX_NAMES)
     assert config.max_batch_size == 2
     assert config.outputs[0].name == "c"
 
@@ -125,7 +126,7 @@ def test_complete_keeps_given_inputs_and_fills_outputs() -> None:
 )
 def test_complete_rejects_configs_that_contradict_the_file(text: str, message: str) -> None:
     with pytest.raises(ModelConfigError, match=message):
-        complete_config(parse_model_config(text, model_name="m"), SIGNATURE)
+        complete_config(parse_model_config(text, model_name="m"), SIGNATURE, **ONNX_NAMES)
 
 
 def test_priority_queue_policies() -> None:
