@@ -42,5 +42,6 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: setup perf-analyzer lint
+# The tests serve PyTorch models too: torch (CPU build) comes with the example's requirements.
+test: setup setup-example perf-analyzer lint
 	$(BIN)/python -m pytest

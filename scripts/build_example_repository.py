@@ -14,11 +14,16 @@ Models written under --output:
 * ``add_sub``    OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1; its config.pbtxt has no
                  ``output`` section on purpose: inferd completes it from the model file.
 * ``simple_mlp`` x[16] → Gemm 16→64 → Relu → Gemm 64→4 → y[4], weights from numpy default_rng(0).
+* ``text_stats`` a Python model (model.py): BYTES ``text`` in, its length in bytes (``length``,
+                 INT64) and its upper-cased text (``upper``, BYTES) out, with dynamic batching.
+* ``torch_mlp``  a torch.export program (model.pt2) of ``inferd.testing.models.torch_module``:
+                 ``x`` [4] and ``scale`` [1] in, ``OUTPUT__0`` = mlp(x) * scale [3] and
+                 ``OUTPUT__1`` = the sum of x [1] out; its config names no tensors: the program does.
 
 Plus ``minilm.json`` under --requests-output: a KServe v2 JSON infer request for the sentence
 "inferd serves models fast" (for the README's curl example).
 
-A model whose config.pbtxt and 1/model.onnx already exist is skipped unless --force; each model is
+A model whose config.pbtxt and 1/ model file already exist is skipped unless --force; each model is
 built in a temporary folder and moved into place, so an interrupted run never leaves a half model.
 torch, transformers and sentence-transformers are imported only for minilm. Nothing is downloaded:
 the weights and tokenizer come from the installed package, with the Hugging Face hub forced offline.
@@ -68,7 +73,7 @@ VERIFY_SENTENCES = (
 MAX_ABS_DIFF = 1e-4
 
 
-ALL_MODELS = ("add_sub", "simple_mlp", "minilm")
+ALL_MODELS = ("add_sub", "simple_mlp", "text_stats", "torch_mlp", "minilm")
 
 
 def log(message: str) -> None:
@@ -117,7 +122,8 @@ def config_pbtxt(
 
 
 def model_is_built(model_dir: Path) -> bool:
-    return (model_dir / CONFIG_FILE).is_file() and (model_dir / MODEL_VERSION / MODEL_FILE).is_file()
+    version_dir = model_dir / MODEL_VERSION
+    return (model_dir / CONFIG_FILE).is_file() and version_dir.is_dir() and any(version_dir.iterdir())
 
 
 def build_model_dir(output: Path, name: str, force: bool, build: Callable[[Path], None]) -> None:
@@ -186,6 +192,50 @@ def build_simple_mlp(model_dir: Path) -> None:
             [Tensor("y", "TYPE_FP32", (sizes[-1],))],
             comment="x[16] -> Gemm 16->64 -> Relu -> Gemm 64->4 -> y[4]; seeded weights (inferd.testing.models).",
         )
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# text_stats (Python) and torch_mlp (torch.export)
+
+TEXT_STATS = """
+import numpy as np
+
+
+class Model:
+    \"\"\"Per row: the text's length in bytes and the text upper-cased (bytes need not be UTF-8).\"\"\"
+
+    inputs = [{"name": "text", "datatype": "BYTES", "shape": [-1, 1]}]
+    outputs = [
+        {"name": "length", "datatype": "INT64", "shape": [-1, 1]},
+        {"name": "upper", "datatype": "BYTES", "shape": [-1, 1]},
+    ]
+
+    def execute(self, inputs):
+        texts = inputs["text"]  # an object array of bytes: the whole batch
+        lengths = np.array([[len(t)] for t in texts[:, 0]], dtype=np.int64)
+        upper = np.array([[t.upper()] for t in texts[:, 0]], dtype=object)
+        return {"length": lengths, "upper": upper}
+"""
+
+
+def build_text_stats(model_dir: Path) -> None:
+    from inferd.testing.models import python_model
+
+    python_model(model_dir / MODEL_VERSION, TEXT_STATS)
+    (model_dir / CONFIG_FILE).write_text(
+        "# A Python model: 1/model.py declares its tensors; inferd completes the rest.\n"
+        'backend: "python"\nmax_batch_size: 64\ndynamic_batching { }\n'
+    )
+
+
+def build_torch_mlp(model_dir: Path) -> None:
+    from inferd.testing.models import exported_model
+
+    exported_model(model_dir / MODEL_VERSION / "model.pt2", seed=0)
+    (model_dir / CONFIG_FILE).write_text(
+        "# A torch.export program: its inputs (x, scale) and outputs (OUTPUT__0, OUTPUT__1) come from the file.\n"
+        'platform: "pytorch_libtorch"\nmax_batch_size: 32\ndynamic_batching { }\n'
     )
 
 
@@ -419,6 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     builders: dict[str, Callable[[Path], None]] = {
         "add_sub": build_add_sub,
         "simple_mlp": build_simple_mlp,
+        "text_stats": build_text_stats,
+        "torch_mlp": build_torch_mlp,
         "minilm": build_minilm,
     }
     for name in ALL_MODELS:

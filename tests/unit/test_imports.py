@@ -18,6 +18,15 @@ def test_import_inferd_is_light() -> None:
     assert completed.stdout.strip() == "[]"
 
 
+def test_a_server_without_pytorch_models_never_imports_torch() -> None:
+    code = (
+        "import sys, inferd.server.app, inferd.runtimes, inferd.runtimes.onnx, inferd.runtimes.python\n"
+        "print('torch' in sys.modules)"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert completed.stdout.strip() == "False"
+
+
 def test_layer_contracts() -> None:
     lint_imports = Path(sys.executable).with_name("lint-imports")
     completed = subprocess.run(

@@ -132,6 +132,43 @@ def slow_model(path: Path, size: int = 1024, repeats: int = 24, batched: bool = 
     _save(graph, path)
 
 
+def torch_module(seed: int = 0) -> Any:
+    """A small PyTorch module: forward(x [B, 4], scale [B, 1]) -> (mlp(x) * scale [B, 3], the row
+    sums of x [B, 1]). Needs torch (the `pytorch` extra)."""
+    import torch
+
+    class Module(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(seed)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+
+        def forward(self, x: Any, scale: Any) -> tuple[Any, Any]:
+            return self.mlp(x) * scale, x.sum(dim=1, keepdim=True)
+
+    return Module().eval()
+
+
+def torchscript_model(path: Path, seed: int = 0) -> None:
+    """`torch_module(seed)` traced to TorchScript (model.pt)."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    example = (torch.ones(2, 4), torch.ones(2, 1))
+    torch.jit.trace(torch_module(seed), example).save(str(path))  # type: ignore[no-untyped-call]
+
+
+def exported_model(path: Path, seed: int = 0) -> None:
+    """`torch_module(seed)` as a torch.export program (model.pt2), its batch dimension dynamic."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    example = (torch.ones(2, 4), torch.ones(2, 1))
+    program = torch.export.export(torch_module(seed), example, dynamic_shapes={"x": {0: batch}, "scale": {0: batch}})
+    torch.export.save(program, str(path))
+
+
 def python_model(version_dir: Path, source: str) -> None:
     """A Python model: `source` becomes `version_dir/model.py`."""
     version_dir.mkdir(parents=True, exist_ok=True)

@@ -48,5 +48,5 @@ def test_unknown_names_and_missing_files_say_what_is_supported(tmp_path: Path) -
     with pytest.raises(ModelLoadError, match="platform/backend 'tensorflow_savedmodel' is not supported"):
         runtime_kind(ModelConfig(name="m", platform="tensorflow_savedmodel"), tmp_path)
     (tmp_path / "weights.bin").write_bytes(b"")
-    with pytest.raises(ModelLoadError, match="no model file in .* tells one .*found: weights.bin"):
+    with pytest.raises(ModelLoadError, match=r"no model file in .* tells one .*found: weights\.bin"):
         runtime_kind(ModelConfig(name="m"), tmp_path)
