@@ -17,6 +17,9 @@ copy and no process hop, which is what Triton's Python backend costs (its users 
         def finalize(self):  # optional, on unload
             ...
 
+        may_run_inline = True  # optional: execute only computes (no I/O, no sleeps), so inferd
+                               # may run it on the event loop while it is faster than a thread hop
+
 BYTES tensors arrive as object arrays of `bytes` (not necessarily UTF-8) and may be returned as
 `bytes` or `str` elements. An exception the model raises answers that request with a 400 naming the
 model, its version and the exception (a batch that raises is run request by request, so that only
@@ -61,7 +64,9 @@ def estimate_memory_bytes(model_bytes: int) -> int:
 
 
 class PythonRuntime:
-    # A Python model holds the GIL while it computes and may block (I/O, sleeps): never on the loop.
+    # A Python model holds the GIL while it computes and may block (I/O, sleeps): never on the
+    # loop, however fast it once ran, unless its class declares `may_run_inline = True` (it only
+    # computes); then, like an ONNX model, it runs inline while it is faster than a thread hop.
     may_run_inline = False
 
     def __init__(self, config: ModelConfig, version_dir: Path, options: RuntimeOptions) -> None:
@@ -82,11 +87,16 @@ class PythonRuntime:
             initialize = getattr(self._model, "initialize", None)
             if initialize is not None:
                 self._call(initialize, initialize_args(config, version_dir, options))
-        except InferdError:
-            raise
         except Exception as exc:
+            if self._own_loop is not None:
+                self._own_loop.close()
+            if isinstance(exc, InferdError):
+                raise
             raise ModelLoadError(f"{self._path}: initialize failed: {_describe(exc, self._path)}") from exc
         self._execute = self._model.execute
+        self.may_run_inline = getattr(model_class, "may_run_inline", False) is True and not (
+            inspect.iscoroutinefunction(self._execute)  # a coroutine runs on the loop: never from it
+        )
 
     @property
     def signature(self) -> ModelSignature:

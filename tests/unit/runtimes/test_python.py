@@ -199,3 +199,15 @@ def test_finalize_runs_on_close(tmp_path: Path) -> None:
     runtime = load(tmp_path, source)
     runtime.close()
     assert marker.exists()
+
+
+def test_only_a_model_that_declares_it_only_computes_may_run_inline(tmp_path: Path) -> None:
+    inline = DOUBLER.replace("class Model:\n", "class Model:\n    may_run_inline = True\n")
+    assert load(tmp_path / "a", inline).may_run_inline is True
+    assert load(tmp_path / "b", DOUBLER).may_run_inline is False
+    async_inline = ASYNC_MODEL.replace("class Model:\n", "class Model:\n    may_run_inline = True\n")
+    runtime = load(tmp_path / "c", async_inline)
+    try:
+        assert runtime.may_run_inline is False  # its coroutine needs the loop free
+    finally:
+        runtime.close()  # and the loop its async initialize ran on
