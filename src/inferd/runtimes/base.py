@@ -18,12 +18,25 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from inferd.config.model import InstanceGroup, ModelConfig, ModelSignature
+from inferd.config.model import InstanceGroup, ModelConfig, ModelSignature, TensorConfig, TensorSpec
 
 
 def cores_available() -> int:
     """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def signature_from_config(config: ModelConfig) -> ModelSignature:
+    """The signature config.pbtxt declares, as a model file would: full shapes as the runtime sees
+    them (`reshape` where given), -1 first for the batch when the model batches. For runtimes whose
+    files do not record their tensors (TorchScript, Python models without declarations)."""
+    batch = (-1,) if config.max_batch_size > 0 else ()
+
+    def spec(tensor: TensorConfig) -> TensorSpec:
+        dims = tensor.reshape if tensor.reshape is not None else tensor.dims
+        return TensorSpec(tensor.name, tensor.datatype, (*batch, *dims))
+
+    return ModelSignature(inputs=tuple(map(spec, config.inputs)), outputs=tuple(map(spec, config.outputs)))
 
 
 @dataclass(frozen=True, slots=True)

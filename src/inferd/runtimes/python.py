@@ -43,7 +43,7 @@ import numpy as np
 
 from inferd.config.model import ModelConfig, ModelSignature, TensorSpec
 from inferd.errors import InferdError, InternalError, ModelLoadError, ModelOutputError, ModelRaisedError
-from inferd.runtimes.base import RuntimeOptions
+from inferd.runtimes.base import RuntimeOptions, signature_from_config
 from inferd.types import DataType
 
 logger = logging.getLogger("inferd.python")
@@ -240,17 +240,7 @@ def _signature(cls: type[Any], config: ModelConfig, path: Path) -> ModelSignatur
             f"{path}: a Python model declares its tensors, as the class attributes inputs and outputs "
             "(lists of {'name', 'datatype', 'shape'}) or as input and output in config.pbtxt"
         )
-    batch = (-1,) if config.max_batch_size > 0 else ()
-    return ModelSignature(
-        inputs=tuple(
-            TensorSpec(t.name, t.datatype, (*batch, *(t.reshape if t.reshape is not None else t.dims)))
-            for t in config.inputs
-        ),
-        outputs=tuple(
-            TensorSpec(t.name, t.datatype, (*batch, *(t.reshape if t.reshape is not None else t.dims)))
-            for t in config.outputs
-        ),
-    )
+    return signature_from_config(config)
 
 
 def _declared(item: Any, path: Path, attribute: str) -> TensorSpec:

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorConfig, TensorSpec
+from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorSpec
 from inferd.errors import InferdError, InternalError, InvalidRequestError, ModelLoadError, ModelOutputError
-from inferd.runtimes.base import RuntimeOptions, cores_available
+from inferd.runtimes.base import RuntimeOptions, cores_available, signature_from_config
 from inferd.types import DataType
 
 logger = logging.getLogger("inferd.pytorch")
@@ -256,12 +256,7 @@ def _config_signature(config: ModelConfig, path: Path) -> ModelSignature:
             f"{path}: a TorchScript model declares its tensors in config.pbtxt (input and output, with "
             "data_type and dims), as Triton's PyTorch backend requires"
         )
-    batch = (-1,) if config.max_batch_size > 0 else ()
-
-    def spec(t: TensorConfig) -> TensorSpec:
-        return TensorSpec(t.name, t.datatype, (*batch, *(t.reshape if t.reshape is not None else t.dims)))
-
-    return ModelSignature(inputs=tuple(map(spec, config.inputs)), outputs=tuple(map(spec, config.outputs)))
+    return signature_from_config(config)
 
 
 def _exported_signature(program: Any) -> ModelSignature:
