@@ -36,7 +36,7 @@ CONFIG_FILE_NAME = "config.pbtxt"
 DEFAULT_MAX_BATCH_SIZE = 4
 
 # Triton's TYPE_* names → v2 datatypes. TYPE_STRING is the BYTES tensor.
-_DATATYPES_BY_CONFIG_NAME = {
+DATATYPES_BY_CONFIG_NAME = {
     "TYPE_BOOL": DataType.BOOL,
     "TYPE_UINT8": DataType.UINT8,
     "TYPE_UINT16": DataType.UINT16,
@@ -51,7 +51,7 @@ _DATATYPES_BY_CONFIG_NAME = {
     "TYPE_FP64": DataType.FP64,
     "TYPE_STRING": DataType.BYTES,
 }
-CONFIG_NAMES_BY_DATATYPE = {dt: name for name, dt in _DATATYPES_BY_CONFIG_NAME.items()}
+CONFIG_NAMES_BY_DATATYPE = {dt: name for name, dt in DATATYPES_BY_CONFIG_NAME.items()}
 
 # The fields inferd acts on, per message type; anything else that is set is reported as ignored.
 _SUPPORTED_FIELDS: dict[str, frozenset[str]] = {
@@ -227,7 +227,7 @@ def _non_negative(value: int, field_name: str, source: str) -> int:
 def _datatype(enum_value: int, pb: Any, where: str) -> DataType:
     name = pb.DataType.Name(enum_value)
     try:
-        return _DATATYPES_BY_CONFIG_NAME[name]
+        return DATATYPES_BY_CONFIG_NAME[name]
     except KeyError:
         raise ModelConfigError(f"{where}: data_type {name} is not supported") from None
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from inferd.config.model import DynamicBatchingConfig
 from inferd.core.executor import Arrays, Execution, InstancePool, timed_execute
+from inferd.core.validation import check_output_rows
 from inferd.errors import (
     DeadlineUnreachableError,
     InferdError,
@@ -339,13 +340,10 @@ class DynamicBatcher:
         return (outcomes, (merged_s - started_s, ran_s - merged_s, self._clock() - ran_s)), [execution]
 
     def _split(self, batch: list[_Pending], results: Arrays, rows: int) -> list[Arrays | BaseException]:
-        for name, array in results.items():
-            if array.ndim == 0 or array.shape[0] != rows:
-                error = ModelOutputError(
-                    f"model '{self._model_name}' output '{name}' has shape {list(array.shape)}, but the batch "
-                    f"had {rows} rows: a batching model's outputs have the batch as their first dimension"
-                )
-                return [error] * len(batch)
+        try:
+            check_output_rows(self._model_name, results, rows)
+        except ModelOutputError as error:
+            return [error] * len(batch)
         if len(batch) == 1:
             return [results]
         outcomes: list[Arrays | BaseException] = []

@@ -20,7 +20,7 @@ import numpy as np
 from inferd.config.model import ModelConfig
 from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import Arrays, InstancePool
-from inferd.core.validation import output_names, prepare_inputs
+from inferd.core.validation import check_output_rows, output_names, prepare_inputs
 from inferd.errors import DeadlineUnreachableError, InvalidRequestError, ModelNotReadyError, ModelOutputError
 from inferd.types import DataType, InferRequest, InferResponse, RequestTiming, Tensor
 
@@ -120,6 +120,8 @@ class ModelHandle:
     ) -> Arrays:
         started = time.perf_counter()
         results, timing.queue_s = await self.pool.execute(feeds, names, rows)
+        if self.config.max_batch_size > 0:
+            check_output_rows(self.config.name, results, rows)
         timing.compute_infer_s = time.perf_counter() - started - timing.queue_s
         timing.batch_rows = rows
         return results
@@ -128,12 +130,6 @@ class ModelHandle:
         spec = self.config.output(name)
         if spec is None or array is None:
             raise ModelOutputError(f"model '{self.config.name}' version {self.version} produced no output '{name}'")
-        if self.config.max_batch_size > 0 and (array.ndim == 0 or array.shape[0] != batch_size):
-            raise ModelOutputError(
-                f"model '{self.config.name}' version {self.version} output '{name}' has shape {list(array.shape)}, "
-                f"but the request had {batch_size} rows: a batching model's outputs have the batch as their "
-                "first dimension"
-            )
         if spec.reshape is not None:
             # The runtime's shape is `reshape`; clients see `dims` (Triton's reshape semantics).
             target = (batch_size, *spec.dims) if self.config.max_batch_size > 0 else spec.dims

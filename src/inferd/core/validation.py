@@ -16,6 +16,7 @@ from inferd.errors import (
     DatatypeMismatchError,
     MalformedRequestError,
     MissingInputError,
+    ModelOutputError,
     ShapeMismatchError,
     UnknownTensorError,
 )
@@ -148,3 +149,15 @@ def _reshaped(config: ModelConfig, spec: TensorConfig, tensor: Tensor, batch: in
             expected=str(list(target)),
             actual=str(list(tensor.shape)),
         ) from None
+
+
+def check_output_rows(model: str, results: dict[str, np.ndarray[Any, Any]], rows: int) -> None:
+    """A batching model's outputs have the batch as their first dimension: `rows` of them. Checked
+    where results come back from a run, before they are split per request (a wrong count would
+    hand requests other requests' rows) or sent."""
+    for name, array in results.items():
+        if array.ndim == 0 or array.shape[0] != rows:
+            raise ModelOutputError(
+                f"model '{model}' output '{name}' has shape {list(array.shape)}, but the batch had {rows} "
+                "rows: a batching model's outputs have the batch as their first dimension"
+            )

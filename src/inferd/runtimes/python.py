@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from inferd.config.loader import DATATYPES_BY_CONFIG_NAME
 from inferd.config.model import ModelConfig, ModelSignature, TensorSpec
 from inferd.errors import InferdError, InternalError, ModelLoadError, ModelOutputError, ModelRaisedError
 from inferd.runtimes.base import RuntimeOptions, signature_from_config
@@ -247,10 +248,8 @@ def _declared(item: Any, path: Path, attribute: str) -> TensorSpec:
     where = f"{path}: {attribute} entry {item!r}"
     if not isinstance(item, Mapping) or not {"name", "datatype", "shape"} <= set(item):
         raise ModelLoadError(f"{where} must be a dict with name, datatype and shape")
-    raw_type = str(item["datatype"]).removeprefix("TYPE_")
-    datatype = DataType.__members__.get(raw_type) or next((d for d in DataType if d.value == raw_type), None)
-    if raw_type == "STRING":
-        datatype = DataType.BYTES
+    raw_type = str(item["datatype"])
+    datatype = DataType.__members__.get(raw_type) or DATATYPES_BY_CONFIG_NAME.get(raw_type)
     if datatype is None:
         raise ModelLoadError(f"{where}: datatype must be one of {', '.join(d.value for d in DataType)}")
     try:
