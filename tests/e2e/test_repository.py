@@ -81,7 +81,7 @@ def explicit_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     add_sub_model(root / "add_sub" / "1" / "model.onnx")
     (root / "broken" / "1").mkdir(parents=True)
     (root / "broken" / "1" / "model.onnx").write_bytes(b"not onnx")
-    sleepy_model(root / "slow", 300, 0)
+    sleepy_model(root / "slow", 1000, 0)  # the test sees both requests in flight within 1 s
     return root
 
 

@@ -60,17 +60,19 @@ def grpc_infer(client: grpcclient.InferenceServerClient, value: float) -> float:
 
 def test_sigterm_finishes_in_flight_requests(clients: Clients, tmp_path: Path) -> None:
     repository = tmp_path / "repository"
-    sleepy_model(repository / "slow", 300, 0, "instance_group [ { count: 1 kind: KIND_CPU } ]")
+    hold = tmp_path / "hold"
+    sleepy_model(repository / "slow", 50, 0, "instance_group [ { count: 1 kind: KIND_CPU } ]", hold_file=hold)
     with run_server(repository, tmp_path / "server.log") as server, ThreadPoolExecutor(max_workers=6) as pool:
+        hold.touch()  # executions wait until it is gone: all six stay in flight as long as needed
         grpc_clients = [clients.grpc(server.grpc_url) for _ in range(2)]
         assert all(client.is_server_ready() for client in grpc_clients)
         http_futures = [pool.submit(http_infer, server, value) for value in (1.0, 2.0, 3.0, 4.0)]
         grpc_futures = [pool.submit(grpc_infer, grpc_clients[i], value) for i, value in enumerate((5.0, 6.0))]
-        # One instance runs them one at a time, 300 ms each (a Python model that sleeps: slow on
-        # any machine), while all six arrive within milliseconds (the gRPC channels are up
-        # already): signal once the server holds all six, as its own gauge says.
+        # One instance runs them one at a time, each held by the hold file (on any machine): signal
+        # once the server holds all six, as its own gauge says, then let them finish.
         wait_until_in_flight(server, "slow", 6)
         server.process.send_signal(15)
+        hold.unlink()
         # The identity weights keep each value; every request in flight is answered in full.
         assert [f.result(timeout=120) for f in http_futures] == [(200, 1.0), (200, 2.0), (200, 3.0), (200, 4.0)]
         assert [f.result(timeout=120) for f in grpc_futures] == [5.0, 6.0]

@@ -178,6 +178,7 @@ def python_model(version_dir: Path, source: str) -> None:
 # y = x after sleeping `parameters.sleep_ms` per execution (0 when absent): slow by construction,
 # whatever the machine's speed, and it holds no CPU while it waits.
 SLEEPY_MODEL = """
+import os
 import time
 
 import numpy as np
@@ -186,16 +187,26 @@ import numpy as np
 class Model:
     def initialize(self, args):
         self.sleep_s = float(args["parameters"].get("sleep_ms", "0")) / 1000
+        self.hold = args["parameters"].get("hold_file", "")
 
     def execute(self, inputs):
+        # Held while the test's hold file exists (bounded), then the sleep.
+        deadline = time.monotonic() + 120
+        while self.hold and os.path.exists(self.hold) and time.monotonic() < deadline:
+            time.sleep(0.005)
         time.sleep(self.sleep_s)
         return {"y": inputs["x"]}
 """
 
 
-def sleepy_model(model_dir: Path, sleep_ms: float, max_batch_size: int, config: str = "") -> None:
+def sleepy_model(
+    model_dir: Path, sleep_ms: float, max_batch_size: int, config: str = "", hold_file: Path | None = None
+) -> None:
     """A Python model that answers y = x (FP32, two dimensions of any size, the first the batch
-    when `max_batch_size` > 0) after `sleep_ms` per execution; `config` adds to its config.pbtxt."""
+    when `max_batch_size` > 0) after `sleep_ms` per execution; `config` adds to its config.pbtxt.
+    With `hold_file`, an execution first waits while that file exists: a test that creates it once
+    the server is ready holds requests in flight for as long as it needs, on any machine, and
+    removes it to let them finish."""
     python_model(model_dir / "1", SLEEPY_MODEL)
     dims = "[ -1 ]" if max_batch_size > 0 else "[ -1, -1 ]"
     write_config(
@@ -206,6 +217,7 @@ def sleepy_model(model_dir: Path, sleep_ms: float, max_batch_size: int, config: 
         input [ {{ name: "x" data_type: TYPE_FP32 dims: {dims} }} ]
         output [ {{ name: "y" data_type: TYPE_FP32 dims: {dims} }} ]
         parameters {{ key: "sleep_ms" value {{ string_value: "{sleep_ms}" }} }}
+        parameters {{ key: "hold_file" value {{ string_value: "{hold_file or ""}" }} }}
         {config.strip()}
         """,
     )
