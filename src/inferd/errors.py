@@ -32,7 +32,7 @@ gRPC statuses in exactly two tables, so no layer below the wire knows about stat
 from __future__ import annotations
 
 import enum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 
 class ErrorCode(enum.Enum):
@@ -218,3 +218,18 @@ class ModelOutputError(InternalError):
     shape or number of rows): the model's fault, never the request's."""
 
     code = ErrorCode.MODEL_OUTPUT_INVALID
+
+
+E = TypeVar("E", bound=InferdError)
+
+
+def with_context(error: E, context: str) -> E:
+    """The same error (class, code and fields) with `context` put before its message: where, inside
+    a larger operation, it happened (an ensemble's step, say). The original is left as it was."""
+    # Not copy.copy: that calls __init__ again, whose arguments differ per class.
+    located = type(error).__new__(type(error))
+    located.__dict__.update(error.__dict__)
+    located.__traceback__ = error.__traceback__
+    located.message = f"{context}: {error.message}"
+    located.args = (located.message,)
+    return located

@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from inferd.config.model import (
+    ENSEMBLE_PLATFORM,
+    LATEST_VERSION,
     DynamicBatchingConfig,
+    EnsembleConfig,
+    EnsembleStep,
     InstanceGroup,
     InstanceKind,
     ModelConfig,
@@ -69,8 +73,11 @@ _SUPPORTED_FIELDS: dict[str, frozenset[str]] = {
             "version_policy",
             "model_warmup",
             "parameters",
+            "ensemble_scheduling",
         }
     ),
+    "ModelEnsembling": frozenset({"step"}),
+    "Step": frozenset({"model_name", "model_version", "input_map", "output_map"}),
     "ModelInput": frozenset({"name", "data_type", "dims", "reshape", "optional"}),
     "ModelOutput": frozenset({"name", "data_type", "dims", "reshape"}),
     "ModelInstanceGroup": frozenset({"name", "count", "kind", "gpus"}),
@@ -142,6 +149,7 @@ def _from_message(message: Any, pb: Any, *, model_name: str, source: str) -> Mod
         dynamic_batching=_dynamic_batching(message, pb) if message.HasField("dynamic_batching") else None,
         warmup=tuple(_warmup(w, pb, source) for w in message.model_warmup),
         parameters={key: value.string_value for key, value in message.parameters.items()},
+        ensemble=_ensemble(message, source),
         ignored_fields=tuple(_ignored_fields(message)),
     )
 
@@ -271,6 +279,39 @@ def _version_policy(message: Any, source: str) -> VersionPolicy:
     if num_versions < 1:
         raise ModelConfigError(f"{source}: version_policy latest num_versions must be >= 1")
     return VersionPolicy(kind=VersionPolicyKind.LATEST, latest_n=int(num_versions))
+
+
+def _ensemble(message: Any, source: str) -> EnsembleConfig | None:
+    """The steps of an ensemble's `ensemble_scheduling`; only an ensemble may (and must) have them."""
+    has_steps = message.HasField("ensemble_scheduling") and len(message.ensemble_scheduling.step) > 0
+    if message.platform != ENSEMBLE_PLATFORM:
+        if has_steps:
+            raise ModelConfigError(
+                f'{source}: ensemble_scheduling is only for models with platform "{ENSEMBLE_PLATFORM}"'
+            )
+        return None
+    if not has_steps:
+        raise ModelConfigError(f"{source}: an ensemble needs ensemble_scheduling with at least one step")
+    steps = []
+    for index, step in enumerate(message.ensemble_scheduling.step):
+        where = f"{source}: ensemble_scheduling step {index}"
+        if not step.model_name:
+            raise ModelConfigError(f"{where} has no model_name")
+        if step.model_version < LATEST_VERSION:
+            raise ModelConfigError(f"{where} (model '{step.model_name}'): model_version must be -1 (latest) or >= 1")
+        if not step.output_map:
+            raise ModelConfigError(f"{where} (model '{step.model_name}') has no output_map: it would produce nothing")
+        steps.append(
+            EnsembleStep(
+                model_name=step.model_name,
+                # Left out (0) means the latest, as -1 does.
+                model_version=int(step.model_version) if step.model_version > 0 else LATEST_VERSION,
+                # Sorted: protobuf maps have no order, and messages about them should not vary.
+                input_map=dict(sorted(step.input_map.items())),
+                output_map=dict(sorted(step.output_map.items())),
+            )
+        )
+    return EnsembleConfig(steps=tuple(steps))
 
 
 def _dynamic_batching(message: Any, pb: Any) -> DynamicBatchingConfig:

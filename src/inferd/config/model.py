@@ -110,6 +110,40 @@ class WarmupSample:
     count: int = 1
 
 
+ENSEMBLE_PLATFORM = "ensemble"
+# An ensemble step's `model_version` that means "the version the model serves by default".
+LATEST_VERSION = -1
+
+
+@dataclass(frozen=True, slots=True)
+class EnsembleStep:
+    """One model an ensemble calls: which tensors of the ensemble feed it and which it produces."""
+
+    model_name: str
+    model_version: int = LATEST_VERSION
+    # The step model's input name -> the ensemble tensor that feeds it.
+    input_map: Mapping[str, str] = field(default_factory=dict)
+    # The step model's output name -> the ensemble tensor it becomes.
+    output_map: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def version_label(self) -> str:
+        """The version as a request names it ("" for the default one)."""
+        return "" if self.model_version == LATEST_VERSION else str(self.model_version)
+
+
+@dataclass(frozen=True, slots=True)
+class EnsembleConfig:
+    """Triton's `ensemble_scheduling`: the steps, in the order the config lists them."""
+
+    steps: tuple[EnsembleStep, ...]
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """The models the ensemble depends on, each once, in the order of the steps."""
+        return tuple(dict.fromkeys(step.model_name for step in self.steps))
+
+
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
     name: str
@@ -125,6 +159,8 @@ class ModelConfig:
     dynamic_batching: DynamicBatchingConfig | None = None
     warmup: tuple[WarmupSample, ...] = ()
     parameters: Mapping[str, str] = field(default_factory=dict)
+    # Present when the model is an ensemble (platform "ensemble"): the models it chains.
+    ensemble: EnsembleConfig | None = None
     # Fields present in config.pbtxt that inferd does not act on, reported at load.
     ignored_fields: tuple[str, ...] = ()
     _inputs_by_name: Mapping[str, TensorConfig] = field(init=False, repr=False, compare=False)

@@ -1,9 +1,13 @@
-"""One loaded model version: its completed config and the instances that execute it.
+"""One loaded model version: its completed config and what executes it.
 
-Lifecycle: a handle is READY once `core.loading.load_version` made it; the registry then routes
-requests to it. When it is replaced (a hot swap) or unloaded, the registry stops routing to it
-first and then calls `drain()`: DRAINING lets every request already inside finish, queued ones
-included, and CLOSED releases the batcher, the threads and the sessions.
+`Handle` is what the registry routes requests to, whatever serves them: a `ModelHandle` runs a
+runtime's instances (through a batcher when the config asks), an `EnsembleHandle`
+(core.ensemble) sends requests on to other models' handles.
+
+Lifecycle: a handle is READY once it was made; the registry then routes requests to it. When it
+is replaced (a hot swap) or unloaded, the registry stops routing to it first and then calls
+`drain()`: DRAINING lets every request already inside finish, queued ones included, and CLOSED
+releases what the handle holds (the batcher, the threads and the sessions).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import asyncio
 import enum
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,17 +36,21 @@ class HandleState(enum.Enum):
 
 
 @dataclass(slots=True)
-class ModelHandle:
+class Handle:
+    """The lifecycle every handle shares; subclasses give `_infer` and `_close`."""
+
     config: ModelConfig
     version: int
-    pool: InstancePool
-    # Present when the config asks for dynamic batching (and the model batches).
-    batcher: DynamicBatcher | None = None
     # Requests inside `infer` now: queued, waiting for an instance or executing.
-    in_flight: int = 0
-    state: HandleState = HandleState.READY
+    in_flight: int = field(default=0, init=False)
+    state: HandleState = field(default=HandleState.READY, init=False)
     # Set by `drain` while it waits for the requests inside to finish.
-    _idle: asyncio.Event | None = None
+    _idle: asyncio.Event | None = field(default=None, init=False)
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting in a batcher's queue (0 for a handle without one)."""
+        return 0
 
     async def infer(self, request: InferRequest) -> InferResponse:
         if self.state is HandleState.CLOSED:
@@ -65,6 +73,28 @@ class ModelHandle:
         if self.in_flight:
             self._idle = asyncio.Event()
             await self._idle.wait()
+        await self._close()
+
+    async def _infer(self, request: InferRequest) -> InferResponse:
+        raise NotImplementedError
+
+    async def _close(self) -> None:
+        self.state = HandleState.CLOSED
+
+
+@dataclass(slots=True)
+class ModelHandle(Handle):
+    """A version served by a runtime's instances."""
+
+    pool: InstancePool
+    # Present when the config asks for dynamic batching (and the model batches).
+    batcher: DynamicBatcher | None = None
+
+    @property
+    def queued(self) -> int:
+        return self.batcher.queued if self.batcher is not None else 0
+
+    async def _close(self) -> None:
         if self.batcher is not None:
             await self.batcher.close()
         self.state = HandleState.CLOSED

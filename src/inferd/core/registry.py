@@ -9,7 +9,7 @@ snapshot, never racing a loader; a metrics scrape on another thread reads a cons
 Changes. `load(name)` reads the model's config and versions, keeps every version already serving
 the same files under the same config, loads the others beside the ones serving (the old ones
 keep answering meanwhile), then switches the lookup table in one step and drains what was
-replaced: requests already inside an old handle finish there (`ModelHandle.drain`). A version
+replaced: requests already inside an old handle finish there (`Handle.drain`). A version
 that fails to load leaves the one serving in place and says why in its record and the log.
 `unload(name)` stops routing first, then drains. Loads and unloads of one model are serialized
 by its lock; different models load concurrently, `LOAD_WORKERS` at a time.
@@ -25,12 +25,20 @@ deltas cannot be read while loads run concurrently.
 
 A model that fails to load fails alone: its record keeps the state UNAVAILABLE and the reason,
 which every request for it receives, while the other models serve.
+
+Ensembles (core.ensemble) depend on their step models: loading an ensemble first loads the
+models its steps name that are not serving (outside the ensemble's lock, so two loads never wait
+for each other), and a chain of loads that comes back to a model it is loading is a cycle, a
+load error. Steps are looked up per request, so a step model's hot swap reaches the ensemble at
+once; an ensemble whose step model does not serve is not ready, and says which. Unloading an
+ensemble with `dependents` also unloads the models it used that no other loaded ensemble uses.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import enum
 import logging
 import shutil
@@ -42,13 +50,15 @@ from types import MappingProxyType
 
 from inferd.config.loader import read_model_config
 from inferd.config.model import ModelConfig
+from inferd.core.ensemble import EnsembleHandle, StepInference, plan_ensemble
 from inferd.core.executor import execution_threads as make_execution_threads
-from inferd.core.handle import ModelHandle
+from inferd.core.handle import Handle
 from inferd.core.loading import load_version
 from inferd.core.metrics import Metrics, NoMetrics
 from inferd.core.repository import FileEntry, ModelFingerprint, ModelRepository
 from inferd.errors import (
     InferdError,
+    ModelConfigError,
     ModelLoadError,
     ModelNotFoundError,
     ModelNotReadyError,
@@ -56,7 +66,7 @@ from inferd.errors import (
     VersionNotFoundError,
 )
 from inferd.runtimes import estimate_memory_bytes
-from inferd.types import LoadTimings
+from inferd.types import InferRequest, InferResponse, LoadTimings
 
 logger = logging.getLogger("inferd.registry")
 
@@ -67,6 +77,8 @@ EVICTED = "evicted to make room"
 # How long a listing of the repository's model names answers on-demand lookups: a client sending
 # made-up names costs at most one listing per interval, not one per request.
 NAMES_TTL_S = 1.0
+# The models whose loads led to this one (an ensemble loading its steps): a name seen twice is a cycle.
+_LOAD_CHAIN: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("load_chain", default=())
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +105,7 @@ class VersionRecord:
     version: int
     state: ModelState
     reason: str = ""
-    handle: ModelHandle | None = None
+    handle: Handle | None = None
     timings: LoadTimings | None = None
     # The version's files and the model's config as loaded, to tell a changed model from the same one.
     files: tuple[FileEntry, ...] | None = None
@@ -135,11 +147,11 @@ class ModelRecord:
 class Snapshot:
     models: Mapping[str, ModelRecord]
     # (name, version as asked, "" for the default) -> the ready handle serving it.
-    serving: Mapping[tuple[str, str], ModelHandle]
+    serving: Mapping[tuple[str, str], Handle]
 
     @classmethod
     def of(cls, models: Mapping[str, ModelRecord]) -> Snapshot:
-        serving: dict[tuple[str, str], ModelHandle] = {}
+        serving: dict[tuple[str, str], Handle] = {}
         for name, record in models.items():
             for version, version_record in record.versions.items():
                 if version_record.state is ModelState.READY and version_record.handle is not None:
@@ -195,6 +207,9 @@ class ModelRegistry:
         self._locks: dict[str, asyncio.Lock] = {}
         self._load_slots: asyncio.Semaphore | None = None
         self._draining: set[asyncio.Task[None]] = set()
+        # How ensembles' steps are answered; the service replaces it with its own `infer` so that
+        # a step counts in its model's statistics as any request does.
+        self.infer_step: StepInference = self._infer_directly
 
     @property
     def repository(self) -> ModelRepository:
@@ -232,10 +247,12 @@ class ModelRegistry:
             )
         return found
 
-    def handle(self, name: str, version: str) -> ModelHandle:
+    def handle(self, name: str, version: str) -> Handle:
         """The ready handle that serves a request, or the error that says why there is none."""
         found = self._snapshot.serving.get((name, version))
         if found is not None:
+            if isinstance(found, EnsembleHandle) and self._budget is None:
+                self._check_steps_serving(found)
             return found
         version_record = self.version_record(name, version)
         reason = f": {version_record.reason}" if version_record.reason else ""
@@ -243,7 +260,7 @@ class ModelRegistry:
             f"model '{name}' version {version_record.version} is not ready ({version_record.state.value}){reason}"
         )
 
-    def lookup(self, name: str, version: str) -> ModelHandle | None:
+    def lookup(self, name: str, version: str) -> Handle | None:
         """The hot path: the handle serving (name, version) now, or None (then `lease` says why)."""
         handle = self._snapshot.serving.get((name, version))
         if handle is not None and self._budget is not None:
@@ -252,7 +269,7 @@ class ModelRegistry:
             self._metrics.on_demand_hit()
         return handle
 
-    async def lease(self, name: str, version: str) -> ModelHandle:
+    async def lease(self, name: str, version: str) -> Handle:
         """The handle serving (name, version), loading the model first when on-demand loading is on
         and the model is in the repository but not loaded (concurrent callers share the one load);
         else the error that says why there is none."""
@@ -266,6 +283,23 @@ class ModelRegistry:
             self._tick += 1
             self._last_used[name] = self._tick
         return self.handle(name, version)
+
+    async def _infer_directly(self, request: InferRequest) -> InferResponse:
+        handle = self.lookup(request.model_name, request.model_version)
+        if handle is None:
+            handle = await self.lease(request.model_name, request.model_version)
+        return await handle.infer(request)
+
+    def _check_steps_serving(self, ensemble: EnsembleHandle) -> None:
+        for planned in ensemble.plan.steps:
+            step = planned.step
+            if (step.model_name, step.version_label) not in self._snapshot.serving:
+                try:
+                    self.handle(step.model_name, step.version_label)
+                except InferdError as exc:
+                    raise ModelNotReadyError(
+                        f"ensemble '{ensemble.config.name}' {planned.describe()} cannot run: {exc.message}"
+                    ) from None
 
     def all_ready(self) -> bool:
         """Every model loaded (or that failed to) is ready; unloaded ones do not count."""
@@ -296,8 +330,12 @@ class ModelRegistry:
         bytes, e.g. "1/model.onnx") replace its folder; `if_not_loaded`: nothing to do when it
         serves already (an on-demand load that waited for another). Raises the InferdError that
         says why when the model is unknown or a version fails (what was serving keeps serving)."""
+        chain = _LOAD_CHAIN.get()
+        if name in chain:
+            cycle = " → ".join((*chain[chain.index(name) :], name))
+            raise ModelLoadError(f"ensembles depend on each other in a cycle: {cycle}")
         async with self._lock(name):
-            if if_not_loaded and (record := self._snapshot.models.get(name)) and record.ready_versions():
+            if if_not_loaded and self._serves(name):
                 return
             fingerprint = None if files else await asyncio.to_thread(self._repository.fingerprint, name)
             try:
@@ -306,16 +344,78 @@ class ModelRegistry:
                 self._publish_failure(name, exc.message, fingerprint)
                 logger.error("model %s failed to load: %s", name, exc.message, extra={"model": name})
                 raise
-            try:
-                await self._load(name, model)
-            except BaseException:
-                if model.owned_dir is not None and self._owned_dir(name) != model.owned_dir:
+            if model.config.ensemble is None:
+                await self._load_cleaning_up(name, model)
+                return
+        # An ensemble: the models of its steps first, outside this model's lock (loading them
+        # may wait for other loads, never for this one's).
+        try:
+            await self._load_steps(name, model.config, chain)
+        except InferdError as exc:
+            if model.owned_dir is not None:
+                shutil.rmtree(model.owned_dir, ignore_errors=True)
+            self._publish_failure(name, exc.message, model.fingerprint)
+            logger.error("model %s failed to load: %s", name, exc.message, extra={"model": name})
+            raise
+        async with self._lock(name):
+            if if_not_loaded and self._serves(name):
+                if model.owned_dir is not None:
                     shutil.rmtree(model.owned_dir, ignore_errors=True)
-                raise
+                return
+            await self._load_cleaning_up(name, model)
 
-    async def unload(self, name: str, *, reason: str = UNLOADED) -> None:
+    def _serves(self, name: str) -> bool:
+        record = self._snapshot.models.get(name)
+        return record is not None and bool(record.ready_versions())
+
+    async def _load_cleaning_up(self, name: str, model: LocalModel) -> None:
+        try:
+            await self._load(name, model)
+        except BaseException:
+            if model.owned_dir is not None and self._owned_dir(name) != model.owned_dir:
+                shutil.rmtree(model.owned_dir, ignore_errors=True)
+            raise
+
+    async def _load_steps(self, name: str, config: ModelConfig, chain: tuple[str, ...]) -> None:
+        """Load the models an ensemble's steps name that do not serve yet, concurrently."""
+        assert config.ensemble is not None
+        names = config.ensemble.model_names
+        token = _LOAD_CHAIN.set((*chain, name))
+        try:
+            results = await asyncio.gather(
+                *(self.load(step_model, if_not_loaded=True) for step_model in names), return_exceptions=True
+            )
+        finally:
+            _LOAD_CHAIN.reset(token)
+        for step_model, result in zip(names, results, strict=True):
+            if isinstance(result, InferdError):
+                raise ModelLoadError(f"ensemble '{name}': step model '{step_model}' cannot load: {result.message}")
+            if isinstance(result, BaseException):
+                raise result
+
+    async def unload(self, name: str, *, reason: str = UNLOADED, dependents: bool = False) -> None:
         """Stop serving `name`: requests already accepted finish, later ones are told it is unloaded.
-        A model of the repository that is not loaded is left as it is."""
+        A model of the repository that is not loaded is left as it is. `dependents` (an ensemble):
+        also unload the models its steps use that no other loaded ensemble uses."""
+        used = self._step_models(name) if dependents else ()
+        await self._unload(name, reason)
+        for step_model in used:
+            if step_model not in self._models_used_by_ensembles():
+                await self.unload(step_model, reason=reason, dependents=True)
+
+    def _step_models(self, name: str) -> tuple[str, ...]:
+        """The models the loaded versions of ensemble `name` use (none for a plain model)."""
+        record = self._snapshot.models.get(name)
+        found: dict[str, None] = {}
+        for version in record.versions.values() if record is not None else ():
+            if version.handle is not None and version.handle.config.ensemble is not None:
+                found.update(dict.fromkeys(version.handle.config.ensemble.model_names))
+        return tuple(found)
+
+    def _models_used_by_ensembles(self) -> set[str]:
+        return {step_model for name in self._snapshot.models for step_model in self._step_models(name)}
+
+    async def _unload(self, name: str, reason: str) -> None:
         async with self._lock(name):
             record = self._snapshot.models.get(name)
             if record is None:
@@ -447,6 +547,8 @@ class ModelRegistry:
                 available = sorted(
                     int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0
                 )
+            if not available and config.ensemble is not None:
+                available = [1]  # an ensemble has no files: Triton's empty `1/` folder may be left out
             selected = config.version_policy.select(available)
             if not selected:
                 raise ModelLoadError(
@@ -467,6 +569,8 @@ class ModelRegistry:
     @staticmethod
     def _estimate(config: ModelConfig, model_dir: Path, version: int, fingerprint: ModelFingerprint | None) -> int:
         """The runtime's estimate of the version's resident memory, from its files' sizes."""
+        if config.ensemble is not None:
+            return 0  # its steps' models hold the memory, and count it themselves
         listed = fingerprint.version(version) if fingerprint is not None else None
         if listed is not None:
             model_bytes = sum(size for _, size, _ in listed)
@@ -547,8 +651,24 @@ class ModelRegistry:
         if self._load_slots is None:
             self._load_slots = asyncio.Semaphore(LOAD_WORKERS)
         files = model.fingerprint.version(version) if model.fingerprint is not None else None
+        if model.config.ensemble is not None:
+            try:
+                ensemble = self._ensemble_handle(model.config, version)
+            except InferdError as exc:
+                logger.error(
+                    "model %s version %d failed to load: %s",
+                    name,
+                    version,
+                    exc.message,
+                    extra={"model": name, "version": version},
+                )
+                self._metrics.version_load_failed(name)
+                return VersionRecord(version, ModelState.FAILED, exc.message, files=files, config=model.config)
+            self._metrics.version_loaded(name, LoadTimings(session_s=0.0, warmup_s=0.0))
+            return VersionRecord(version, ModelState.READY, "", ensemble, None, files, model.config)
         async with self._load_slots:
             try:
+                handle: Handle
                 handle, timings = await asyncio.to_thread(
                     load_version,
                     model.config,
@@ -575,6 +695,33 @@ class ModelRegistry:
         return VersionRecord(
             version, ModelState.READY, "", handle, timings, files, model.config, model.memory_bytes.get(version, 0)
         )
+
+    def _ensemble_handle(self, config: ModelConfig, version: int) -> EnsembleHandle:
+        """Plan the ensemble against the configs of its step models, which serve by now."""
+        assert config.ensemble is not None
+        step_configs = []
+        for index, step in enumerate(config.ensemble.steps):
+            try:
+                step_configs.append(self.handle(step.model_name, step.version_label).config)
+            except InferdError as exc:
+                raise ModelConfigError(
+                    f"ensemble '{config.name}' step {index} (model '{step.model_name}'): {exc.message}"
+                ) from None
+        plan = plan_ensemble(config, step_configs)
+        completed = replace(config, platform=config.platform, instance_groups=())
+        logger.info(
+            "model %s version %d: an ensemble of %d step(s): %s",
+            config.name,
+            version,
+            len(plan.steps),
+            " → ".join(step.model_name for step in config.ensemble.steps),
+            extra={"model": config.name, "version": version},
+        )
+        return EnsembleHandle(config=completed, version=version, plan=plan, infer_step=self._infer_step)
+
+    async def _infer_step(self, request: InferRequest) -> InferResponse:
+        # Late-bound: the service sets `infer_step` after the registry is made.
+        return await self.infer_step(request)
 
     async def _loadable_on_demand(self, name: str) -> bool:
         record = self._snapshot.models.get(name)
@@ -633,7 +780,7 @@ class ModelRegistry:
                 self._metrics.model_evicted(victim.name)
                 await self.unload(victim.name, reason=EVICTED)
 
-    def _drain_later(self, handle: ModelHandle) -> None:
+    def _drain_later(self, handle: Handle) -> None:
         task = asyncio.get_running_loop().create_task(handle.drain())
         self._draining.add(task)
         task.add_done_callback(self._draining.discard)

@@ -49,6 +49,8 @@ class InferenceService:
         self._statistics = statistics or ServingStatistics()
         self._strict_readiness = strict_readiness
         self.shutting_down = False
+        # Ensembles' steps come in by the door clients use: checked, counted and timed the same.
+        registry.infer_step = self.infer
 
     def live(self) -> bool:
         return True
@@ -152,11 +154,11 @@ class InferenceService:
             # The client's request could not be done; the model's earlier versions still serve.
             raise LoadRequestError(exc.message) from exc
 
-    async def unload_model(self, name: str) -> None:
+    async def unload_model(self, name: str, *, unload_dependents: bool = False) -> None:
         """Unload `name` (Triton's unload_model). Requests already accepted are answered first.
-        (`unload_dependents` has nothing to act on until ensembles exist: no model depends on another.)"""
+        `unload_dependents`: an ensemble's step models go too, unless another ensemble uses them."""
         self._check_model_control("unload")
-        await self._registry.unload(name)
+        await self._registry.unload(name, dependents=unload_dependents)
 
     def _check_model_control(self, action: str) -> None:
         if self._model_control_mode is not ModelControlMode.EXPLICIT:
@@ -191,8 +193,7 @@ class InferenceService:
             for version, version_record in sorted(record.versions.items()):
                 handle = version_record.handle
                 if handle is not None:
-                    queued = handle.batcher.queued if handle.batcher is not None else 0
-                    gauges.append((record.name, str(version), handle.in_flight, queued))
+                    gauges.append((record.name, str(version), handle.in_flight, handle.queued))
         return gauges
 
     def model_memory(self) -> list[tuple[str, int]]:

@@ -107,6 +107,16 @@ def decode_load_parameters(message: Any) -> tuple[str, dict[str, bytes]]:
     return config, files
 
 
+def decode_unload_parameters(message: Any) -> bool:
+    """RepositoryModelUnloadRequest's parameters: whether `unload_dependents` is asked."""
+    parameter = message.parameters.get("unload_dependents")
+    if parameter is None:
+        return False
+    if parameter.WhichOneof("parameter_choice") != "bool_param":
+        raise MalformedRequestError("unload parameter 'unload_dependents' must be a bool_param")
+    return bool(parameter.bool_param)
+
+
 def encode_repository_index(entries: list[ModelIndexEntry]) -> Any:
     return pb.RepositoryIndexResponse(
         models=[

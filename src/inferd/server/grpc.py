@@ -90,7 +90,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     async def RepositoryModelUnload(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def unload() -> Any:
-            await self._service.unload_model(request.model_name)
+            dependents = grpc_v2.decode_unload_parameters(request)
+            await self._service.unload_model(request.model_name, unload_dependents=dependents)
             return pb.RepositoryModelUnloadResponse()
 
         return await _call_async(context, "RepositoryModelUnload", unload)

@@ -121,8 +121,8 @@ class HttpApp:
                 config, files = json_v2.decode_load_request(request.body)
                 await self._service.load_model(parts[1], config_json=config, files=files)
             else:
-                json_v2.decode_unload_request(request.body)
-                await self._service.unload_model(parts[1])
+                dependents = json_v2.decode_unload_request(request.body)
+                await self._service.unload_model(parts[1], unload_dependents=dependents)
             return HttpResponse(200, b"", list(_JSON_HEADERS))
         raise NotFoundError(f"no route for {request.method} {request.path}")
 

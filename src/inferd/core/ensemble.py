@@ -1,0 +1,272 @@
+"""Ensembles: a model whose execution is a graph of requests to other models (Triton's ensemble
+scheduler), e.g. tokenizer → encoder → pooling.
+
+`plan_ensemble` checks the graph once, at load, against the step models' configs: every tensor a
+step reads exists (an ensemble input or one step's output), names and datatypes agree, shapes can
+meet, batch sizes fit, and the steps form no cycle; each mistake is a load error that names the
+step and the tensor. `EnsembleHandle` then runs a request: each step starts as soon as the
+tensors it reads exist, so independent steps run concurrently, and each step is an ordinary
+request to its model (through `StepInference`: the same door clients use), so each step model
+batches with its own traffic and counts in its own statistics. Tensors pass from step to step as
+the arrays they are (BYTES elements untouched, UTF-8 or not). A step's failure answers the
+request with that step's error (its status and code), its message prefixed with the step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from inferd.config.model import EnsembleStep, ModelConfig, TensorConfig
+from inferd.core.handle import Handle
+from inferd.core.validation import output_names, prepare_inputs
+from inferd.errors import InferdError, ModelConfigError, ModelOutputError, with_context
+from inferd.types import InferRequest, InferResponse, RequestedOutput, Tensor
+
+# How a step's request is answered: the registry's lookup and the step model's handle.
+StepInference = Callable[[InferRequest], Awaitable[InferResponse]]
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedStep:
+    index: int
+    step: EnsembleStep
+    # Ensemble tensors made by other steps that this step reads: it starts once they all exist.
+    waits_for: frozenset[str]
+    outputs: tuple[RequestedOutput, ...]
+
+    def describe(self) -> str:
+        return f"step {self.index} (model '{self.step.model_name}')"
+
+
+@dataclass(frozen=True, slots=True)
+class EnsemblePlan:
+    steps: tuple[PlannedStep, ...]
+    # Ensemble output -> the steps it needs (transitively), to run only those a request asks for.
+    steps_for_output: Mapping[str, frozenset[int]]
+
+
+def plan_ensemble(config: ModelConfig, step_configs: Sequence[ModelConfig]) -> EnsemblePlan:
+    """Check an ensemble against its step models' configs (in step order); raise ModelConfigError
+    saying where it is wrong."""
+    assert config.ensemble is not None
+    steps = config.ensemble.steps
+    if not config.inputs or not config.outputs:
+        raise ModelConfigError(
+            f"ensemble '{config.name}' must declare its inputs and outputs in config.pbtxt "
+            "(they cannot be read from a model file)"
+        )
+    # Ensemble tensor -> (its config, where it comes from): the ensemble's inputs, then steps' outputs.
+    produced: dict[str, tuple[TensorConfig, ModelConfig, int | None]] = {
+        t.name: (t, config, None) for t in config.inputs
+    }
+    for index, (step, step_config) in enumerate(zip(steps, step_configs, strict=True)):
+        where = _where(config, index, step)
+        _check_batching(config, step_config, where)
+        for model_output, tensor in step.output_map.items():
+            spec = step_config.output(model_output)
+            if spec is None:
+                raise ModelConfigError(
+                    f"{where}: output_map names output '{model_output}', which model '{step.model_name}' does not "
+                    f"have; its outputs are {[t.name for t in step_config.outputs]}"
+                )
+            if tensor in produced:
+                _, _, other = produced[tensor]
+                owner = "an ensemble input" if other is None else f"also made by step {other}"
+                raise ModelConfigError(f"{where}: output_map makes ensemble tensor '{tensor}', which is {owner}")
+            produced[tensor] = (spec, step_config, index)
+
+    planned = []
+    needs: dict[int, set[int]] = {}
+    for index, (step, step_config) in enumerate(zip(steps, step_configs, strict=True)):
+        where = _where(config, index, step)
+        waits_for = set()
+        needs[index] = set()
+        for model_input, tensor in step.input_map.items():
+            spec = step_config.input(model_input)
+            if spec is None:
+                raise ModelConfigError(
+                    f"{where}: input_map names input '{model_input}', which model '{step.model_name}' does not "
+                    f"have; its inputs are {[t.name for t in step_config.inputs]}"
+                )
+            source = produced.get(tensor)
+            if source is None:
+                raise ModelConfigError(
+                    f"{where}: input '{model_input}' reads ensemble tensor '{tensor}', which is neither an "
+                    f"input of the ensemble {[t.name for t in config.inputs]} nor an output of any step"
+                )
+            source_spec, source_config, source_step = source
+            _check_compatible(tensor, source_spec, source_config, spec, step_config, f"{where}: input '{model_input}'")
+            if source_step is not None:
+                waits_for.add(tensor)
+                needs[index].add(source_step)
+        unmapped = [t.name for t in step_config.inputs if not t.optional and t.name not in step.input_map]
+        if unmapped:
+            raise ModelConfigError(f"{where}: model '{step.model_name}' needs input(s) {unmapped}, not in input_map")
+        outputs = tuple(RequestedOutput(name) for name in step.output_map)
+        planned.append(PlannedStep(index, step, frozenset(waits_for), outputs))
+    _check_acyclic(config, steps, needs)
+
+    steps_for_output = {}
+    for output in config.outputs:
+        source = produced.get(output.name)
+        if source is None or source[2] is None:
+            raise ModelConfigError(
+                f"ensemble '{config.name}': output '{output.name}' is not made by any step's output_map"
+            )
+        source_spec, source_config, source_step = source
+        assert source_step is not None
+        _check_compatible(output.name, source_spec, source_config, output, config, f"ensemble output '{output.name}'")
+        steps_for_output[output.name] = frozenset(_with_ancestors(source_step, needs))
+    return EnsemblePlan(tuple(planned), steps_for_output)
+
+
+def _where(config: ModelConfig, index: int, step: EnsembleStep) -> str:
+    return f"ensemble '{config.name}' step {index} (model '{step.model_name}')"
+
+
+def _check_batching(config: ModelConfig, step_config: ModelConfig, where: str) -> None:
+    # An ensemble's requests carry up to its max_batch_size rows; every step must take them.
+    if config.max_batch_size > step_config.max_batch_size:
+        raise ModelConfigError(
+            f"{where}: the ensemble's max_batch_size {config.max_batch_size} is more than the step model's "
+            f"{step_config.max_batch_size}"
+        )
+
+
+def _check_compatible(
+    tensor: str,
+    source: TensorConfig,
+    source_config: ModelConfig,
+    target: TensorConfig,
+    target_config: ModelConfig,
+    where: str,
+) -> None:
+    if source.datatype is not target.datatype:
+        raise ModelConfigError(
+            f"{where}: ensemble tensor '{tensor}' is {source.datatype.value} but {target.datatype.value} is expected"
+        )
+    source_shape, target_shape = source_config.full_shape(source), target_config.full_shape(target)
+    compatible = len(source_shape) == len(target_shape) and all(
+        a == b or a == -1 or b == -1 for a, b in zip(source_shape, target_shape, strict=True)
+    )
+    if not compatible:
+        raise ModelConfigError(
+            f"{where}: ensemble tensor '{tensor}' has shape {list(source_shape)} but {list(target_shape)} is "
+            "expected (-1: any size)"
+        )
+
+
+def _check_acyclic(config: ModelConfig, steps: Sequence[EnsembleStep], needs: Mapping[int, set[int]]) -> None:
+    """Depth-first search for a step that, through the tensors it reads, waits for itself."""
+    done: set[int] = set()
+
+    def visit(index: int, path: list[int]) -> None:
+        if index in done:
+            return
+        if index in path:
+            cycle = [*path[path.index(index) :], index]
+            route = " → ".join(f"step {i} ({steps[i].model_name})" for i in cycle)
+            raise ModelConfigError(f"ensemble '{config.name}': its steps form a cycle: {route}")
+        for needed in sorted(needs[index]):
+            visit(needed, [*path, index])
+        done.add(index)
+
+    for index in range(len(steps)):
+        visit(index, [])
+
+
+def _with_ancestors(index: int, needs: Mapping[int, set[int]]) -> set[int]:
+    found = {index}
+    stack = [index]
+    while stack:
+        for needed in needs[stack.pop()]:
+            if needed not in found:
+                found.add(needed)
+                stack.append(needed)
+    return found
+
+
+@dataclass(slots=True)
+class EnsembleHandle(Handle):
+    """An ensemble version: runs each request through the plan's steps."""
+
+    plan: EnsemblePlan
+    infer_step: StepInference
+
+    async def _infer(self, request: InferRequest) -> InferResponse:
+        started = time.perf_counter()
+        _, batch_size = prepare_inputs(self.config, request)  # the ensemble's own inputs, checked
+        names = output_names(self.config, request)
+        request.timing.rows = batch_size
+        tensors: dict[str, Tensor] = {t.name: t for t in request.inputs}
+        if request.outputs:
+            wanted = frozenset().union(*(self.plan.steps_for_output[name] for name in names))
+            pending = [s for s in self.plan.steps if s.index in wanted]
+        else:
+            pending = list(self.plan.steps)
+        running: dict[asyncio.Task[dict[str, Tensor]], PlannedStep] = {}
+        try:
+            while pending or running:
+                ready = [s for s in pending if s.waits_for.issubset(tensors)]
+                pending = [s for s in pending if s not in ready]
+                if not ready and not running:
+                    missing = sorted(set().union(*(s.waits_for for s in pending)) - set(tensors))
+                    raise ModelOutputError(f"ensemble '{self.config.name}': no step produced {missing}")
+                if len(ready) == 1 and not running:
+                    # A chain: the next step alone can run, so run it here, without a task.
+                    tensors.update(await self._run_step(ready[0], tensors, request))
+                    continue
+                for step in ready:
+                    running[asyncio.create_task(self._run_step(step, tensors, request))] = step
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    del running[task]
+                    tensors.update(task.result())
+        finally:
+            for task in running:
+                task.cancel()
+        request.timing.compute_infer_s = time.perf_counter() - started
+        request.timing.batch_rows = batch_size
+        return InferResponse(
+            model_name=self.config.name,
+            model_version=str(self.version),
+            request_id=request.request_id,
+            outputs=tuple(self._output(name, tensors) for name in names),
+            id=request.id,
+        )
+
+    async def _run_step(
+        self, planned: PlannedStep, tensors: Mapping[str, Tensor], request: InferRequest
+    ) -> dict[str, Tensor]:
+        step = planned.step
+        inputs = tuple(
+            Tensor(name=model_input, datatype=found.datatype, shape=found.shape, data=found.data)
+            for model_input, tensor in step.input_map.items()
+            if (found := tensors.get(tensor)) is not None  # an optional ensemble input left out
+        )
+        step_request = InferRequest(
+            model_name=step.model_name,
+            model_version=step.version_label,
+            request_id=request.request_id,
+            inputs=inputs,
+            outputs=planned.outputs,
+            parameters=request.parameters,
+            deadline_s=request.deadline_s,
+        )
+        try:
+            response = await self.infer_step(step_request)
+        except InferdError as exc:
+            raise with_context(exc, f"ensemble '{self.config.name}' {planned.describe()}") from exc
+        return {
+            step.output_map[t.name]: Tensor(step.output_map[t.name], t.datatype, t.shape, t.data)
+            for t in response.outputs
+        }
+
+    def _output(self, name: str, tensors: Mapping[str, Tensor]) -> Tensor:
+        found = tensors.get(name)
+        if found is None:  # the plan makes every output; a step model that changed may not
+            raise ModelOutputError(f"ensemble '{self.config.name}' produced no output '{name}'")
+        return found
