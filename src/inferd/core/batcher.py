@@ -40,6 +40,7 @@ from inferd.core.validation import check_output_rows
 from inferd.errors import (
     DeadlineUnreachableError,
     InferdError,
+    InvalidRequestError,
     ModelOutputError,
     OverloadedError,
     UnavailableError,
@@ -59,6 +60,8 @@ class _Pending:
     key: tuple[Any, ...]
     enqueued_s: float
     expires_s: float | None
+    # The client's deadline, passed on to the runtime (which may forward it: a remote model).
+    deadline_s: float | None
     timing: RequestTiming
     future: asyncio.Future[Arrays] = field(repr=False)
 
@@ -140,7 +143,7 @@ class DynamicBatcher:
                     retry_after_s=estimate_s,
                 )
         if not (self._expect_company or self._pool.busy or self._dispatch_due or self._config.preserve_ordering):
-            return await self._run_alone(feeds, rows, output_names, timing)
+            return await self._run_alone(feeds, rows, output_names, timing, deadline_s)
         timeout = timeout_us if (timeout_us > 0 and policy.allow_timeout_override) else policy.default_timeout_us
         expires_s = now + timeout / 1e6 if timeout > 0 and policy.timeout_action_reject else None
         if deadline_s is not None:
@@ -153,6 +156,7 @@ class DynamicBatcher:
             key=tuple((name, array.dtype.str, array.shape[1:]) for name, array in feeds.items()),
             enqueued_s=now,
             expires_s=expires_s,
+            deadline_s=deadline_s,
             timing=timing,
             future=loop.create_future(),
         )
@@ -163,7 +167,12 @@ class DynamicBatcher:
         return await pending.future
 
     async def _run_alone(
-        self, feeds: Mapping[str, np.ndarray[Any, Any]], rows: int, output_names: Sequence[str], timing: RequestTiming
+        self,
+        feeds: Mapping[str, np.ndarray[Any, Any]],
+        rows: int,
+        output_names: Sequence[str],
+        timing: RequestTiming,
+        deadline_s: float | None,
     ) -> Arrays:
         """Run a request that comes alone to an idle batcher at once, as a model without a batcher
         runs one, rather than a loop turn later in case company comes (24 us more of a lone
@@ -174,7 +183,7 @@ class DynamicBatcher:
         asyncio.get_running_loop().call_soon(self._turn_over)
         self._learn_company(1)
         started = time.perf_counter()
-        results, timing.queue_s = await self._pool.execute(feeds, output_names, rows)
+        results, timing.queue_s = await self._pool.execute(feeds, output_names, rows, deadline_s)
         timing.compute_infer_s = time.perf_counter() - started - timing.queue_s
         timing.batch_rows = rows
         return results
@@ -322,11 +331,14 @@ class DynamicBatcher:
         else:
             feeds = {name: np.concatenate([p.feeds[name] for p in batch]) for name in batch[0].feeds}
         merged_s = self._clock()
+        deadlines = [p.deadline_s for p in batch if p.deadline_s is not None]
         try:
-            results, execution = timed_execute(instance, feeds, names, rows)
+            results, execution = timed_execute(instance, feeds, names, rows, min(deadlines, default=None))
         except InferdError as exc:
-            if len(batch) == 1:
-                return ([exc], (merged_s - started_s, self._clock() - merged_s, 0.0)), []
+            if len(batch) == 1 or not isinstance(exc, InvalidRequestError):
+                # Only a request's own rows can be to blame for an InvalidRequestError; any other
+                # error (a remote model down, outputs that break the contract) is the batch's.
+                return ([exc] * len(batch), (merged_s - started_s, self._clock() - merged_s, 0.0)), []
             # Find whose request it was: each runs alone, so only the faulty one fails.
             outcomes: list[Arrays | BaseException] = []
             executions: list[Execution] = []

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from inferd.runtimes import Runtime
-from inferd.runtimes.base import cores_available
+from inferd.runtimes.base import EXECUTION_DEADLINE, cores_available
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 Execution = tuple[int, float, float]
@@ -55,12 +55,21 @@ _PLACEMENT_WINDOW = 64
 
 
 def timed_execute(
-    instance: Runtime, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str], rows: int
+    instance: Runtime,
+    inputs: Mapping[str, np.ndarray[Any, Any]],
+    names: Sequence[str],
+    rows: int,
+    deadline_s: float | None = None,
 ) -> tuple[Arrays, Execution]:
     """Run on `instance` (from any thread): the outputs, and the execution's rows, seconds and CPU
-    seconds of the running thread (which the pool uses to choose where the next ones run)."""
+    seconds of the running thread (which the pool uses to choose where the next ones run).
+    `deadline_s`: the batch's earliest deadline, which the runtime reads as EXECUTION_DEADLINE."""
     started, cpu_started = time.perf_counter(), time.thread_time()
-    results = instance.execute(inputs, names)
+    token = EXECUTION_DEADLINE.set(deadline_s)
+    try:
+        results = instance.execute(inputs, names)
+    finally:
+        EXECUTION_DEADLINE.reset(token)
     return results, (rows, time.perf_counter() - started, time.thread_time() - cpu_started)
 
 
@@ -218,7 +227,11 @@ class InstancePool:
         future.add_done_callback(lambda ran: self._finished_on_thread(instance, ran, done))
 
     async def execute(
-        self, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str], rows: int
+        self,
+        inputs: Mapping[str, np.ndarray[Any, Any]],
+        names: Sequence[str],
+        rows: int,
+        deadline_s: float | None = None,
     ) -> tuple[Arrays, float]:
         """Run one batch of `rows` rows on the next free instance: its outputs and the seconds it
         waited for that instance."""
@@ -228,7 +241,7 @@ class InstancePool:
         answer: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
 
         def job(runtime: Runtime) -> tuple[Arrays, list[Execution]]:
-            results, execution = timed_execute(runtime, inputs, names, rows)
+            results, execution = timed_execute(runtime, inputs, names, rows, deadline_s)
             return results, [execution]
 
         def done(outcome: Arrays | BaseException) -> None:

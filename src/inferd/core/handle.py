@@ -116,7 +116,7 @@ class ModelHandle(Handle):
         if batcher is None:
             if deadline_s is not None:
                 self._check_deadline(deadline_s)
-            results = await self._run_unbatched(feeds, batch_size, names, request.timing)
+            results = await self._run_unbatched(feeds, batch_size, names, request.timing, deadline_s)
         else:
             results = await batcher.submit(
                 feeds,
@@ -146,10 +146,15 @@ class ModelHandle(Handle):
             )
 
     async def _run_unbatched(
-        self, feeds: Mapping[str, np.ndarray[Any, Any]], rows: int, names: list[str], timing: RequestTiming
+        self,
+        feeds: Mapping[str, np.ndarray[Any, Any]],
+        rows: int,
+        names: list[str],
+        timing: RequestTiming,
+        deadline_s: float | None,
     ) -> Arrays:
         started = time.perf_counter()
-        results, timing.queue_s = await self.pool.execute(feeds, names, rows)
+        results, timing.queue_s = await self.pool.execute(feeds, names, rows, deadline_s)
         if self.config.max_batch_size > 0:
             check_output_rows(self.config.name, results, rows)
         timing.compute_infer_s = time.perf_counter() - started - timing.queue_s

@@ -65,7 +65,7 @@ from inferd.errors import (
     ModelTooLargeError,
     VersionNotFoundError,
 )
-from inferd.runtimes import estimate_memory_bytes
+from inferd.runtimes import estimate_memory_bytes, needs_files
 from inferd.types import InferRequest, InferResponse, LoadTimings
 
 logger = logging.getLogger("inferd.registry")
@@ -547,8 +547,8 @@ class ModelRegistry:
                 available = sorted(
                     int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0
                 )
-            if not available and config.ensemble is not None:
-                available = [1]  # an ensemble has no files: Triton's empty `1/` folder may be left out
+            if not available and (config.ensemble is not None or not needs_files(config)):
+                available = [1]  # an ensemble or a remote model has no files: its empty `1/` may be left out
             selected = config.version_policy.select(available)
             if not selected:
                 raise ModelLoadError(

@@ -26,6 +26,7 @@ from inferd.types import (
     RequestedOutput,
     ServerMetadata,
     Tensor,
+    TensorMetadata,
     element_count,
     new_request_id,
 )
@@ -92,6 +93,43 @@ def encode_response(response: InferResponse) -> Any:
     return message
 
 
+def encode_request(request: InferRequest) -> Any:
+    """A request as a client sends it (inferd.client): every input in `raw_input_contents`."""
+    message = pb.ModelInferRequest(model_name=request.model_name, model_version=request.model_version, id=request.id)
+    for tensor in request.inputs:
+        message.inputs.add(name=tensor.name, datatype=tensor.datatype.value, shape=tensor.shape)
+        message.raw_input_contents.append(tensor_to_bytes(tensor))
+    for output in request.outputs:
+        message.outputs.add(name=output.name)
+    return message
+
+
+def decode_response(message: Any, *, request_id: str = "") -> InferResponse:
+    """A server's response as a client receives it (outputs in `raw_output_contents`, as Triton
+    and inferd send them); arrays view the message's bytes."""
+    raw = message.raw_output_contents
+    if len(raw) != len(message.outputs):
+        raise MalformedRequestError(
+            f"response carries {len(raw)} raw_output_contents for {len(message.outputs)} outputs"
+        )
+    outputs = []
+    for item, data in zip(message.outputs, raw, strict=True):
+        try:
+            datatype = DataType.from_wire(item.datatype)
+        except ValueError:
+            raise MalformedRequestError(
+                f"output '{item.name}': datatype {item.datatype!r} is not a v2 datatype"
+            ) from None
+        outputs.append(tensor_from_bytes(item.name, datatype, tuple(int(d) for d in item.shape), data))
+    return InferResponse(
+        model_name=message.model_name,
+        model_version=message.model_version,
+        request_id=request_id,
+        outputs=tuple(outputs),
+        id=message.id,
+    )
+
+
 def decode_load_parameters(message: Any) -> tuple[str, dict[str, bytes]]:
     """RepositoryModelLoadRequest's parameters: the config override ("" for none) and the files."""
     config, files = "", {}
@@ -137,6 +175,19 @@ def encode_model_metadata(metadata: ModelMetadata) -> Any:
     for tensor in metadata.outputs:
         message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
     return message
+
+
+def decode_model_metadata(message: Any) -> ModelMetadata:
+    def tensors(items: Any) -> tuple[TensorMetadata, ...]:
+        return tuple(TensorMetadata(t.name, t.datatype, tuple(int(d) for d in t.shape)) for t in items)
+
+    return ModelMetadata(
+        name=message.name,
+        versions=tuple(message.versions),
+        platform=message.platform,
+        inputs=tensors(message.inputs),
+        outputs=tensors(message.outputs),
+    )
 
 
 def encode_model_config(config: ModelConfig) -> Any:

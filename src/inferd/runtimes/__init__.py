@@ -60,7 +60,14 @@ TOKENIZER = RuntimeKind(
     memory_estimate="inferd.runtimes.tokenizer:estimate_memory_bytes",
     model_files=("tokenizer.json",),
 )
-KINDS = (ONNX, PYTORCH, PYTHON, TOKENIZER)
+REMOTE = RuntimeKind(
+    platform="",
+    backend="remote",
+    factory="inferd.runtimes.remote:RemoteRuntime",
+    memory_estimate="inferd.runtimes.remote:estimate_memory_bytes",
+    model_files=(),  # nothing on disk: the model is another server's
+)
+KINDS = (ONNX, PYTORCH, PYTHON, TOKENIZER, REMOTE)
 # Kinds whose model file may have any name with their suffix (a .json or .py beside is not a model).
 _ANY_NAME = (ONNX, PYTORCH)
 
@@ -112,6 +119,13 @@ def detect_runtime(version_dir: Path, model_filename: str = "") -> RuntimeKind |
     return None
 
 
+def needs_files(config: ModelConfig) -> bool:
+    """Whether the model's versions need files (a remote model's, named by its config, do not)."""
+    name = config.platform or config.backend
+    kind = _KINDS_BY_NAME.get(name) if name else None
+    return kind is None or bool(kind.model_files)
+
+
 def estimate_memory_bytes(config: ModelConfig, version_dir: Path, model_bytes: int) -> int:
     """What a version whose files hold `model_bytes` keeps resident once loaded, all its instances
     together, by its runtime's own rule (before loading: to decide what must make room)."""
@@ -148,6 +162,7 @@ __all__ = [
     "ONNX",
     "PYTHON",
     "PYTORCH",
+    "REMOTE",
     "TOKENIZER",
     "Runtime",
     "RuntimeKind",
@@ -155,6 +170,7 @@ __all__ = [
     "detect_runtime",
     "estimate_memory_bytes",
     "load_runtime",
+    "needs_files",
     "runtime_kind",
     "supported_platforms",
 ]

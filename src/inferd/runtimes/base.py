@@ -10,6 +10,7 @@ instance per `instance_group` slot).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from inferd.config.model import InstanceGroup, ModelConfig, ModelSignature, TensorConfig, TensorSpec
+
+# The earliest deadline (time.monotonic()) of the requests in the batch being executed, None when
+# none has one: set around each `execute` call, for runtimes that pass the work on (remote).
+EXECUTION_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("execution_deadline", default=None)
 
 
 def cores_available() -> int:
