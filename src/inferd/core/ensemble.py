@@ -66,12 +66,7 @@ def plan_ensemble(config: ModelConfig, step_configs: Sequence[ModelConfig]) -> E
         where = _where(config, index, step)
         _check_batching(config, step_config, where)
         for model_output, tensor in step.output_map.items():
-            spec = step_config.output(model_output)
-            if spec is None:
-                raise ModelConfigError(
-                    f"{where}: output_map names output '{model_output}', which model '{step.model_name}' does not "
-                    f"have; its outputs are {[t.name for t in step_config.outputs]}"
-                )
+            spec = _step_tensor(step_config, model_output, where, is_input=False)
             if tensor in produced:
                 _, _, other = produced[tensor]
                 owner = "an ensemble input" if other is None else f"also made by step {other}"
@@ -85,12 +80,7 @@ def plan_ensemble(config: ModelConfig, step_configs: Sequence[ModelConfig]) -> E
         waits_for = set()
         needs[index] = set()
         for model_input, tensor in step.input_map.items():
-            spec = step_config.input(model_input)
-            if spec is None:
-                raise ModelConfigError(
-                    f"{where}: input_map names input '{model_input}', which model '{step.model_name}' does not "
-                    f"have; its inputs are {[t.name for t in step_config.inputs]}"
-                )
+            spec = _step_tensor(step_config, model_input, where, is_input=True)
             source = produced.get(tensor)
             if source is None:
                 raise ModelConfigError(
@@ -125,6 +115,18 @@ def plan_ensemble(config: ModelConfig, step_configs: Sequence[ModelConfig]) -> E
 
 def _where(config: ModelConfig, index: int, step: EnsembleStep) -> str:
     return f"ensemble '{config.name}' step {index} (model '{step.model_name}')"
+
+
+def _step_tensor(step_config: ModelConfig, name: str, where: str, *, is_input: bool) -> TensorConfig:
+    kind = "input" if is_input else "output"
+    spec = step_config.input(name) if is_input else step_config.output(name)
+    if spec is None:
+        tensors = step_config.inputs if is_input else step_config.outputs
+        raise ModelConfigError(
+            f"{where}: {kind}_map names {kind} '{name}', which model '{step_config.name}' does not have; "
+            f"its {kind}s are {[t.name for t in tensors]}"
+        )
+    return spec
 
 
 def _check_batching(config: ModelConfig, step_config: ModelConfig, where: str) -> None:

@@ -655,15 +655,7 @@ class ModelRegistry:
             try:
                 ensemble = self._ensemble_handle(model.config, version)
             except InferdError as exc:
-                logger.error(
-                    "model %s version %d failed to load: %s",
-                    name,
-                    version,
-                    exc.message,
-                    extra={"model": name, "version": version},
-                )
-                self._metrics.version_load_failed(name)
-                return VersionRecord(version, ModelState.FAILED, exc.message, files=files, config=model.config)
+                return self._version_failed(name, version, exc, model, files)
             self._metrics.version_loaded(name, LoadTimings(session_s=0.0, warmup_s=0.0))
             return VersionRecord(version, ModelState.READY, "", ensemble, None, files, model.config)
         async with self._load_slots:
@@ -682,19 +674,24 @@ class ModelRegistry:
                 )
                 timings = replace(timings, fetch_s=model.fetch_s)
             except InferdError as exc:
-                logger.error(
-                    "model %s version %d failed to load: %s",
-                    name,
-                    version,
-                    exc.message,
-                    extra={"model": name, "version": version},
-                )
-                self._metrics.version_load_failed(name)
-                return VersionRecord(version, ModelState.FAILED, exc.message, files=files, config=model.config)
+                return self._version_failed(name, version, exc, model, files)
         self._metrics.version_loaded(name, timings)
         return VersionRecord(
             version, ModelState.READY, "", handle, timings, files, model.config, model.memory_bytes.get(version, 0)
         )
+
+    def _version_failed(
+        self, name: str, version: int, exc: InferdError, model: LocalModel, files: tuple[FileEntry, ...] | None
+    ) -> VersionRecord:
+        logger.error(
+            "model %s version %d failed to load: %s",
+            name,
+            version,
+            exc.message,
+            extra={"model": name, "version": version},
+        )
+        self._metrics.version_load_failed(name)
+        return VersionRecord(version, ModelState.FAILED, exc.message, files=files, config=model.config)
 
     def _ensemble_handle(self, config: ModelConfig, version: int) -> EnsembleHandle:
         """Plan the ensemble against the configs of its step models, which serve by now."""

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from inferd.config.model import InstanceGroup, ModelConfig, ModelSignature, TensorConfig, TensorSpec
+from inferd.errors import ModelConfigError
 
 # The earliest deadline (time.monotonic()) of the requests in the batch being executed, None when
 # none has one: set around each `execute` call, for runtimes that pass the work on (remote).
@@ -29,6 +30,24 @@ EXECUTION_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVa
 def cores_available() -> int:
     """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def positive_parameter(config: ModelConfig, name: str) -> int | None:
+    """A config parameter that must be a positive integer (None when absent)."""
+    value = config.parameters.get(name)
+    if value is None:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ModelConfigError(f"model '{config.name}': parameter {name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any (a runtime must not wait for itself on it)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def signature_from_config(config: ModelConfig) -> ModelSignature:

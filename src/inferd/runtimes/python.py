@@ -44,7 +44,7 @@ import numpy as np
 from inferd.config.loader import DATATYPES_BY_CONFIG_NAME
 from inferd.config.model import ModelConfig, ModelSignature, TensorSpec
 from inferd.errors import InferdError, InternalError, ModelLoadError, ModelOutputError, ModelRaisedError
-from inferd.runtimes.base import RuntimeOptions, signature_from_config
+from inferd.runtimes.base import RuntimeOptions, running_loop, signature_from_config
 from inferd.types import DataType
 
 logger = logging.getLogger("inferd.python")
@@ -165,7 +165,7 @@ class PythonRuntime:
             # One execution at a time per instance, so one thread at a time runs this loop.
             self._own_loop = self._own_loop or asyncio.new_event_loop()
             return self._own_loop.run_until_complete(coroutine)
-        if _running_loop() is loop:
+        if running_loop() is loop:
             coroutine.close()
             raise InternalError(f"model '{self._name}' was executed on the event loop, which it would block")
         # The worker thread waits; the coroutine runs on the loop beside the server's other work.
@@ -283,13 +283,6 @@ def _describe(exc: BaseException, path: Path) -> str:
     lines = [frame for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == str(path)]
     where = f" ({path.name} line {lines[-1].lineno})" if lines else ""
     return f"{type(exc).__name__}: {exc}{where}"
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 __all__ = ["PythonRuntime", "estimate_memory_bytes", "initialize_args"]

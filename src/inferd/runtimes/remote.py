@@ -31,7 +31,13 @@ import numpy as np
 from inferd.client import GrpcInferenceClient
 from inferd.config.model import ModelConfig, ModelSignature, TensorSpec
 from inferd.errors import DeadlineUnreachableError, InferdError, ModelConfigError, ModelLoadError, ModelOutputError
-from inferd.runtimes.base import EXECUTION_DEADLINE, RuntimeOptions, signature_from_config
+from inferd.runtimes.base import (
+    EXECUTION_DEADLINE,
+    RuntimeOptions,
+    positive_parameter,
+    running_loop,
+    signature_from_config,
+)
 from inferd.types import DataType, InferRequest, RequestedOutput, Tensor, TensorMetadata, new_request_id
 
 DEFAULT_TIMEOUT_MS = 10_000
@@ -53,12 +59,12 @@ class RemoteRuntime:
         self._name = config.name
         self._remote_name = parameters.get("model_name", config.name)
         self._remote_version = parameters.get("model_version", "")
-        self._timeout_s = _positive(parameters, "timeout_ms", DEFAULT_TIMEOUT_MS, config) / 1000
+        self._timeout_s = (positive_parameter(config, "timeout_ms") or DEFAULT_TIMEOUT_MS) / 1000
         self._loop, self._own_loop = _event_loop(options.event_loop)
         self._client = GrpcInferenceClient(
             url,
-            connections=_positive(parameters, "connections", 2, config),
-            max_in_flight=_positive(parameters, "max_in_flight", 64, config),
+            connections=positive_parameter(config, "connections") or 2,
+            max_in_flight=positive_parameter(config, "max_in_flight") or 64,
         )
         self._signature = signature_from_config(config) if config.inputs and config.outputs else self._metadata()
         self._datatypes = {t.name: t.datatype for t in self._signature.inputs}
@@ -121,7 +127,7 @@ class RemoteRuntime:
 
     def _run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
         """Run on the loop the client's connections live on, from this (worker) thread."""
-        if _running_loop() is self._loop:
+        if running_loop() is self._loop:
             coroutine.close()
             raise RuntimeError("a remote model cannot run on its own event loop's thread")
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout_s)
@@ -134,19 +140,3 @@ def _event_loop(server_loop: asyncio.AbstractEventLoop | None) -> tuple[asyncio.
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name="inferd-remote", daemon=True).start()
     return loop, True
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-def _positive(parameters: Mapping[str, str], name: str, default: int, config: ModelConfig) -> int:
-    value = parameters.get(name)
-    if value is None:
-        return default
-    if not value.isdigit() or int(value) < 1:
-        raise ModelConfigError(f"model '{config.name}': parameter {name} must be a positive integer, got {value!r}")
-    return int(value)

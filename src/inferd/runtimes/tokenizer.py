@@ -29,7 +29,7 @@ import numpy as np
 
 from inferd.config.model import ModelConfig, ModelSignature, TensorSpec
 from inferd.errors import ModelConfigError, ModelLoadError, TensorDataError
-from inferd.runtimes.base import RuntimeOptions
+from inferd.runtimes.base import RuntimeOptions, positive_parameter
 from inferd.types import DataType
 
 DEFAULT_MODEL_FILENAME = "tokenizer.json"
@@ -102,8 +102,8 @@ class TokenizerRuntime:
         padding = parameters.get("padding", "")
         if padding and padding not in PADDINGS:
             raise ModelConfigError(f"model '{config.name}': parameter padding is {padding!r}; use one of {PADDINGS}")
-        max_length = _positive(parameters, "max_length", config)
-        multiple = _positive(parameters, "pad_to_multiple_of", config)
+        max_length = positive_parameter(config, "max_length")
+        multiple = positive_parameter(config, "pad_to_multiple_of")
         if max_length is not None:
             self._tokenizer.enable_truncation(max_length=max_length)
         own = self._tokenizer.padding or {}
@@ -132,12 +132,3 @@ def _input_name(config: ModelConfig) -> str:
     if len(config.inputs) != 1 or config.inputs[0].datatype is not DataType.BYTES:
         raise ModelConfigError(f"model '{config.name}': a tokenizer takes one input, of TYPE_STRING")
     return config.inputs[0].name
-
-
-def _positive(parameters: Mapping[str, str], name: str, config: ModelConfig) -> int | None:
-    value = parameters.get(name)
-    if value is None:
-        return None
-    if not value.isdigit() or int(value) < 1:
-        raise ModelConfigError(f"model '{config.name}': parameter {name} must be a positive integer, got {value!r}")
-    return int(value)
