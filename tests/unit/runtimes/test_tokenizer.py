@@ -3,6 +3,7 @@ truncation from the config's parameters, batches, names, and text that is not UT
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -106,3 +107,14 @@ def test_config_is_completed_from_the_runtime(tmp_path: Path) -> None:
         ("token_type_ids", (-1,)),
     ]
     handle.pool.close()
+
+
+@pytest.mark.parametrize(("preset", "expected"), [(None, "false"), ("true", "true")])
+def test_batches_tokenize_on_the_calling_thread_unless_the_environment_says_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preset: str | None, expected: str
+) -> None:
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", preset or "")  # restored after the test, as it was
+    if preset is None:
+        monkeypatch.delenv("TOKENIZERS_PARALLELISM")
+    runtime(tmp_path, "max_batch_size: 8")
+    assert os.environ["TOKENIZERS_PARALLELISM"] == expected
