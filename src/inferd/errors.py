@@ -226,10 +226,19 @@ E = TypeVar("E", bound=InferdError)
 def with_context(error: E, context: str) -> E:
     """The same error (class, code and fields) with `context` put before its message: where, inside
     a larger operation, it happened (an ensemble's step, say). The original is left as it was."""
-    # Not copy.copy: that calls __init__ again, whose arguments differ per class.
-    located = type(error).__new__(type(error))
-    located.__dict__.update(error.__dict__)
-    located.__traceback__ = error.__traceback__
+    located = copied(error)
     located.message = f"{context}: {error.message}"
     located.args = (located.message,)
     return located
+
+
+def copied(error: E) -> E:
+    """A copy of `error` (class, code, message and fields) for one of several requests that share
+    its cause (a merged batch's), without the request id, which each request sets to its own."""
+    # Not copy.copy: that calls __init__ again, whose arguments differ per class.
+    copy = type(error).__new__(type(error))
+    copy.__dict__.update(error.__dict__)
+    copy.args = error.args
+    copy.__traceback__ = error.__traceback__
+    copy.request_id = None
+    return copy
