@@ -158,6 +158,66 @@ async def test_waits_for_company_only_while_another_instance_is_busy() -> None:
     assert sorted(ran) == [1, 2]
 
 
+async def late_company(batcher: DynamicBatcher, runtime: FakeRuntime) -> asyncio.Future[Any]:
+    """A batch leaves alone, short of full; a request queues behind it within max_queue_delay (it
+    came just too late). Returns that request once the first batch is done and it is queued."""
+    assert runtime.gate is not None
+    first = asyncio.ensure_future(submit(batcher, [1.0]))
+    await until(runtime.started.is_set)
+    late = asyncio.ensure_future(submit(batcher, [2.0]))
+    await until(lambda: batcher.queued == 1)
+    runtime.gate.set()
+    await first
+    return late
+
+
+async def test_company_that_came_just_too_late_makes_batches_wait_on_an_idle_model() -> None:
+    runtime = FakeRuntime(threading.Event())
+    clock = FakeClock()
+    batcher = make([runtime], clock=clock, max_queue_delay_us=1000)
+    late = await late_company(batcher, runtime)
+    # The instance is free, yet the late request waits for company rather than going alone ...
+    await asyncio.sleep(0.02)
+    assert batcher.queued == 1 and runtime.batches == [1]
+    company = asyncio.ensure_future(submit(batcher, [3.0]))
+    await until(lambda: batcher.queued == 2)
+    clock.advance(0.002)  # ... for max_queue_delay: the two go together
+    assert [r.tolist() for r in await asyncio.gather(late, company)] == [[[4.0, 4.0]], [[6.0, 6.0]]]
+    assert runtime.batches == [1, 2]
+
+
+async def test_without_late_company_a_queued_request_goes_as_soon_as_the_instance_is_free() -> None:
+    runtime = FakeRuntime(threading.Event())
+    clock = FakeClock()
+    batcher = make([runtime], clock=clock, max_queue_delay_us=1000)
+    first = asyncio.ensure_future(submit(batcher, [1.0]))
+    await until(runtime.started.is_set)
+    clock.advance(0.002)  # past max_queue_delay since the first batch left: not late company
+    second = asyncio.ensure_future(submit(batcher, [2.0]))
+    await until(lambda: batcher.queued == 1)
+    assert runtime.gate is not None
+    runtime.gate.set()
+    await asyncio.wait_for(asyncio.gather(first, second), timeout=10)
+    assert runtime.batches == [1, 1]
+
+
+async def test_batches_stop_waiting_on_an_idle_model_once_waits_gain_nothing() -> None:
+    runtime = FakeRuntime(threading.Event())
+    clock = FakeClock()
+    batcher = make([runtime], clock=clock, max_queue_delay_us=1000)
+    late = await late_company(batcher, runtime)
+    clock.advance(0.002)
+    await late  # it waited and gained nothing: once
+    for value in range(3):  # requests that come alone: each waits, and gains nothing
+        waiting = asyncio.ensure_future(submit(batcher, [float(value)]))
+        await until(lambda: batcher.queued == 1)
+        clock.advance(0.002)
+        await waiting
+    # Now a lone request runs at once again.
+    assert (await asyncio.wait_for(submit(batcher, [5.0]), timeout=10)).tolist() == [[10.0, 10.0]]
+    assert runtime.batches == [1] * 6
+
+
 async def test_preferred_batch_size_dispatches_without_waiting() -> None:
     gate = threading.Event()
     busy, free = FakeRuntime(gate), FakeRuntime()
