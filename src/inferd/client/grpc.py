@@ -51,7 +51,10 @@ class GrpcInferenceClient:
             self._open()
         assert self._slots is not None
         try:
-            await asyncio.wait_for(self._slots.acquire(), timeout=max(0.0, timeout_s))
+            if self._slots.locked():  # wait for a slot within the deadline (a free one needs no timer)
+                await asyncio.wait_for(self._slots.acquire(), timeout=max(0.0, timeout_s))
+            else:
+                await self._slots.acquire()
         except TimeoutError:
             raise UnavailableError(
                 f"remote model server {self.url}: all {self._max_in_flight} request slots stayed busy for "
