@@ -1,8 +1,9 @@
 """The sentence-similarity pipeline split across two `inferd serve` processes: the front serves the
 tokenizer, pooling and cosine models and the ensemble, and reaches the encoder in the model
-process as a `remote` model over KServe v2 gRPC. Scores match tokenizers + onnxruntime called
-directly; a slow remote (by construction: a held model) and a stopped one are 503s that say why,
-answered within the deadline the client gave, not hangs."""
+process as a `remote` model over KServe v2, gRPC or HTTP with binary tensors (every test runs with
+each). Scores match tokenizers + onnxruntime called directly; a slow remote (by construction: a
+held model) and a stopped one are 503s that say why, answered within the deadline the client gave,
+not hangs; a request the remote refuses stays a 400."""
 
 from __future__ import annotations
 
@@ -28,16 +29,28 @@ pytestmark = pytest.mark.e2e
 FRONT_MODELS = ("tokenizer", "mean_pooling", "cosine", "sentence_similarity")
 
 
-def remote_config(url: str, *, model_name: str = "", timeout_ms: int = 10_000, max_batch_size: int = 32) -> str:
+def remote_config(
+    url: str, protocol: str, *, model_name: str = "", timeout_ms: int = 10_000, max_batch_size: int = 32
+) -> str:
     name = f'parameters {{ key: "model_name" value {{ string_value: "{model_name}" }} }}' if model_name else ""
     return f"""
     backend: "remote"
     max_batch_size: {max_batch_size}
     dynamic_batching {{ }}
     parameters {{ key: "url" value {{ string_value: "{url}" }} }}
+    parameters {{ key: "protocol" value {{ string_value: "{protocol}" }} }}
     parameters {{ key: "timeout_ms" value {{ string_value: "{timeout_ms}" }} }}
     {name}
     """
+
+
+@pytest.fixture(scope="module", params=["grpc", "http"])
+def protocol(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def remote_url(server: ServerProcess, protocol: str) -> str:
+    return server.grpc_url if protocol == "grpc" else server.http_url
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +60,7 @@ def hold_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def model_server(
-    pipeline_repository: Path, hold_file: Path, tmp_path_factory: pytest.TempPathFactory
+    pipeline_repository: Path, hold_file: Path, protocol: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     """The heavy side: the encoder (the shared export, linked) and a model slow by construction."""
     root = tmp_path_factory.mktemp("model_side")
@@ -61,15 +74,16 @@ def model_server(
 
 @pytest.fixture(scope="module")
 def front_server(
-    pipeline_repository: Path, model_server: ServerProcess, tmp_path_factory: pytest.TempPathFactory
+    pipeline_repository: Path, model_server: ServerProcess, protocol: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("front_side")
     for name in FRONT_MODELS:
         shutil.copytree(pipeline_repository / name, root / name)
+    url = remote_url(model_server, protocol)
     # The same ensemble config: its `minilm` step is now the remote model (tensors read from it).
-    write_config(root / "minilm", remote_config(model_server.grpc_url))
-    write_config(root / "slow_remote", remote_config(model_server.grpc_url, model_name="sleepy", timeout_ms=500))
-    write_config(root / "patient_remote", remote_config(model_server.grpc_url, model_name="sleepy"))
+    write_config(root / "minilm", remote_config(url, protocol))
+    write_config(root / "slow_remote", remote_config(url, protocol, model_name="sleepy", timeout_ms=500))
+    write_config(root / "patient_remote", remote_config(url, protocol, model_name="sleepy"))
     with run_server(root, tmp_path_factory.mktemp("logs") / "front.log") as server:
         yield server
 
@@ -119,8 +133,17 @@ def test_a_slow_remote_is_a_503_within_the_timeout_or_the_clients_deadline(
     assert reply.status == 200, reply.body
 
 
+def test_a_request_the_remote_refuses_stays_the_clients_400(front_server: ServerProcess) -> None:
+    # 9 rows: within the front's max_batch_size (32), beyond the remote model's (8).
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [9, 2], "data": [1.0] * 18}]}
+    reply = http_request(front_server, "POST", "/v2/models/patient_remote/infer", json.dumps(body).encode())
+    assert reply.status == 400, reply.body
+    error = json.loads(reply.body)["error"]
+    assert "remote model server 127.0.0.1:" in error and "refused the request" in error
+
+
 def test_a_stopped_remote_is_a_503_naming_it_and_the_front_serves_on(
-    front_server: ServerProcess, model_server: ServerProcess
+    front_server: ServerProcess, model_server: ServerProcess, protocol: str
 ) -> None:
     body = {
         "inputs": [
@@ -139,7 +162,7 @@ def test_a_stopped_remote_is_a_503_naming_it_and_the_front_serves_on(
     assert reply.status == 503, reply.body
     error = json.loads(reply.body)["error"]
     assert re.search(r"step [14] \(model 'minilm'\)", error), error  # either sentence's encoder step
-    assert f"remote model server {model_server.grpc_url}" in error
+    assert f"remote model server {remote_url(model_server, protocol)}" in error
     # The front's own models keep serving.
     tokenized = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": ["still here"]}]}
     assert (

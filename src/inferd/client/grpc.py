@@ -20,10 +20,9 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferd.errors import InferdError, InvalidRequestError, UnavailableError
 from inferd.protocol import grpc_v2
-from inferd.protocol.request_id import header_value
+from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
 from inferd.types import InferRequest, InferResponse, ModelMetadata
 
-REQUEST_ID_KEY = "x-request-id"
 _CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", -1),
     ("grpc.max_receive_message_length", -1),
@@ -63,7 +62,7 @@ class GrpcInferenceClient:
             ) from None
         try:
             stub = self._stubs[next(self._turn) % len(self._stubs)]
-            metadata = ((REQUEST_ID_KEY, header_value(request.request_id)),) if request.request_id else None
+            metadata = ((REQUEST_ID_HEADER, header_value(request.request_id)),) if request.request_id else None
             try:
                 message = await stub.ModelInfer(
                     grpc_v2.encode_request(request),

@@ -5,6 +5,9 @@ comes from the `Inference-Header-Content-Length` HTTP header. Inputs with
 `parameters.binary_data_size` take their bytes from the binary part, in order; outputs are sent as
 binary when the output's `parameters.binary_data` or the request's `parameters.binary_data_output`
 asks for it.
+
+Both ways: the server decodes requests and encodes responses; the client (`inferd.client`)
+encodes requests (every tensor binary) and decodes responses and errors.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from inferd.types import (
 )
 
 HEADER_LENGTH_HEADER = "inference-header-content-length"
+# How long the client waits, in milliseconds: the request's deadline (inferd's own header).
+TIMEOUT_HEADER = "inferd-timeout-ms"
 JSON_CONTENT_TYPE = b"application/json"
 BINARY_CONTENT_TYPE = b"application/octet-stream"
 
@@ -107,6 +112,83 @@ def encode_response(response: InferResponse, request: InferRequest) -> tuple[byt
     if not binary_parts:
         return header, None
     return b"".join([header, *binary_parts]), len(header)
+
+
+def encode_request(request: InferRequest) -> tuple[bytes, int]:
+    """A request body with every input in binary, asking for every output in binary; and the
+    length of its JSON header (for Inference-Header-Content-Length)."""
+    inputs: list[dict[str, Any]] = []
+    parts: list[bytes] = []
+    for tensor in request.inputs:
+        raw = tensor_to_bytes(tensor)
+        inputs.append(
+            {
+                "name": tensor.name,
+                "datatype": tensor.datatype.value,
+                "shape": list(tensor.shape),
+                "parameters": {"binary_data_size": len(raw)},
+            }
+        )
+        parts.append(raw)
+    document: dict[str, Any] = {"inputs": inputs, "parameters": {**request.parameters, "binary_data_output": True}}
+    if request.id:
+        document["id"] = request.id
+    if request.outputs:
+        document["outputs"] = [
+            {"name": o.name, "parameters": {**o.parameters, "binary_data": True}} for o in request.outputs
+        ]
+    header = orjson.dumps(document)
+    return b"".join([header, *parts]), len(header)
+
+
+def decode_response(body: bytes, *, header_length: int | None = None, request_id: str = "") -> InferResponse:
+    """Parse an infer response (JSON or binary outputs). A body that is not one raises
+    MalformedRequestError: the caller knows whose mistake that is."""
+    header, binary = _split(body, header_length)
+    document = _load_header(header)
+    if not isinstance(document, dict) or not isinstance(document.get("outputs"), list):
+        raise MalformedRequestError("response body must be a JSON object with an 'outputs' list")
+    return InferResponse(
+        model_name=str(document.get("model_name", "")),
+        model_version=str(document.get("model_version", "")),
+        request_id=request_id,
+        outputs=_decode_tensors(document["outputs"], binary, "output"),
+        id=str(document.get("id", "")),
+    )
+
+
+def decode_error(body: bytes) -> str:
+    """The message of an error response, or the body itself when it is not inferd's (or Triton's) JSON."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body[:200].decode("utf-8", errors="replace")
+    if isinstance(document, dict) and isinstance(document.get("error"), str):
+        return str(document["error"])
+    return body[:200].decode("utf-8", errors="replace")
+
+
+def decode_model_metadata(body: bytes) -> ModelMetadata:
+    """A model metadata response (GET /v2/models/{m})."""
+    document = _load_header(body)
+
+    def tensors(items: Any) -> tuple[TensorMetadata, ...]:
+        if not isinstance(items, list):
+            raise MalformedRequestError("model metadata must list its inputs and outputs")
+        return tuple(
+            TensorMetadata(str(t["name"]), str(t["datatype"]), tuple(int(d) for d in t["shape"])) for t in items
+        )
+
+    try:
+        return ModelMetadata(
+            name=str(document["name"]),
+            versions=tuple(str(v) for v in document.get("versions", ())),
+            platform=str(document.get("platform", "")),
+            inputs=tensors(document.get("inputs")),
+            outputs=tensors(document.get("outputs")),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MalformedRequestError(f"model metadata is not the v2 shape: {exc!r}") from None
 
 
 def encode_error(error: InferdError, request_id: str) -> bytes:
@@ -269,27 +351,32 @@ def _plain(value: Any) -> Any:
 def _decode_inputs(raw_inputs: Any, binary: memoryview) -> tuple[Tensor, ...]:
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise MalformedRequestError("request must have a non-empty 'inputs' list")
+    return _decode_tensors(raw_inputs, binary, "input")
+
+
+def _decode_tensors(raw_tensors: list[Any], binary: memoryview, kind: str) -> tuple[Tensor, ...]:
+    """A request's inputs or a response's outputs (`kind`): JSON data or binary_data_size bytes."""
     offset = 0
     tensors = []
-    for index, raw in enumerate(raw_inputs):
+    for index, raw in enumerate(raw_tensors):
         if not isinstance(raw, dict):
-            raise MalformedRequestError(f"inputs[{index}] must be an object")
+            raise MalformedRequestError(f"{kind}s[{index}] must be an object")
         name = raw.get("name")
         if not isinstance(name, str) or not name:
-            raise MalformedRequestError(f"inputs[{index}] has no 'name'")
+            raise MalformedRequestError(f"{kind}s[{index}] has no 'name'")
         datatype = _datatype(raw.get("datatype"), name)
         shape = _shape(raw.get("shape"), name)
         parameters = raw.get("parameters")
         size = None
         if parameters is not None:
-            size = _parameters(parameters, f"input '{name}'").get("binary_data_size")
+            size = _parameters(parameters, f"{kind} '{name}'").get("binary_data_size")
         if size is not None:
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-                raise MalformedRequestError(f"input '{name}': binary_data_size must be a non-negative integer")
+                raise MalformedRequestError(f"{kind} '{name}': binary_data_size must be a non-negative integer")
             if offset + size > len(binary):
                 raise MalformedRequestError(
-                    f"input '{name}': binary_data_size {size} runs past the binary data "
-                    f"({len(binary) - offset} bytes left after the header and earlier inputs)",
+                    f"{kind} '{name}': binary_data_size {size} runs past the binary data "
+                    f"({len(binary) - offset} bytes left after the header and earlier {kind}s)",
                     tensor=name,
                 )
             tensors.append(tensor_from_bytes(name, datatype, shape, binary[offset : offset + size]))
@@ -297,12 +384,12 @@ def _decode_inputs(raw_inputs: Any, binary: memoryview) -> tuple[Tensor, ...]:
         else:
             if "data" not in raw:
                 raise MalformedRequestError(
-                    f"input '{name}' has neither 'data' nor parameters.binary_data_size", tensor=name
+                    f"{kind} '{name}' has neither 'data' nor parameters.binary_data_size", tensor=name
                 )
             tensors.append(Tensor(name, datatype, shape, _array_from_json(name, datatype, shape, raw["data"])))
     if offset != len(binary):
         raise MalformedRequestError(
-            f"{len(binary) - offset} bytes of binary data follow the inputs' declared binary_data_size"
+            f"{len(binary) - offset} bytes of binary data follow the {kind}s' declared binary_data_size"
         )
     return tuple(tensors)
 

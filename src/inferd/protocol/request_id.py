@@ -15,6 +15,8 @@ import urllib.parse
 
 from inferd.errors import MalformedRequestError
 
+# The HTTP header (and gRPC metadata key) that carries a request's id.
+REQUEST_ID_HEADER = "x-request-id"
 # Printable ASCII but for '%', which is the escape character itself.
 _HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 

@@ -20,14 +20,13 @@ from tritonclient.grpc import service_pb2_grpc
 from inferd.core.service import InferenceService
 from inferd.errors import InferdError, InternalError, UnavailableError
 from inferd.protocol import grpc_v2, server_timing
-from inferd.protocol.request_id import header_value
+from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
 from inferd.protocol.status import GRPC_STATUS
 from inferd.server.logging import current_request_id
 from inferd.types import new_request_id
 
 logger = logging.getLogger("inferd.grpc")
 
-REQUEST_ID_KEY = "x-request-id"
 T = TypeVar("T")
 
 
@@ -98,7 +97,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         metadata = dict(context.invocation_metadata() or ())
-        request_id = str(metadata.get(REQUEST_ID_KEY, ""))
+        request_id = str(metadata.get(REQUEST_ID_HEADER, ""))
         token = current_request_id.set(request_id)
         try:
             decode_started = time.perf_counter()
@@ -113,7 +112,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             message = grpc_v2.encode_response(response)
             decoded.timing.encode_s = time.perf_counter() - encode_started
             self._service.response_encoded(response, decoded.timing.encode_s)
-            trailers = [(REQUEST_ID_KEY, header_value(request_id))]
+            trailers = [(REQUEST_ID_HEADER, header_value(request_id))]
             if server_timing.wanted(metadata.get(server_timing.REQUEST_HEADER)):
                 trailers.append((server_timing.RESPONSE_HEADER, server_timing.encode(decoded.timing)))
             context.set_trailing_metadata(tuple(trailers))
@@ -154,7 +153,7 @@ async def _abort(context: grpc.aio.ServicerContext, method: str, error: InferdEr
     retry_after: tuple[tuple[str, str], ...] = ()
     if isinstance(error, UnavailableError) and error.retry_after_s is not None:
         retry_after = (("retry-after", str(max(1, math.ceil(error.retry_after_s)))),)
-    context.set_trailing_metadata(((REQUEST_ID_KEY, header_value(request_id)), *details, *retry_after))
+    context.set_trailing_metadata(((REQUEST_ID_HEADER, header_value(request_id)), *details, *retry_after))
     await context.abort(status, error.message)
 
 
@@ -166,7 +165,7 @@ async def _abort_unexpected(context: grpc.aio.ServicerContext, method: str, requ
 
 def _metadata_request_id(context: grpc.aio.ServicerContext) -> str:
     for key, value in context.invocation_metadata() or ():
-        if key == REQUEST_ID_KEY:
+        if key == REQUEST_ID_HEADER:
             return str(value)
     return ""
 

@@ -25,6 +25,7 @@ from inferd.errors import (
     UnavailableError,
 )
 from inferd.protocol import json_v2, model_config, server_timing
+from inferd.protocol.request_id import REQUEST_ID_HEADER as _REQUEST_ID_HEADER
 from inferd.protocol.request_id import check_request_id, header_value
 from inferd.protocol.status import HTTP_STATUS
 from inferd.server.http11 import HttpRequest, HttpResponse
@@ -33,9 +34,9 @@ from inferd.types import new_request_id
 
 logger = logging.getLogger("inferd.http")
 
-REQUEST_ID_HEADER = b"x-request-id"
+REQUEST_ID_HEADER = _REQUEST_ID_HEADER.encode()
 # How long the client will wait, in milliseconds; a request that cannot make it is refused at once.
-TIMEOUT_HEADER = b"inferd-timeout-ms"
+TIMEOUT_HEADER = json_v2.TIMEOUT_HEADER.encode()
 _HEADER_LENGTH = json_v2.HEADER_LENGTH_HEADER.encode()
 # HEAD is GET without the body (server.http11 leaves it out), as RFC 9110 asks of every server.
 _READ_METHODS = ("GET", "HEAD")

@@ -7,7 +7,7 @@ import simdjson
 
 from inferd.errors import MalformedRequestError, TensorDataError
 from inferd.protocol import json_v2
-from inferd.types import DataType, InferResponse, Tensor
+from inferd.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
 
 
 def decode(document: object, **kwargs: object) -> object:
@@ -149,3 +149,61 @@ def test_large_body_reads_float_data_exactly() -> None:
 def test_invalid_json_is_malformed_in_either_parser(body: bytes) -> None:
     with pytest.raises(MalformedRequestError, match="not valid JSON"):
         json_v2.decode_request(body, model_name="m", model_version="")
+
+
+def test_a_request_the_client_encodes_is_the_request_the_server_decodes() -> None:
+    ids = np.arange(6, dtype=np.int64).reshape(2, 3)
+    text = np.array([[b"caf\xc3\xa9"], [b"\xff\xfe not UTF-8"]], dtype=object)
+    request = InferRequest(
+        "m",
+        "",
+        "r1",
+        (Tensor("ids", DataType.INT64, ids.shape, ids), Tensor("text", DataType.BYTES, text.shape, text)),
+        outputs=(RequestedOutput("y"),),
+        parameters={"priority": 2},
+        id="client-id",
+    )
+    body, header_length = json_v2.encode_request(request)
+    decoded = json_v2.decode_request(body, model_name="m", model_version="", header_length=header_length)
+    assert decoded.id == "client-id" and decoded.parameters["priority"] == 2
+    assert [o.name for o in decoded.outputs] == ["y"] and decoded.outputs[0].parameters["binary_data"] is True
+    got = {t.name: t for t in decoded.inputs}
+    assert np.array_equal(got["ids"].data, ids) and got["ids"].shape == (2, 3)
+    assert got["text"].data.tolist() == text.tolist()  # the bytes as sent, UTF-8 or not
+
+
+def test_a_response_the_server_encodes_is_the_response_the_client_decodes() -> None:
+    hidden = np.linspace(0, 1, 24, dtype=np.float32).reshape(2, 3, 4)
+    labels = np.array([[b"a"], [b"\xff"]], dtype=object)
+    response = InferResponse(
+        "m",
+        "1",
+        "r1",
+        (Tensor("hidden", DataType.FP32, hidden.shape, hidden), Tensor("label", DataType.BYTES, (2, 1), labels)),
+    )
+    asked = InferRequest("m", "", "r1", (), outputs=(RequestedOutput("hidden", {"binary_data": True}),))
+    body, header_length = json_v2.encode_response(response, asked)  # hidden binary, label JSON-less: binary too
+    decoded = json_v2.decode_response(body, header_length=header_length, request_id="r1")
+    assert (decoded.model_name, decoded.model_version, decoded.request_id) == ("m", "1", "r1")
+    got = {t.name: t for t in decoded.outputs}
+    assert np.array_equal(got["hidden"].data, hidden) and got["hidden"].shape == (2, 3, 4)
+    assert got["label"].data.tolist() == labels.tolist()
+    plain, plain_length = json_v2.encode_response(
+        response, InferRequest("m", "", "r1", (), outputs=(RequestedOutput("hidden"), RequestedOutput("label")))
+    )
+    decoded = json_v2.decode_response(plain, header_length=plain_length)
+    assert np.array_equal(decoded.outputs[0].data, hidden)  # JSON data decodes too
+
+
+def test_error_and_metadata_bodies_decode() -> None:
+    assert json_v2.decode_error(b'{"error": "model \'x\' is not ready", "code": "MODEL_NOT_READY"}') == (
+        "model 'x' is not ready"
+    )
+    assert json_v2.decode_error(b"<html>bad gateway</html>") == "<html>bad gateway</html>"
+    metadata = json_v2.decode_model_metadata(
+        b'{"name": "m", "versions": ["1"], "platform": "onnxruntime_onnx",'
+        b' "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}], "outputs": []}'
+    )
+    assert metadata.inputs[0].shape == (-1, 4) and metadata.versions == ("1",)
+    with pytest.raises(MalformedRequestError):
+        json_v2.decode_model_metadata(b'{"name": "m", "inputs": 3}')
