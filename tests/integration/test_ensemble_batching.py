@@ -1,5 +1,6 @@
 """Requests that reach an ensemble in the same loop turn run through its steps as one batch: each
-gets its own rows, a request that breaks a step fails alone, and every error names its own request."""
+gets its own rows, a request that breaks a step fails alone, and every error names its own request.
+Steps of one request that call the same model and are ready together go to it as one request."""
 
 from __future__ import annotations
 
@@ -44,12 +45,24 @@ ensemble_scheduling { step [ {
   model_name: "double" input_map { key: "x" value: "X" } output_map { key: "y" value: "Y" } } ] }
 """
 
+# Two branches through the same model: X and Z are doubled side by side.
+TWIN = """
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "Z" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "X2" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "Z2" data_type: TYPE_FP32 dims: [ -1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "double" input_map { key: "x" value: "X" } output_map { key: "y" value: "X2" } },
+  { model_name: "double" input_map { key: "x" value: "Z" } output_map { key: "y" value: "Z2" } } ] }
+"""
+
 
 @pytest.fixture
 async def service(tmp_path: Path) -> AsyncIterator[InferenceService]:
     python_model(tmp_path / "double" / "1", DOUBLE)
-    write_config(tmp_path / "double", 'backend: "python"\nmax_batch_size: 16')  # no batcher: one execution per request
+    write_config(tmp_path / "double", 'backend: "python"\nmax_batch_size: 12')  # no batcher: one execution per request
     write_config(tmp_path / "pipe", PIPE)
+    write_config(tmp_path / "twin", TWIN)
     statistics = ServingStatistics()
     registry = ModelRegistry(LocalRepository(tmp_path), statistics)
     await registry.load_all()
@@ -108,3 +121,26 @@ async def test_a_failure_of_the_whole_batch_reaches_each_request_under_its_own_i
     assert [o.request_id for o in outcomes if isinstance(o, InferdError)] == ["r0", "r1", "r2"]
     [step] = service.model_statistics("double")
     assert step.fail.count == 1  # not a request's fault: not run again one by one
+
+
+def twin_request(x: list[list[float]], z: list[list[float]]) -> InferRequest:
+    xs, zs = np.array(x, dtype=np.float32), np.array(z, dtype=np.float32)
+    return InferRequest(
+        "twin", "", "t1", (Tensor("X", DataType.FP32, xs.shape, xs), Tensor("Z", DataType.FP32, zs.shape, zs))
+    )
+
+
+async def test_steps_of_one_model_ready_together_go_as_one_request(service: InferenceService) -> None:
+    response = await service.infer(twin_request([[1, 2], [3, 4]], [[5, 6], [7, 8]]))
+    got = {t.name: t.data.tolist() for t in response.outputs}
+    assert got == {"X2": [[2, 4], [6, 8]], "Z2": [[10, 12], [14, 16]]}
+    assert step_counts(service) == (1, 1)
+    # Together they would pass the model's max_batch_size (12): two requests.
+    await service.infer(twin_request([[1, 1]] * 8, [[2, 2]] * 8))
+    assert step_counts(service) == (3, 3)
+
+
+async def test_a_branch_that_breaks_the_shared_request_is_named_alone(service: InferenceService) -> None:
+    with pytest.raises(ModelRaisedError) as raised:
+        await service.infer(twin_request([[1, 2]], [[-3, 4]]))
+    assert "ensemble 'twin' step 1 (model 'double')" in raised.value.message

@@ -19,7 +19,9 @@ handle per client request, and the server's time per request with them, fall by 
 (the sentence-similarity pipeline at 16 clients: 0.39 → 0.19 ms of event-loop time per pair).
 A request never waits for company beyond its loop turn. When a merged batch fails for a reason
 that a request can cause (a 400), each of its requests runs again alone, so that only the faulty
-one fails.
+one fails. In the same way, steps of one request that call the same model with tensors that
+match and are ready together (the two sentences' branches of the example) go to that model as one
+request, their rows one after the other, while they fit its max_batch_size.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ class PlannedStep:
     # Ensemble tensors made by other steps that this step reads: it starts once they all exist.
     waits_for: frozenset[str]
     outputs: tuple[RequestedOutput, ...]
+    # The step model's max_batch_size: steps of one model that are ready together go as one
+    # request while their rows fit it.
+    max_batch_size: int = 0
 
     def describe(self) -> str:
         return f"step {self.index} (model '{self.step.model_name}')"
@@ -116,7 +121,7 @@ def plan_ensemble(config: ModelConfig, step_configs: Sequence[ModelConfig]) -> E
         if unmapped:
             raise ModelConfigError(f"{where}: model '{step.model_name}' needs input(s) {unmapped}, not in input_map")
         outputs = tuple(RequestedOutput(name) for name in step.output_map)
-        planned.append(PlannedStep(index, step, frozenset(waits_for), outputs))
+        planned.append(PlannedStep(index, step, frozenset(waits_for), outputs, step_config.max_batch_size))
     _check_acyclic(config, steps, needs)
 
     steps_for_output = {}
@@ -325,7 +330,7 @@ class EnsembleHandle(Handle):
             pending = [s for s in self.plan.steps if s.index in wanted]
         else:
             pending = list(self.plan.steps)
-        running: dict[asyncio.Task[dict[str, Tensor]], PlannedStep] = {}
+        running: dict[asyncio.Task[dict[str, Tensor]], list[PlannedStep]] = {}
         try:
             while pending or running:
                 ready = [s for s in pending if s.waits_for.issubset(tensors)]
@@ -333,12 +338,13 @@ class EnsembleHandle(Handle):
                 if not ready and not running:
                     missing = sorted(set().union(*(s.waits_for for s in pending)) - set(tensors))
                     raise ModelOutputError(f"ensemble '{self.config.name}': no step produced {missing}")
-                if len(ready) == 1 and not running:
-                    # A chain: the next step alone can run, so run it here, without a task.
-                    tensors.update(await self._run_step(ready[0], tensors, request))
+                together = _together(ready, tensors)
+                if len(together) == 1 and not running:
+                    # A chain: the next request alone can run, so run it here, without a task.
+                    tensors.update(await self._run_steps(together[0], tensors, request))
                     continue
-                for step in ready:
-                    running[asyncio.create_task(self._run_step(step, tensors, request))] = step
+                for steps in together:
+                    running[asyncio.create_task(self._run_steps(steps, tensors, request))] = steps
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     del running[task]
@@ -356,26 +362,45 @@ class EnsembleHandle(Handle):
             id=request.id,
         )
 
+    async def _run_steps(
+        self, steps: list[PlannedStep], tensors: Mapping[str, Tensor], request: InferRequest
+    ) -> dict[str, Tensor]:
+        """Run steps of one model as one request (a single step as itself): the tensors they make."""
+        if len(steps) == 1:
+            return await self._run_step(steps[0], tensors, request)
+        per_step = [_step_inputs(planned, tensors) for planned in steps]
+        rows = [inputs[0].shape[0] for inputs in per_step]
+        merged = _stacked(per_step, sum(rows))
+        try:
+            response = await self.infer_step(_step_request(steps[0], merged, request))
+        except InvalidRequestError:
+            # Only a step's own rows can be to blame: each runs alone, so the error names its step.
+            made: dict[str, Tensor] = {}
+            for outputs in await asyncio.gather(*(self._run_step(p, tensors, request) for p in steps)):
+                made.update(outputs)
+            return made
+        except InferdError as exc:
+            where = ", ".join(str(p.index) for p in steps)
+            raise with_context(
+                exc, f"ensemble '{self.config.name}' steps {where} (model '{steps[0].step.model_name}')"
+            ) from exc
+        made = {}
+        start = 0
+        for planned, count in zip(steps, rows, strict=True):
+            for t in response.outputs:
+                name = planned.step.output_map[t.name]
+                made[name] = Tensor(
+                    name, t.datatype, (count, *t.shape[1:]), t.data.reshape(t.shape)[start : start + count]
+                )
+            start += count
+        return made
+
     async def _run_step(
         self, planned: PlannedStep, tensors: Mapping[str, Tensor], request: InferRequest
     ) -> dict[str, Tensor]:
         step = planned.step
-        inputs = tuple(
-            Tensor(name=model_input, datatype=found.datatype, shape=found.shape, data=found.data)
-            for model_input, tensor in step.input_map.items()
-            if (found := tensors.get(tensor)) is not None  # an optional ensemble input left out
-        )
-        step_request = InferRequest(
-            model_name=step.model_name,
-            model_version=step.version_label,
-            request_id=request.request_id,
-            inputs=inputs,
-            outputs=planned.outputs,
-            parameters=request.parameters,
-            deadline_s=request.deadline_s,
-        )
         try:
-            response = await self.infer_step(step_request)
+            response = await self.infer_step(_step_request(planned, _step_inputs(planned, tensors), request))
         except InferdError as exc:
             raise with_context(exc, f"ensemble '{self.config.name}' {planned.describe()}") from exc
         return {
@@ -388,6 +413,57 @@ class EnsembleHandle(Handle):
         if found is None:  # the plan makes every output; a step model that changed may not
             raise ModelOutputError(f"ensemble '{self.config.name}' produced no output '{name}'")
         return found
+
+
+def _step_inputs(planned: PlannedStep, tensors: Mapping[str, Tensor]) -> tuple[Tensor, ...]:
+    """The step model's inputs, named as it names them."""
+    return tuple(
+        Tensor(name=model_input, datatype=found.datatype, shape=found.shape, data=found.data)
+        for model_input, tensor in planned.step.input_map.items()
+        if (found := tensors.get(tensor)) is not None  # an optional ensemble input left out
+    )
+
+
+def _step_request(planned: PlannedStep, inputs: tuple[Tensor, ...], request: InferRequest) -> InferRequest:
+    return InferRequest(
+        model_name=planned.step.model_name,
+        model_version=planned.step.version_label,
+        request_id=request.request_id,
+        inputs=inputs,
+        outputs=planned.outputs,
+        parameters=request.parameters,
+        deadline_s=request.deadline_s,
+    )
+
+
+def _together(ready: list[PlannedStep], tensors: Mapping[str, Tensor]) -> list[list[PlannedStep]]:
+    """Ready steps grouped into requests: steps of one model (and version) whose inputs match in
+    names, datatypes and non-batch shapes and whose outputs match go together, while their rows
+    fit the model's max_batch_size; any other step goes alone."""
+    groups: dict[Hashable, list[list[PlannedStep]]] = {}
+    alone: list[list[PlannedStep]] = []
+    for planned in ready:
+        inputs = _step_inputs(planned, tensors)
+        if planned.max_batch_size <= 0 or not inputs:
+            alone.append([planned])
+            continue
+        key = (
+            planned.step.model_name,
+            planned.step.version_label,
+            tuple(sorted((t.name, t.datatype, t.shape[1:]) for t in inputs)),
+            tuple(o.name for o in planned.outputs),
+        )
+        batches = groups.setdefault(key, [])
+        rows = inputs[0].shape[0]
+        current = batches[-1] if batches else None
+        if (
+            current is not None
+            and sum(_step_inputs(p, tensors)[0].shape[0] for p in current) + rows <= planned.max_batch_size
+        ):
+            current.append(planned)
+        else:
+            batches.append([planned])
+    return [batch for batches in groups.values() for batch in batches] + alone
 
 
 def _fill(arrivals: list[_Arrival], max_rows: int) -> list[list[_Arrival]]:
@@ -409,25 +485,31 @@ def _merge(requests: Sequence[InferRequest], rows: int) -> InferRequest:
     """One request of `rows` rows: each input the requests' rows one after another. The first
     request's id names it in the steps' logs; the earliest deadline holds."""
     first = requests[0]
-    inputs = []
-    for tensor in first.inputs:
-        parts = [_tensor(request, tensor.name) for request in requests]
-        data = np.concatenate([part.data.reshape(part.shape) for part in parts])
-        inputs.append(Tensor(tensor.name, tensor.datatype, (rows, *tensor.shape[1:]), data))
     deadlines = [r.deadline_s for r in requests if r.deadline_s is not None]
     return InferRequest(
         model_name=first.model_name,
         model_version=first.model_version,
         request_id=first.request_id,
-        inputs=tuple(inputs),
+        inputs=_stacked([r.inputs for r in requests], rows),
         outputs=first.outputs,
         parameters=first.parameters,
         deadline_s=min(deadlines, default=None),
     )
 
 
-def _tensor(request: InferRequest, name: str) -> Tensor:
-    return next(t for t in request.inputs if t.name == name)
+def _stacked(groups: Sequence[Sequence[Tensor]], rows: int) -> tuple[Tensor, ...]:
+    """Tensors of the same names (in any order in each group), each group's rows one after the
+    other: `rows` rows in all."""
+    stacked = []
+    for tensor in groups[0]:
+        parts = [_named(group, tensor.name) for group in groups]
+        data = np.concatenate([part.data.reshape(part.shape) for part in parts])
+        stacked.append(Tensor(tensor.name, tensor.datatype, (rows, *tensor.shape[1:]), data))
+    return tuple(stacked)
+
+
+def _named(tensors: Sequence[Tensor], name: str) -> Tensor:
+    return next(t for t in tensors if t.name == name)
 
 
 def _answer(future: asyncio.Future[InferResponse | None], response: InferResponse | None) -> None:

@@ -31,8 +31,13 @@ def test_a_slower_model_runs_on_threads() -> None:
 
 def test_a_runtime_that_may_block_never_runs_inline_however_fast() -> None:
     pool = InstancePool([FakeRuntime(may_run_inline=False)], name="python")
-    assert pool.calibrate(FEEDS, ["y"]) < INLINE_THRESHOLD_S
+    pool.calibrate(FEEDS, ["y"])
     assert not pool.runs_inline
+    # The same runtime, allowed on the loop, is fast enough for it (the fastest of its calibration
+    # runs, not one run, which a busy machine can slow past the threshold).
+    allowed = InstancePool([FakeRuntime()], name="onnx")
+    allowed.calibrate(FEEDS, ["y"])
+    assert allowed.runs_inline
 
 
 async def run_executions(pool: InstancePool, count: int) -> None:
