@@ -34,6 +34,17 @@ def identity_request(values: np.ndarray, request_id: str = "r1") -> InferRequest
     )  # fmt: skip
 
 
+async def until_closed_by_the_server(client: HttpInferenceClient) -> None:
+    """Wait (bounded) until the server has closed every connection the client keeps idle: a
+    condition, not a duration, so the test means the same on any machine."""
+    for _ in range(1000):
+        idle = client._idle  # the kept connections are what this test is about
+        if idle and all(connection.reader.at_eof() for connection in idle):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the server kept the idle connections open")
+
+
 async def test_binary_tensors_both_ways_over_kept_alive_connections(idle_closing_server: ServerProcess) -> None:
     client = HttpInferenceClient(idle_closing_server.http_url, max_in_flight=4)
     try:
@@ -44,7 +55,7 @@ async def test_binary_tensors_both_ways_over_kept_alive_connections(idle_closing
         for i, response in enumerate(responses):
             assert response.request_id == f"r{i}" and response.model_name == "identity_fp32"
             assert np.array_equal(response.outputs[0].data, values + i)
-        await asyncio.sleep(0.6)  # the server closes the idle connections meanwhile
+        await until_closed_by_the_server(client)
         again = await client.infer(identity_request(values), timeout_s=10)
         assert np.array_equal(again.outputs[0].data, values)
         metadata = await client.model_metadata("identity_fp32", timeout_s=10)

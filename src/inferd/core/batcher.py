@@ -57,6 +57,7 @@ from inferd.errors import (
     ModelOutputError,
     OverloadedError,
     UnavailableError,
+    copied,
 )
 from inferd.runtimes import Runtime
 from inferd.types import RequestTiming
@@ -439,7 +440,10 @@ class DynamicBatcher:
             timing.batch_rows = rows
             if pending.future.done():
                 continue
-            if isinstance(outcome, BaseException):
+            if isinstance(outcome, InferdError) and len(batch) > 1:
+                # One error for the whole batch: each request gets its own copy to put its id on.
+                pending.future.set_exception(copied(outcome))
+            elif isinstance(outcome, BaseException):
                 pending.future.set_exception(outcome)
             else:
                 pending.future.set_result(outcome)

@@ -216,6 +216,8 @@ def _with_ancestors(index: int, needs: Mapping[int, set[int]]) -> set[int]:
     return found
 
 
+# A step to run and its inputs, named as its model names them.
+_StepCall = tuple[PlannedStep, tuple[Tensor, ...]]
 # What a request that arrived with others is answered with when it must run alone after all.
 _RUN_ALONE: Final = None
 
@@ -330,7 +332,7 @@ class EnsembleHandle(Handle):
             pending = [s for s in self.plan.steps if s.index in wanted]
         else:
             pending = list(self.plan.steps)
-        running: dict[asyncio.Task[dict[str, Tensor]], list[PlannedStep]] = {}
+        running: dict[asyncio.Task[dict[str, Tensor]], list[_StepCall]] = {}
         try:
             while pending or running:
                 ready = [s for s in pending if s.waits_for.issubset(tensors)]
@@ -341,10 +343,10 @@ class EnsembleHandle(Handle):
                 together = _together(ready, tensors)
                 if len(together) == 1 and not running:
                     # A chain: the next request alone can run, so run it here, without a task.
-                    tensors.update(await self._run_steps(together[0], tensors, request))
+                    tensors.update(await self._run_steps(together[0], request))
                     continue
-                for steps in together:
-                    running[asyncio.create_task(self._run_steps(steps, tensors, request))] = steps
+                for calls in together:
+                    running[asyncio.create_task(self._run_steps(calls, request))] = calls
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     del running[task]
@@ -362,31 +364,28 @@ class EnsembleHandle(Handle):
             id=request.id,
         )
 
-    async def _run_steps(
-        self, steps: list[PlannedStep], tensors: Mapping[str, Tensor], request: InferRequest
-    ) -> dict[str, Tensor]:
+    async def _run_steps(self, calls: list[_StepCall], request: InferRequest) -> dict[str, Tensor]:
         """Run steps of one model as one request (a single step as itself): the tensors they make."""
-        if len(steps) == 1:
-            return await self._run_step(steps[0], tensors, request)
-        per_step = [_step_inputs(planned, tensors) for planned in steps]
-        rows = [inputs[0].shape[0] for inputs in per_step]
-        merged = _stacked(per_step, sum(rows))
+        if len(calls) == 1:
+            return await self._run_step(*calls[0], request)
+        rows = [inputs[0].shape[0] for _, inputs in calls]
+        first = calls[0][0]
         try:
-            response = await self.infer_step(_step_request(steps[0], merged, request))
+            response = await self.infer_step(_step_request(first, _stacked([i for _, i in calls], sum(rows)), request))
         except InvalidRequestError:
             # Only a step's own rows can be to blame: each runs alone, so the error names its step.
             made: dict[str, Tensor] = {}
-            for outputs in await asyncio.gather(*(self._run_step(p, tensors, request) for p in steps)):
+            for outputs in await asyncio.gather(*(self._run_step(p, inputs, request) for p, inputs in calls)):
                 made.update(outputs)
             return made
         except InferdError as exc:
-            where = ", ".join(str(p.index) for p in steps)
+            where = ", ".join(str(p.index) for p, _ in calls)
             raise with_context(
-                exc, f"ensemble '{self.config.name}' steps {where} (model '{steps[0].step.model_name}')"
+                exc, f"ensemble '{self.config.name}' steps {where} (model '{first.step.model_name}')"
             ) from exc
         made = {}
         start = 0
-        for planned, count in zip(steps, rows, strict=True):
+        for (planned, _), count in zip(calls, rows, strict=True):
             for t in response.outputs:
                 name = planned.step.output_map[t.name]
                 made[name] = Tensor(
@@ -396,11 +395,11 @@ class EnsembleHandle(Handle):
         return made
 
     async def _run_step(
-        self, planned: PlannedStep, tensors: Mapping[str, Tensor], request: InferRequest
+        self, planned: PlannedStep, inputs: tuple[Tensor, ...], request: InferRequest
     ) -> dict[str, Tensor]:
         step = planned.step
         try:
-            response = await self.infer_step(_step_request(planned, _step_inputs(planned, tensors), request))
+            response = await self.infer_step(_step_request(planned, inputs, request))
         except InferdError as exc:
             raise with_context(exc, f"ensemble '{self.config.name}' {planned.describe()}") from exc
         return {
@@ -436,16 +435,17 @@ def _step_request(planned: PlannedStep, inputs: tuple[Tensor, ...], request: Inf
     )
 
 
-def _together(ready: list[PlannedStep], tensors: Mapping[str, Tensor]) -> list[list[PlannedStep]]:
-    """Ready steps grouped into requests: steps of one model (and version) whose inputs match in
-    names, datatypes and non-batch shapes and whose outputs match go together, while their rows
-    fit the model's max_batch_size; any other step goes alone."""
-    groups: dict[Hashable, list[list[PlannedStep]]] = {}
-    alone: list[list[PlannedStep]] = []
+def _together(ready: list[PlannedStep], tensors: Mapping[str, Tensor]) -> list[list[_StepCall]]:
+    """Ready steps, with their inputs, grouped into requests: steps of one model (and version)
+    whose inputs match in names, datatypes and non-batch shapes and whose outputs match go
+    together, while their rows fit the model's max_batch_size; any other step goes alone."""
+    # key -> the group being filled and its rows
+    filling: dict[Hashable, tuple[list[_StepCall], int]] = {}
+    groups: list[list[_StepCall]] = []
     for planned in ready:
         inputs = _step_inputs(planned, tensors)
         if planned.max_batch_size <= 0 or not inputs:
-            alone.append([planned])
+            groups.append([(planned, inputs)])
             continue
         key = (
             planned.step.model_name,
@@ -453,17 +453,16 @@ def _together(ready: list[PlannedStep], tensors: Mapping[str, Tensor]) -> list[l
             tuple(sorted((t.name, t.datatype, t.shape[1:]) for t in inputs)),
             tuple(o.name for o in planned.outputs),
         )
-        batches = groups.setdefault(key, [])
         rows = inputs[0].shape[0]
-        current = batches[-1] if batches else None
-        if (
-            current is not None
-            and sum(_step_inputs(p, tensors)[0].shape[0] for p in current) + rows <= planned.max_batch_size
-        ):
-            current.append(planned)
+        group, filled = filling.get(key, (None, 0))
+        if group is not None and filled + rows <= planned.max_batch_size:
+            group.append((planned, inputs))
+            filling[key] = (group, filled + rows)
         else:
-            batches.append([planned])
-    return [batch for batches in groups.values() for batch in batches] + alone
+            group = [(planned, inputs)]
+            groups.append(group)
+            filling[key] = (group, rows)
+    return groups
 
 
 def _fill(arrivals: list[_Arrival], max_rows: int) -> list[list[_Arrival]]:

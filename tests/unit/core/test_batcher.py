@@ -12,7 +12,13 @@ import pytest
 from inferd.config.model import DynamicBatchingConfig, QueuePolicy
 from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import InstancePool
-from inferd.errors import DeadlineUnreachableError, InvalidRequestError, OverloadedError, UnavailableError
+from inferd.errors import (
+    DeadlineUnreachableError,
+    InvalidRequestError,
+    ModelOutputError,
+    OverloadedError,
+    UnavailableError,
+)
 from inferd.testing.fakes import FakeClock, FakeRuntime
 from inferd.types import RequestTiming
 
@@ -257,6 +263,27 @@ async def test_a_bad_request_fails_alone() -> None:
     assert (await good2).tolist() == [[4.0, 4.0]]
     with pytest.raises(InvalidRequestError, match="negative"):
         await bad
+
+
+class RowDroppingRuntime(FakeRuntime):
+    """Breaks the batch contract: one output row fewer than input rows (the model's fault)."""
+
+    def execute(self, inputs: Any, output_names: Any) -> dict[str, Any]:
+        return {name: array[1:] for name, array in super().execute(inputs, output_names).items()}
+
+
+async def test_an_error_of_the_whole_batch_reaches_each_request_as_its_own_copy() -> None:
+    runtime = RowDroppingRuntime(threading.Event())
+    batcher = make([runtime])
+    blocker = await occupy(batcher, runtime)
+    pair = [asyncio.ensure_future(submit(batcher, [float(v)])) for v in (1, 2)]
+    await until(lambda: batcher.queued == 2)
+    assert runtime.gate is not None
+    runtime.gate.set()
+    outcomes = await asyncio.gather(blocker, *pair, return_exceptions=True)
+    first, second = outcomes[1:]
+    assert isinstance(first, ModelOutputError) and isinstance(second, ModelOutputError)
+    assert first is not second and first.message == second.message  # each can carry its own request id
 
 
 async def test_cancelled_request_is_dropped_before_it_runs() -> None:
