@@ -82,6 +82,19 @@ _DATATYPES_BY_WIRE_NAME = {dt.value: dt for dt in DataType}
 _DATATYPES_BY_NUMPY = {dtype.newbyteorder("="): dt for dt, dtype in _NUMPY_DTYPES.items() if dt is not DataType.BYTES}
 
 
+# The doors a request comes in by, as the `protocol` label of the metrics names them; "ensemble":
+# a step of an ensemble, which the ensemble's own request counts under its door.
+PROTOCOLS = (
+    "kserve_http",
+    "kserve_grpc",
+    "tfserving_rest",
+    "tfserving_grpc",
+    "sagemaker",
+    "openai",
+    "torchserve",
+    "ensemble",
+)
+
 _REQUEST_ID_PREFIX = os.urandom(4).hex()
 _request_counter = itertools.count(1)
 
@@ -128,6 +141,8 @@ class InferRequest:
     # When the client stops waiting, on time.monotonic()'s clock; None when it did not say.
     deadline_s: float | None = None
     timing: RequestTiming = field(default_factory=lambda: RequestTiming())
+    # The door it came in by (one of PROTOCOLS): a label of its metrics.
+    protocol: str = "kserve_http"
 
 
 @dataclass(slots=True)

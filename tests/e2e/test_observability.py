@@ -71,7 +71,7 @@ def test_prometheus_metrics_split_the_time(server: ServerProcess) -> None:
     def grew(name: str, **extra: str) -> float:
         return sample(after, name, **labels, **extra) - sample(before, name, missing=0.0, **labels, **extra)
 
-    assert grew("inferd_requests_total", outcome="success") >= 1
+    assert grew("inferd_requests_total", protocol="kserve_http", outcome="success") >= 1
     for phase in ("decode", "queue", "batch_wait", "compute", "encode"):
         assert grew(f"inferd_request_{phase}_duration_seconds_count") >= 1
     assert grew("inferd_batch_size_bucket", le="4.0") >= 1
@@ -123,7 +123,8 @@ def test_requests_for_unknown_models_add_no_series(server: ServerProcess) -> Non
 
     def grew(outcome: str) -> float:
         name = "inferd_unresolved_requests_total"
-        return sample(after, name, outcome=outcome) - sample(before, name, missing=0.0, outcome=outcome)
+        labels = {"protocol": "kserve_http", "outcome": outcome}
+        return sample(after, name, **labels) - sample(before, name, missing=0.0, **labels)
 
     assert grew("MODEL_NOT_FOUND") == 200
     assert grew("VERSION_NOT_FOUND") == 200

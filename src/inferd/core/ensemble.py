@@ -432,6 +432,7 @@ def _step_request(planned: PlannedStep, inputs: tuple[Tensor, ...], request: Inf
         outputs=planned.outputs,
         parameters=request.parameters,
         deadline_s=request.deadline_s,
+        protocol="ensemble",
     )
 
 
@@ -493,6 +494,7 @@ def _merge(requests: Sequence[InferRequest], rows: int) -> InferRequest:
         outputs=first.outputs,
         parameters=first.parameters,
         deadline_s=min(deadlines, default=None),
+        protocol=first.protocol,
     )
 
 

@@ -10,9 +10,16 @@ from inferd.types import LoadTimings, RequestTiming
 
 class Metrics(Protocol):
     def request_finished(
-        self, model: str, version: str, outcome: str, duration_s: float, rows: int, timing: RequestTiming
+        self,
+        model: str,
+        version: str,
+        protocol: str,
+        outcome: str,
+        duration_s: float,
+        rows: int,
+        timing: RequestTiming,
     ) -> None:
-        """`outcome` is "success" or the failing ErrorCode's value; `version` "" if none was resolved."""
+        """`outcome` is "success" or the failing ErrorCode's value; `protocol` the door it came by."""
         ...
 
     def response_encoded(self, model: str, version: str, encode_s: float) -> None: ...
@@ -40,7 +47,14 @@ class Metrics(Protocol):
 
 class NoMetrics:
     def request_finished(
-        self, model: str, version: str, outcome: str, duration_s: float, rows: int, timing: RequestTiming
+        self,
+        model: str,
+        version: str,
+        protocol: str,
+        outcome: str,
+        duration_s: float,
+        rows: int,
+        timing: RequestTiming,
     ) -> None:
         return None
 

@@ -100,12 +100,13 @@ class InferenceService:
             if handle is None:
                 # Any client can name models that do not exist: such requests share one bounded
                 # series, so they cannot grow the statistics (or /metrics) without limit.
-                self._statistics.request_unresolved(exc.code.value)
+                self._statistics.request_unresolved(request.protocol, exc.code.value)
             else:
                 elapsed_s = time.perf_counter() - started + request.timing.decode_s
                 self._statistics.request_finished(
                     request.model_name,
                     str(handle.version),
+                    request.protocol,
                     exc.code.value,
                     elapsed_s,
                     request.timing.rows,
@@ -115,7 +116,13 @@ class InferenceService:
         # Counted from the start of decoding, as Triton counts from the request's arrival.
         elapsed_s = time.perf_counter() - started + request.timing.decode_s
         self._statistics.request_finished(
-            request.model_name, str(handle.version), "success", elapsed_s, request.timing.rows, request.timing
+            request.model_name,
+            str(handle.version),
+            request.protocol,
+            "success",
+            elapsed_s,
+            request.timing.rows,
+            request.timing,
         )
         return response
 

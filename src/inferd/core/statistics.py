@@ -54,8 +54,9 @@ def _latency() -> Histogram:
 class VersionStatistics:
     """Everything counted for one model version."""
 
-    # outcome ("success" or an ErrorCode value) -> requests finished with it
-    outcomes: dict[str, int] = field(default_factory=dict)
+    # (protocol, outcome) -> requests that came by that door and finished with that outcome
+    # ("success" or an ErrorCode value)
+    outcomes: dict[tuple[str, str], int] = field(default_factory=dict)
     # Successful requests, from the start of decoding to a result; and that time split.
     duration: Histogram = field(default_factory=_latency)
     decode: Histogram = field(default_factory=_latency)
@@ -102,8 +103,9 @@ class ServingStatistics:
     def __init__(self) -> None:
         self._versions: dict[tuple[str, str], VersionStatistics] = {}
         # Requests that resolved to no loaded version (unknown model or version, model not ready):
-        # ErrorCode value -> count. Keyed by code alone, so it stays as small as the ErrorCode enum.
-        self.unresolved: dict[str, int] = {}
+        # (protocol, ErrorCode value) -> count. No model in the key, so it stays as small as the
+        # doors times the ErrorCode enum.
+        self.unresolved: dict[tuple[str, str], int] = {}
         # Model management, server-wide (no model label: a fleet of many models adds no series):
         # each version load's time by phase, loads by outcome, unloads.
         self.load_phases = {phase: Histogram.with_bounds(LOAD_BUCKETS_S) for phase in LOAD_PHASES}
@@ -113,10 +115,18 @@ class ServingStatistics:
         self.on_demand = {"hit": 0, "miss": 0}
 
     def request_finished(
-        self, model: str, version: str, outcome: str, duration_s: float, rows: int, timing: RequestTiming
+        self,
+        model: str,
+        version: str,
+        protocol: str,
+        outcome: str,
+        duration_s: float,
+        rows: int,
+        timing: RequestTiming,
     ) -> None:
         stats = self._version(model, version)
-        stats.outcomes[outcome] = stats.outcomes.get(outcome, 0) + 1
+        key = (protocol, outcome)
+        stats.outcomes[key] = stats.outcomes.get(key, 0) + 1
         if outcome != "success":
             stats.failed_s += duration_s
             return
@@ -152,8 +162,9 @@ class ServingStatistics:
     def on_demand_miss(self) -> None:
         self.on_demand["miss"] += 1
 
-    def request_unresolved(self, outcome: str) -> None:
-        self.unresolved[outcome] = self.unresolved.get(outcome, 0) + 1
+    def request_unresolved(self, protocol: str, outcome: str) -> None:
+        key = (protocol, outcome)
+        self.unresolved[key] = self.unresolved.get(key, 0) + 1
 
     def response_encoded(self, model: str, version: str, encode_s: float) -> None:
         self._version(model, version).encode.observe(encode_s)
@@ -177,7 +188,7 @@ class ServingStatistics:
         stats = self._versions.get((model, version))
         stats = stats.copy() if stats is not None else VersionStatistics()
         successes = stats.duration.count
-        failures = sum(n for outcome, n in stats.outcomes.items() if outcome != "success")
+        failures = sum(n for (_, outcome), n in stats.outcomes.items() if outcome != "success")
         return ModelStatistics(
             name=model,
             version=version,

@@ -80,6 +80,7 @@ def decode_request(message: Any, *, request_id: str = "", deadline_s: float | No
         parameters=parameters,
         id=message.id,
         deadline_s=deadline_s,
+        protocol="kserve_grpc",
     )
 
 

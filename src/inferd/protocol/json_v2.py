@@ -53,8 +53,10 @@ def decode_request(
     header_length: int | None = None,
     request_id: str = "",
     deadline_s: float | None = None,
+    protocol: str = "kserve_http",
 ) -> InferRequest:
-    """Parse an infer request. `request_id` (from X-Request-ID) wins over the v2 `id`; else one is made."""
+    """Parse an infer request. `request_id` (from X-Request-ID) wins over the v2 `id`; else one is made.
+    `protocol`: the door it came by (a v2 body reaches SageMaker's /invocations too)."""
     header, binary = _split(body, header_length)
     document = _load_header(header)
     if not isinstance(document, dict):
@@ -80,6 +82,7 @@ def decode_request(
         parameters=parameters,
         id=v2_id,
         deadline_s=deadline_s,
+        protocol=protocol,
     )
 
 

@@ -21,8 +21,10 @@ from inferd.core.statistics import ServingStatistics
 from inferd.server.grpc import build_grpc_server
 from inferd.server.http import HttpApp
 from inferd.server.http11 import HttpLimits, HttpServer
+from inferd.server.kserve import KServeDoor
 from inferd.server.logging import configure_logging
 from inferd.server.prometheus import serve_metrics
+from inferd.server.routes import Router
 
 logger = logging.getLogger("inferd.server")
 
@@ -72,7 +74,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
         model_control_mode=settings.model_control_mode,
     )
 
-    http_app = HttpApp(service, max_request_bytes=settings.max_request_bytes)
+    http_app = HttpApp(build_router(service), max_request_bytes=settings.max_request_bytes)
     limits = HttpLimits(
         max_request_bytes=settings.max_request_bytes,
         keep_alive_s=settings.keep_alive_timeout_s,
@@ -135,6 +137,12 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
     metrics_server.shutdown()
     await registry.close()
     logger.info("stopped")
+
+
+def build_router(service: InferenceService) -> Router:
+    """Every REST door on the HTTP port."""
+    kserve = KServeDoor(service).routes()
+    return Router([kserve], fallback=kserve)
 
 
 def _freeze_startup_objects() -> None:

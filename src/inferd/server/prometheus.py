@@ -94,21 +94,23 @@ class _Exposition(Collector):
         snapshot = sorted(self._statistics.snapshot().items())
         requests = CounterMetricFamily(
             "inferd_requests",
-            "Inference requests finished, by outcome (success or the error code).",
-            labels=["model", "version", "outcome"],
+            "Inference requests finished, by the door they came by (protocol: kserve_http, kserve_grpc, "
+            "tfserving_rest, tfserving_grpc, sagemaker, openai, torchserve; ensemble for an ensemble's steps) "
+            "and outcome (success or the error code).",
+            labels=["model", "version", "protocol", "outcome"],
         )
         for (model, version), stats in snapshot:
-            for outcome, count in sorted(stats.outcomes.items()):
-                requests.add_metric([model, version, outcome], count)
+            for (protocol, outcome), count in sorted(stats.outcomes.items()):
+                requests.add_metric([model, version, protocol, outcome], count)
         yield requests
         unresolved = CounterMetricFamily(
             "inferd_unresolved_requests",
             "Inference requests that named no loaded model version (an unknown model or version, or one not "
             "ready), by outcome; counted apart from any model so that unknown names add no series.",
-            labels=["outcome"],
+            labels=["protocol", "outcome"],
         )
-        for outcome, count in sorted(dict(self._statistics.unresolved).items()):
-            unresolved.add_metric([outcome], count)
+        for (protocol, outcome), count in sorted(dict(self._statistics.unresolved).items()):
+            unresolved.add_metric([protocol, outcome], count)
         yield unresolved
         yield from self._model_management()
         for name, documentation, histogram_of in _HISTOGRAMS:

@@ -1,0 +1,135 @@
+"""The KServe v2 REST door (Triton's HTTP API): `/v2/...`, decoded and encoded by `protocol.json_v2`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from inferd.core.service import InferenceService
+from inferd.errors import MalformedRequestError
+from inferd.protocol import json_v2, model_config
+from inferd.server.http import deadline, json_response, kserve_error, response_headers
+from inferd.server.http11 import HttpRequest, HttpResponse
+from inferd.server.logging import current_request_id
+from inferd.server.routes import READ, Params, Route, RouteGroup
+
+_HEADER_LENGTH = json_v2.HEADER_LENGTH_HEADER.encode()
+_JSON_HEADERS = [(b"content-type", json_v2.JSON_CONTENT_TYPE)]
+
+
+class KServeDoor:
+    def __init__(self, service: InferenceService) -> None:
+        self._service = service
+
+    def routes(self) -> RouteGroup:
+        get = self._get
+        service = self._service
+        return RouteGroup(
+            protocol="kserve_http",
+            roots=("v2",),
+            encode_error=kserve_error,
+            routes=(
+                Route("/v2", READ, get(lambda _: json_v2.server_metadata_json(service.server_metadata()))),
+                Route("/v2/health/live", READ, self._live),
+                Route("/v2/health/ready", READ, self._ready),
+                Route("/v2/models/stats", READ, get(lambda _: json_v2.statistics_json(service.model_statistics()))),
+                Route("/v2/models/{model}", READ, get(self._metadata)),
+                Route("/v2/models/{model}/versions/{version}", READ, get(self._metadata)),
+                Route("/v2/models/{model}/infer", ("POST",), self._infer),
+                Route("/v2/models/{model}/versions/{version}/infer", ("POST",), self._infer),
+                Route("/v2/models/{model}/ready", READ, self._model_ready),
+                Route("/v2/models/{model}/versions/{version}/ready", READ, self._model_ready),
+                Route("/v2/models/{model}/stats", READ, get(self._statistics)),
+                Route("/v2/models/{model}/versions/{version}/stats", READ, get(self._statistics)),
+                Route("/v2/models/{model}/config", READ, get(self._config)),
+                Route("/v2/models/{model}/versions/{version}/config", READ, get(self._config)),
+                Route("/v2/repository/index", ("POST",), self._repository_index),
+                Route("/v2/repository/models/{model}/load", ("POST",), self._load),
+                Route("/v2/repository/models/{model}/unload", ("POST",), self._unload),
+            ),
+        )
+
+    async def infer(self, http_request: HttpRequest, model: str, version: str, protocol: str) -> HttpResponse:
+        """A v2 infer request (JSON, or with binary tensors), by any door that takes v2 bodies."""
+        headers = http_request.headers
+        decode_started = time.perf_counter()
+        request = json_v2.decode_request(
+            http_request.body,
+            model_name=model,
+            model_version=version,
+            header_length=_header_length(headers),
+            request_id=current_request_id.get(),
+            deadline_s=deadline(headers),
+            protocol=protocol,
+        )
+        request.timing.decode_s = time.perf_counter() - decode_started
+        current_request_id.set(request.request_id)
+        # NOTE: if the client disconnects meanwhile, HttpServer cancels this task; a request still
+        # queued in a batcher is then dropped unrun.
+        response = await self._service.infer(request)
+        encode_started = time.perf_counter()
+        payload, json_length = json_v2.encode_response(response, request)
+        request.timing.encode_s = time.perf_counter() - encode_started
+        self._service.response_encoded(response, request.timing.encode_s)
+        answer_headers = response_headers(http_request, request)
+        if json_length is None:
+            answer_headers.extend(_JSON_HEADERS)
+        else:
+            answer_headers.append((b"content-type", json_v2.BINARY_CONTENT_TYPE))
+            answer_headers.append((_HEADER_LENGTH, str(json_length).encode()))
+        return HttpResponse(200, payload, answer_headers)
+
+    async def _infer(self, request: HttpRequest, params: Params) -> HttpResponse:
+        return await self.infer(request, params["model"], params.get("version", ""), "kserve_http")
+
+    async def _live(self, request: HttpRequest, params: Params) -> HttpResponse:
+        return HttpResponse(200 if self._service.live() else 503)
+
+    async def _ready(self, request: HttpRequest, params: Params) -> HttpResponse:
+        return HttpResponse(200 if self._service.ready() else 503)
+
+    async def _model_ready(self, request: HttpRequest, params: Params) -> HttpResponse:
+        return HttpResponse(200 if self._service.model_ready(params["model"], params.get("version", "")) else 503)
+
+    def _metadata(self, params: Params) -> dict[str, Any]:
+        return json_v2.model_metadata_json(self._service.model_metadata(params["model"], params.get("version", "")))
+
+    def _statistics(self, params: Params) -> dict[str, Any]:
+        return json_v2.statistics_json(self._service.model_statistics(params["model"], params.get("version", "")))
+
+    def _config(self, params: Params) -> dict[str, Any]:
+        return model_config.to_json(self._service.model_config(params["model"], params.get("version", "")))
+
+    async def _repository_index(self, request: HttpRequest, params: Params) -> HttpResponse:
+        entries = await self._service.repository_index(ready_only=json_v2.decode_index_request(request.body))
+        return json_response(json_v2.repository_index_json(entries))
+
+    async def _load(self, request: HttpRequest, params: Params) -> HttpResponse:
+        config, files = json_v2.decode_load_request(request.body)
+        await self._service.load_model(params["model"], config_json=config, files=files)
+        return HttpResponse(200, b"", list(_JSON_HEADERS))
+
+    async def _unload(self, request: HttpRequest, params: Params) -> HttpResponse:
+        dependents = json_v2.decode_unload_request(request.body)
+        await self._service.unload_model(params["model"], unload_dependents=dependents)
+        return HttpResponse(200, b"", list(_JSON_HEADERS))
+
+    @staticmethod
+    def _get(document: Callable[[Params], Any]) -> Callable[[HttpRequest, Params], Any]:
+        async def handler(request: HttpRequest, params: Params) -> HttpResponse:
+            return json_response(document(params))
+
+        return handler
+
+
+def _header_length(headers: dict[bytes, bytes]) -> int | None:
+    raw = headers.get(_HEADER_LENGTH)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise MalformedRequestError(
+            f"Inference-Header-Content-Length {raw.decode('latin-1')!r} is not an integer"
+        ) from None
