@@ -57,6 +57,7 @@ def build_repository(root: Path) -> Path:
         input [ { name: "x" data_type: TYPE_FP32 dims: [ 16 ] } ]
         output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
         model_transaction_policy { decoupled: false }
+        parameters { key: "version_labels" value { string_value: "stable:2,canary:3" } }
         """,
     )
     for version in (1, 2, 3):

@@ -71,6 +71,17 @@ class InferenceService:
             return False
         return True
 
+    def model_versions(self, name: str, version: str = "") -> list[tuple[str, ModelState, str]]:
+        """(version, state, reason) of each version of `name` inferd knows (only `version`'s when
+        given); raises NotFoundError for an unknown model or version."""
+        if version:
+            found = self._registry.version_record(name, version)
+            return [(str(found.version), found.state, found.reason)]
+        record = self._registry.record(name)
+        if not record.versions:  # failed before any version was known (its config, say)
+            return [("", record.state, record.reason)]
+        return [(str(v), r.state, r.reason or record.reason) for v, r in sorted(record.versions.items())]
+
     def model_config(self, name: str, version: str = "") -> ModelConfig:
         return self._registry.handle(name, version).config
 

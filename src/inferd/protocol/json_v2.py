@@ -456,7 +456,7 @@ def _array_from_json(name: str, datatype: DataType, shape: tuple[int, ...], data
             data = data.as_list()
         if not isinstance(data, list):
             raise TensorDataError(f"input '{name}': 'data' must be a list", tensor=name)
-        array = _bytes_from_json(name, data) if datatype is DataType.BYTES else _numbers_from_json(name, datatype, data)
+        array = _bytes_from_json(name, data) if datatype is DataType.BYTES else numbers_from_json(name, datatype, data)
     count = element_count(shape)
     if array.size != count:
         raise TensorDataError(
@@ -483,7 +483,11 @@ def _array_from_buffer(data: Any, datatype: DataType) -> np.ndarray[Any, Any] | 
     return values.astype(target)
 
 
-def _numbers_from_json(name: str, datatype: DataType, data: list[Any]) -> np.ndarray[Any, Any]:
+def numbers_from_json(name: str, datatype: DataType, data: list[Any], where: str = "") -> np.ndarray[Any, Any]:
+    """JSON numbers (a flat or nested list) as an array of `datatype`, checked: no strings, no
+    floats for integers, no booleans among numbers, nothing outside the type's range. `where`
+    names the data in errors (default: the v2 input's 'data')."""
+    where = where or f"input '{name}': 'data'"
     target = datatype.numpy_dtype
     if set(map(type, data)) <= _PLAIN_TYPES[target.kind]:
         # The flat list of plain numbers most clients send: one conversion, no checks to make.
@@ -495,28 +499,28 @@ def _numbers_from_json(name: str, datatype: DataType, data: list[Any]) -> np.nda
     try:
         inferred = np.array(data)
     except (ValueError, TypeError):
-        data = list(_leaves(data))
+        data = list(leaves(data))
         inferred = np.array(data)
     if inferred.dtype.kind in "fO" and target.kind in "iu" and _all_integers(data):
         # numpy reads integers beyond int64 (UINT64's upper half) as floats or objects; keep them exact.
         inferred = np.array(data, dtype=object).reshape(-1)
     elif inferred.size and inferred.dtype.kind not in _ACCEPTED_KINDS[target.kind]:
         raise TensorDataError(
-            f"input '{name}': 'data' holds {_kind_name(inferred.dtype.kind)} but the datatype is {datatype.value}",
+            f"{where} holds {_kind_name(inferred.dtype.kind)} but the datatype is {datatype.value}",
             tensor=name,
             expected=datatype.value,
         )
     elif target.kind != "b" and inferred.dtype.kind != "b" and _holds_booleans(data):
         # numpy turns true into 1 when numbers sit beside it; a number tensor takes numbers only.
         raise TensorDataError(
-            f"input '{name}': 'data' mixes booleans with numbers but the datatype is {datatype.value}",
+            f"{where} mixes booleans with numbers but the datatype is {datatype.value}",
             tensor=name,
             expected=datatype.value,
         )
     if _outside_range(inferred, target):
         info = np.iinfo(target)
         raise TensorDataError(
-            f"input '{name}': a value is outside {datatype.value}'s range [{info.min}, {info.max}]",
+            f"{where} has a value outside {datatype.value}'s range [{info.min}, {info.max}]",
             tensor=name,
         )
     return inferred.astype(target, copy=False)
@@ -539,10 +543,10 @@ def _holds_booleans(data: list[Any]) -> bool:
 
 
 def _all_integers(data: list[Any]) -> bool:
-    return all(isinstance(x, int) and not isinstance(x, bool) for x in _leaves(data))
+    return all(isinstance(x, int) and not isinstance(x, bool) for x in leaves(data))
 
 
-def _leaves(data: list[Any]) -> Iterator[Any]:
+def leaves(data: list[Any]) -> Iterator[Any]:
     """The non-list items of nested lists, in row-major order."""
     stack = [iter(data)]
     while stack:
@@ -557,7 +561,7 @@ def _leaves(data: list[Any]) -> Iterator[Any]:
 
 def _bytes_from_json(name: str, data: list[Any]) -> np.ndarray[Any, Any]:
     flat: list[bytes] = []
-    for item in _leaves(data):
+    for item in leaves(data):
         if not isinstance(item, str):
             raise TensorDataError(f"input '{name}': BYTES data must be strings, found {item!r}", tensor=name)
         flat.append(item.encode("utf-8"))

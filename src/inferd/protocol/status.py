@@ -1,4 +1,5 @@
-"""ErrorCode → HTTP status and ErrorCode → gRPC status code: the only two such tables in inferd."""
+"""ErrorCode → status, for every door: HTTP, gRPC, and TF Serving's REST statuses (derived from the
+gRPC codes as TF Serving derives them). The only such tables in inferd."""
 
 from __future__ import annotations
 
@@ -60,4 +61,32 @@ GRPC_STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.MODEL_RAISED: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.MODEL_OUTPUT_INVALID: grpc.StatusCode.INTERNAL,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
+}
+
+
+# TF Serving's ToHTTPStatusCode (model_servers/http_server.cc): its HTTP status of each gRPC code.
+_TF_HTTP_OF_GRPC: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.CANCELLED: 499,
+    grpc.StatusCode.UNKNOWN: 500,
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.ABORTED: 409,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+    grpc.StatusCode.INTERNAL: 500,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DATA_LOSS: 500,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+}
+# Where HTTP itself has the answer, inferd keeps it: a 405 carries its Allow header, and a body
+# refused for its size is 413 (TF Serving would say 429, which invites a retry of the same body).
+_HTTP_LEVEL = {ErrorCode.METHOD_NOT_ALLOWED, ErrorCode.REQUEST_TOO_LARGE}
+TFSERVING_HTTP_STATUS: dict[ErrorCode, int] = {
+    code: HTTP_STATUS[code] if code in _HTTP_LEVEL else _TF_HTTP_OF_GRPC[grpc_code]
+    for code, grpc_code in GRPC_STATUS.items()
 }

@@ -25,6 +25,7 @@ from inferd.server.kserve import KServeDoor
 from inferd.server.logging import configure_logging
 from inferd.server.prometheus import serve_metrics
 from inferd.server.routes import Router
+from inferd.server.tfserving import TfServingDoor
 
 logger = logging.getLogger("inferd.server")
 
@@ -142,7 +143,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
 def build_router(service: InferenceService) -> Router:
     """Every REST door on the HTTP port."""
     kserve = KServeDoor(service).routes()
-    return Router([kserve], fallback=kserve)
+    return Router([kserve, TfServingDoor(service).routes()], fallback=kserve)
 
 
 def _freeze_startup_objects() -> None:

@@ -1,0 +1,51 @@
+"""TensorFlow's DataType enum (tensorflow/core/framework/types.proto) for the TF Serving doors:
+names for the REST metadata, numbers for TensorProto on gRPC. No TensorFlow import."""
+
+from __future__ import annotations
+
+from inferd.types import DataType
+
+# v2 datatype -> (TF enum name, TF enum number)
+_TF: dict[DataType, tuple[str, int]] = {
+    DataType.FP32: ("DT_FLOAT", 1),
+    DataType.FP64: ("DT_DOUBLE", 2),
+    DataType.INT32: ("DT_INT32", 3),
+    DataType.UINT8: ("DT_UINT8", 4),
+    DataType.INT16: ("DT_INT16", 5),
+    DataType.INT8: ("DT_INT8", 6),
+    DataType.BYTES: ("DT_STRING", 7),
+    DataType.INT64: ("DT_INT64", 9),
+    DataType.BOOL: ("DT_BOOL", 10),
+    DataType.UINT16: ("DT_UINT16", 17),
+    DataType.FP16: ("DT_HALF", 19),
+    DataType.UINT32: ("DT_UINT32", 22),
+    DataType.UINT64: ("DT_UINT64", 23),
+}
+_BY_NUMBER = {number: datatype for datatype, (_, number) in _TF.items()}
+
+# The signature every inferd model shows under TF Serving: its inputs and outputs as they are.
+DEFAULT_SIGNATURE = "serving_default"
+PREDICT_METHOD = "tensorflow/serving/predict"
+
+
+def tf_name(datatype: DataType) -> str:
+    return _TF[datatype][0]
+
+
+def tf_number(datatype: DataType) -> int:
+    return _TF[datatype][1]
+
+
+def from_tf_number(number: int) -> DataType | None:
+    """None for TF types inferd does not serve (complex, bfloat16, resource, ...)."""
+    return _BY_NUMBER.get(number)
+
+
+# inferd's model states (core.registry.ModelState values) as TF Serving's ManagerState names.
+_STATES = {"LOADING": "LOADING", "READY": "AVAILABLE", "UNLOADING": "UNLOADING", "UNAVAILABLE": "END"}
+# ... and the numbers of ModelVersionStatus.State on gRPC.
+STATE_NUMBERS = {"UNKNOWN": 0, "START": 10, "LOADING": 20, "AVAILABLE": 30, "UNLOADING": 40, "END": 50}
+
+
+def tf_state(state: str) -> str:
+    return _STATES.get(state, "UNKNOWN")

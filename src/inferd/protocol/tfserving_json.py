@@ -1,0 +1,264 @@
+"""TF Serving's REST API bodies (https://www.tensorflow.org/tfx/serving/api_rest), both ways.
+
+Predict takes the row format (`"instances"`: a list of rows, each a value when the model has one
+input or an object naming each input) or the columnar format (`"inputs"`: a value, or an object
+naming each input). The answer mirrors it: `"predictions"` (a list of rows: each a value when
+the model has one output, else an object) or `"outputs"` (a value, or an object). Strings travel
+as JSON text, or as `{"b64": "..."}` for binary; outputs whose names end in `_bytes` (TF Serving's
+rule) and strings that are not UTF-8 (where TF Serving would write invalid JSON) go as base64.
+
+TF Serving reads the datatype of each value from the model's signature, never from the JSON: so
+does this codec, from the model's metadata.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from inferd.errors import InferdError, MalformedRequestError, TensorDataError, UnknownTensorError
+from inferd.protocol import json_v2
+from inferd.protocol.tf_types import DEFAULT_SIGNATURE, PREDICT_METHOD, tf_name
+from inferd.types import DataType, ModelMetadata, Tensor, TensorMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class PredictRequest:
+    inputs: tuple[Tensor, ...]
+    # True for "instances" (answered with "predictions"), False for "inputs" (answered with "outputs").
+    row_format: bool
+
+
+def decode_predict(body: bytes, signature: ModelMetadata) -> PredictRequest:
+    """A `:predict` body as tensors of the model's input datatypes."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedRequestError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise MalformedRequestError('request body must be a JSON object with "instances" or "inputs"')
+    check_signature_name(document.get("signature_name"))
+    has_instances, has_inputs = "instances" in document, "inputs" in document
+    if has_instances == has_inputs:
+        raise MalformedRequestError(
+            'request body must have exactly one of "instances" (row format) or "inputs" (columnar format)'
+        )
+    by_name = {tensor.name: tensor for tensor in signature.inputs}
+    if has_instances:
+        return PredictRequest(_rows(document["instances"], by_name), row_format=True)
+    return PredictRequest(_columns(document["inputs"], by_name), row_format=False)
+
+
+def check_signature_name(name: Any) -> None:
+    """inferd models have one signature, `serving_default` (also what an empty name means)."""
+    if name is None or name in ("", DEFAULT_SIGNATURE):
+        return
+    if not isinstance(name, str):
+        raise MalformedRequestError('"signature_name" must be a string')
+    raise MalformedRequestError(
+        f"Serving signature name: {name!r} not found in signature def; the model has only '{DEFAULT_SIGNATURE}'"
+    )
+
+
+def encode_predict(outputs: Sequence[Tensor], *, row_format: bool) -> bytes:
+    if row_format:
+        return json_v2.encode_json({"predictions": _predictions(outputs)})
+    if len(outputs) == 1:
+        return json_v2.encode_json({"outputs": _json_value(outputs[0])})
+    return json_v2.encode_json({"outputs": {tensor.name: _json_value(tensor) for tensor in outputs}})
+
+
+def encode_error(error: InferdError, request_id: str) -> bytes:
+    """TF Serving's `{"error": message}`, with inferd's machine-readable fields beside it."""
+    return json_v2.encode_error(error, request_id)
+
+
+def model_status_json(versions: Sequence[tuple[str, str, str]]) -> dict[str, Any]:
+    """GetModelStatus as REST shows it; `versions`: (version, TF state name, error message)."""
+    return {
+        "model_version_status": [
+            {
+                "version": version,
+                "state": state,
+                "status": {"error_code": "UNKNOWN" if reason else "OK", "error_message": reason},
+            }
+            for version, state, reason in versions
+        ]
+    }
+
+
+def metadata_json(metadata: ModelMetadata, version: str) -> dict[str, Any]:
+    """GetModelMetadata as REST shows it: the model's one signature, `serving_default`."""
+    return {
+        "model_spec": {"name": metadata.name, "signature_name": "", "version": version},
+        "metadata": {
+            "signature_def": {
+                "signature_def": {
+                    DEFAULT_SIGNATURE: {
+                        "inputs": {t.name: _tensor_info(t) for t in metadata.inputs},
+                        "outputs": {t.name: _tensor_info(t) for t in metadata.outputs},
+                        "method_name": PREDICT_METHOD,
+                    }
+                }
+            }
+        },
+    }
+
+
+def _tensor_info(tensor: TensorMetadata) -> dict[str, Any]:
+    return {
+        "dtype": tf_name(DataType.from_wire(tensor.datatype)),
+        "tensor_shape": {"dim": [{"size": str(size), "name": ""} for size in tensor.shape], "unknown_rank": False},
+        "name": tensor.name,
+    }
+
+
+# -- decoding ------------------------------------------------------------------------------------
+
+
+def _rows(instances: Any, by_name: dict[str, TensorMetadata]) -> tuple[Tensor, ...]:
+    if not isinstance(instances, list) or not instances:
+        raise MalformedRequestError('"instances" must be a non-empty list of rows')
+    named = [isinstance(row, dict) and not _is_b64(row) for row in instances]
+    if all(named):
+        names = list(instances[0])
+        for index, row in enumerate(instances):
+            if list(row) != names and set(row) != set(names):
+                raise MalformedRequestError(
+                    f'"instances" row {index} names inputs {sorted(row)} but row 0 names {sorted(names)}: '
+                    "every row must name the same inputs"
+                )
+        return tuple(
+            _tensor(_input(name, by_name), [row[name] for row in instances], f'"instances" input {name!r}')
+            for name in names
+        )
+    if any(named):
+        raise MalformedRequestError('"instances" mixes objects (named inputs) with plain values')
+    return (_tensor(_only_input(by_name, '"instances"'), instances, '"instances"'),)
+
+
+def _columns(inputs: Any, by_name: dict[str, TensorMetadata]) -> tuple[Tensor, ...]:
+    if isinstance(inputs, dict) and not _is_b64(inputs):
+        if not inputs:
+            raise MalformedRequestError('"inputs" names no input')
+        return tuple(
+            _tensor(_input(name, by_name), value, f'"inputs" input {name!r}') for name, value in inputs.items()
+        )
+    return (_tensor(_only_input(by_name, '"inputs"'), inputs, '"inputs"'),)
+
+
+def _input(name: str, by_name: dict[str, TensorMetadata]) -> TensorMetadata:
+    found = by_name.get(name)
+    if found is None:
+        raise UnknownTensorError(
+            f"the model has no input {name!r}; its inputs are {sorted(by_name)}",
+            tensor=name,
+            expected=", ".join(sorted(by_name)),
+        )
+    return found
+
+
+def _only_input(by_name: dict[str, TensorMetadata], where: str) -> TensorMetadata:
+    if len(by_name) != 1:
+        raise MalformedRequestError(
+            f"{where} gives unnamed values but the model has {len(by_name)} inputs {sorted(by_name)}: "
+            "name each input in an object"
+        )
+    return next(iter(by_name.values()))
+
+
+def _tensor(spec: TensorMetadata, value: Any, where: str) -> Tensor:
+    datatype = DataType.from_wire(spec.datatype)
+    if datatype is DataType.BYTES:
+        array = _bytes_array(value, where)
+    else:
+        array = _number_array(value, spec.name, datatype, where)
+    return Tensor(name=spec.name, datatype=datatype, shape=array.shape, data=array)
+
+
+def _shape_of(value: Any, where: str) -> tuple[int, ...]:
+    """The shape of nested lists, checking that every list at one depth has the same length."""
+    shape: list[int] = []
+    level = [value]
+    while all(isinstance(item, list) for item in level) and level:
+        lengths = {len(item) for item in level}
+        if len(lengths) != 1:
+            raise TensorDataError(f"{where}: lists at depth {len(shape)} differ in length {sorted(lengths)}")
+        shape.append(lengths.pop())
+        level = [element for item in level for element in item]
+        if len(shape) > 32:
+            raise TensorDataError(f"{where}: more than 32 dimensions")
+    if any(isinstance(item, list) for item in level):
+        raise TensorDataError(f"{where}: values and lists are mixed at depth {len(shape)}")
+    return tuple(shape)
+
+
+def _number_array(value: Any, name: str, datatype: DataType, where: str) -> np.ndarray[Any, Any]:
+    shape = _shape_of(value, where)
+    flat = [value] if not shape else value if len(shape) == 1 else list(json_v2.leaves(value))
+    return json_v2.numbers_from_json(name, datatype, flat, where).reshape(shape)
+
+
+def _bytes_array(value: Any, where: str) -> np.ndarray[Any, Any]:
+    shape = _shape_of(value, where)
+    flat = [value] if not shape else list(json_v2.leaves(value))
+    elements: list[bytes] = []
+    for item in flat:
+        if isinstance(item, str):
+            elements.append(item.encode("utf-8"))
+        elif _is_b64(item):
+            try:
+                elements.append(base64.b64decode(item["b64"], validate=True))
+            except (binascii.Error, ValueError, TypeError):
+                raise TensorDataError(f'{where}: {{"b64": ...}} holds no valid base64') from None
+        else:
+            raise TensorDataError(f'{where}: string data must be text or {{"b64": "..."}}, found {item!r}')
+    array = np.empty(len(elements), dtype=object)
+    array[:] = elements
+    return array.reshape(shape)
+
+
+def _is_b64(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and "b64" in value
+
+
+# -- encoding ------------------------------------------------------------------------------------
+
+
+def _predictions(outputs: Sequence[Tensor]) -> list[Any]:
+    values = {tensor.name: _json_value(tensor) for tensor in outputs}
+    if len(outputs) == 1:
+        only = values[outputs[0].name]
+        return only if isinstance(only, list) else [only]
+    rows = {len(value) if isinstance(value, list) else 0 for value in values.values()}
+    if len(rows) != 1 or 0 in rows:
+        raise MalformedRequestError(
+            'the model\'s outputs differ in their first dimension, which the row format ("instances") needs '
+            'to match: ask in the columnar format ("inputs")'
+        )
+    return [{name: value[row] for name, value in values.items()} for row in range(rows.pop())]
+
+
+def _json_value(tensor: Tensor) -> Any:
+    data = tensor.data
+    if tensor.datatype is not DataType.BYTES:
+        return data.tolist()
+    as_base64 = tensor.name.endswith("_bytes")
+    flat = [_string_json(item, as_base64) for item in data.reshape(-1)]
+    return np.array(flat, dtype=object).reshape(data.shape).tolist() if data.ndim else flat[0]
+
+
+def _string_json(item: Any, as_base64: bool) -> Any:
+    raw = item if isinstance(item, bytes) else str(item).encode("utf-8")
+    if not as_base64:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return {"b64": base64.b64encode(raw).decode("ascii")}

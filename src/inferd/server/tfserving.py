@@ -1,0 +1,117 @@
+"""The TF Serving REST door: `/v1/models/...` (status, metadata, `:predict`), by `protocol.tfserving_json`.
+
+Versions are named as in TF Serving: by number (`/versions/3`), by label (`/labels/stable`, from
+the model's `version_labels` parameter, e.g. "stable:1,canary:2"), or not at all (the newest ready).
+"""
+
+from __future__ import annotations
+
+import time
+
+from inferd.core.service import InferenceService
+from inferd.errors import InferdError, InvalidRequestError, UnsupportedError
+from inferd.protocol import tfserving_json
+from inferd.protocol.status import TFSERVING_HTTP_STATUS
+from inferd.protocol.tf_types import tf_state
+from inferd.server.http import deadline, json_response, response_headers
+from inferd.server.http11 import HttpRequest, HttpResponse
+from inferd.server.logging import current_request_id
+from inferd.server.routes import READ, Params, Route, RouteGroup
+from inferd.types import InferRequest, new_request_id
+
+# The model config parameter that names versions, as TF Serving's `version_labels` does.
+VERSION_LABELS_PARAMETER = "version_labels"
+_JSON = b"application/json"
+
+
+def encode_error(error: InferdError, request_id: str) -> tuple[int, bytes, bytes]:
+    return TFSERVING_HTTP_STATUS[error.code], tfserving_json.encode_error(error, request_id), _JSON
+
+
+class TfServingDoor:
+    def __init__(self, service: InferenceService) -> None:
+        self._service = service
+
+    def routes(self) -> RouteGroup:
+        routes: list[Route] = []
+        for where in ("", "/versions/{version}", "/labels/{label}"):
+            model = "/v1/models/{model}" + where
+            routes += [
+                Route(model, READ, self._status),
+                Route(model + "/metadata", READ, self._metadata),
+                Route(model + ":predict", ("POST",), self._predict),
+                Route(model + ":classify", ("POST",), self._unsupported),
+                Route(model + ":regress", ("POST",), self._unsupported),
+            ]
+        return RouteGroup(
+            protocol="tfserving_rest", roots=("v1",), routes=tuple(routes), encode_error=encode_error, verbs=True
+        )
+
+    def version(self, params: Params) -> str:
+        """The version a path names: a number, a label's number, or "" for the newest ready one."""
+        label = params.get("label")
+        if label is None:
+            return params.get("version", "")
+        model = params["model"]
+        labels = parse_version_labels(self._service.model_config(model).parameters.get(VERSION_LABELS_PARAMETER, ""))
+        if label not in labels:
+            known = ", ".join(sorted(labels)) or f"none (set the '{VERSION_LABELS_PARAMETER}' parameter)"
+            raise InvalidRequestError(f"Unrecognized servable version label: {label} (model '{model}' labels: {known})")
+        return labels[label]
+
+    async def _status(self, request: HttpRequest, params: Params) -> HttpResponse:
+        # As in TF Serving, a label is not resolved here: the status of every version answers.
+        versions = self._service.model_versions(params["model"], params.get("version", ""))
+        return json_response(
+            tfserving_json.model_status_json(
+                [(v, tf_state(state.value), reason) for v, state, reason in reversed(versions)]
+            )
+        )
+
+    async def _metadata(self, request: HttpRequest, params: Params) -> HttpResponse:
+        version = self.version(params)
+        metadata = self._service.model_metadata(params["model"], version)
+        return json_response(tfserving_json.metadata_json(metadata, version or metadata.versions[-1]))
+
+    async def _predict(self, http_request: HttpRequest, params: Params) -> HttpResponse:
+        model, version = params["model"], self.version(params)
+        decode_started = time.perf_counter()
+        request_id = current_request_id.get() or new_request_id()
+        try:
+            body = tfserving_json.decode_predict(http_request.body, self._service.model_metadata(model, version))
+        except InferdError as exc:
+            exc.request_id = request_id
+            raise
+        request = InferRequest(
+            model_name=model,
+            model_version=version,
+            request_id=request_id,
+            inputs=body.inputs,
+            deadline_s=deadline(http_request.headers),
+            protocol="tfserving_rest",
+        )
+        request.timing.decode_s = time.perf_counter() - decode_started
+        current_request_id.set(request_id)
+        response = await self._service.infer(request)
+        encode_started = time.perf_counter()
+        payload = tfserving_json.encode_predict(response.outputs, row_format=body.row_format)
+        request.timing.encode_s = time.perf_counter() - encode_started
+        self._service.response_encoded(response, request.timing.encode_s)
+        return HttpResponse(200, payload, [(b"content-type", _JSON), *response_headers(http_request, request)])
+
+    async def _unsupported(self, request: HttpRequest, params: Params) -> HttpResponse:
+        verb = request.path.rpartition(":")[2]
+        raise UnsupportedError(
+            f"'{verb}' is not supported: inferd serves predict only (POST /v1/models/{params['model']}:predict); "
+            "classify and regress need TensorFlow's Example-based signatures"
+        )
+
+
+def parse_version_labels(text: str) -> dict[str, str]:
+    """ "stable:1,canary:2" -> {"stable": "1", "canary": "2"}; malformed entries are skipped."""
+    labels: dict[str, str] = {}
+    for entry in text.split(","):
+        label, _, version = entry.strip().partition(":")
+        if label and version.strip().isdigit():
+            labels[label.strip()] = version.strip()
+    return labels

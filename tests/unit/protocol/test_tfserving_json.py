@@ -1,0 +1,86 @@
+"""TF Serving's REST bodies: shapes from nesting, datatypes from the signature, strings both ways."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import orjson
+import pytest
+
+from inferd.errors import InvalidRequestError, TensorDataError
+from inferd.protocol import tfserving_json
+from inferd.types import DataType, ModelMetadata, Tensor, TensorMetadata
+
+
+def signature(*inputs: tuple[str, str]) -> ModelMetadata:
+    return ModelMetadata("m", ("1",), "", tuple(TensorMetadata(n, d, (-1,)) for n, d in inputs), ())
+
+
+def tensor(name: str, data: np.ndarray) -> Tensor:
+    return Tensor(name, DataType.from_numpy(data.dtype), data.shape, data)
+
+
+def test_rows_stack_into_the_batch_dimension_with_the_signature_datatype() -> None:
+    body = orjson.dumps({"instances": [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]})
+    (decoded,) = tfserving_json.decode_predict(body, signature(("x", "FP16"))).inputs
+    assert decoded.datatype is DataType.FP16 and decoded.shape == (2, 2, 2)
+    assert decoded.data.dtype == np.float16 and decoded.data[1, 1, 0] == 7
+
+
+def test_a_scalar_column_is_a_rank_zero_tensor() -> None:
+    (decoded,) = tfserving_json.decode_predict(b'{"inputs": 7}', signature(("x", "INT64"))).inputs
+    assert decoded.shape == () and decoded.data.dtype == np.int64 and int(decoded.data) == 7
+
+
+@pytest.mark.parametrize(
+    "instances",
+    [
+        [[1, 2], [3], [4, 5, 6]],  # as many numbers as 3 rows of 2, yet ragged
+        [[1, [2]], [3, 4]],
+        [[[1]], [2]],
+    ],
+)
+def test_ragged_lists_are_refused_even_when_the_count_fits(instances: list) -> None:
+    with pytest.raises(TensorDataError):
+        tfserving_json.decode_predict(orjson.dumps({"instances": instances}), signature(("x", "FP32")))
+
+
+def test_b64_only_for_strings() -> None:
+    encoded = base64.b64encode(b"\xff\x00").decode()
+    (decoded,) = tfserving_json.decode_predict(
+        orjson.dumps({"instances": [{"b64": encoded}, "text"]}), signature(("s", "BYTES"))
+    ).inputs
+    assert decoded.data.tolist() == [b"\xff\x00", b"text"]
+    with pytest.raises(InvalidRequestError):
+        tfserving_json.decode_predict(orjson.dumps({"instances": [{"b64": encoded}]}), signature(("x", "FP32")))
+
+
+def test_outputs_named_bytes_are_always_base64() -> None:
+    strings = np.array([b"plain", b"\xfe"], dtype=object)
+    body = tfserving_json.encode_predict(
+        [tensor("label", strings.copy()), tensor("raw_bytes", strings.copy())], row_format=True
+    )
+    assert orjson.loads(body) == {
+        "predictions": [
+            {"label": "plain", "raw_bytes": {"b64": base64.b64encode(b"plain").decode()}},
+            {"label": {"b64": base64.b64encode(b"\xfe").decode()}, "raw_bytes": {"b64": "/g=="}},
+        ]
+    }
+
+
+def test_a_single_output_is_unnamed_in_both_formats() -> None:
+    y = np.arange(6, dtype=np.int32).reshape(3, 2)
+    assert orjson.loads(tfserving_json.encode_predict([tensor("y", y)], row_format=True)) == {
+        "predictions": [[0, 1], [2, 3], [4, 5]]
+    }
+    assert orjson.loads(tfserving_json.encode_predict([tensor("y", y)], row_format=False)) == {
+        "outputs": [[0, 1], [2, 3], [4, 5]]
+    }
+
+
+def test_rows_need_outputs_of_one_batch_size() -> None:
+    with pytest.raises(InvalidRequestError, match="columnar"):
+        tfserving_json.encode_predict(
+            [tensor("a", np.zeros((2, 1), np.float32)), tensor("b", np.zeros((3,), np.float32))], row_format=True
+        )
