@@ -16,7 +16,10 @@ Models written under --output:
                  in, ``input_ids`` / ``attention_mask`` / ``token_type_ids`` out, padded to the
                  longest text of each batch.
 * ``mean_pooling``, ``cosine``  Python models: the masked mean of ``last_hidden_state``, L2
-                 normalised (``embedding``); the cosine similarity of two embeddings.
+                 normalised (``embedding``), and the tokens the mask kept (``token_count``); the
+                 cosine similarity of two embeddings.
+* ``sentence_embedding``  an ensemble of three: one text in (``TEXT``), its embedding out
+                 (``EMBEDDING``) and its token count (``TOKENS``); served as OpenAI embeddings.
 * ``sentence_similarity``  an ensemble of the four: two sentences in (``SENTENCE_A``,
                  ``SENTENCE_B``), ``SIMILARITY`` out (and each sentence's ``EMBEDDING_*``); the two
                  sentences' branches run concurrently and batch together in each model.
@@ -94,7 +97,11 @@ ALL_MODELS = (
     "mean_pooling",
     "cosine",
     "sentence_similarity",
+    "sentence_embedding",
 )
+# Models written from text alone (Python steps, ensembles): rewritten on every run, so a repository
+# built by an older version of this script picks up their changes.
+REWRITTEN = frozenset({"mean_pooling", "cosine", "sentence_similarity", "sentence_embedding"})
 
 
 def log(message: str) -> None:
@@ -440,7 +447,10 @@ class Model:
         {"name": "last_hidden_state", "datatype": "FP32", "shape": [-1, -1, 384]},
         {"name": "attention_mask", "datatype": "INT64", "shape": [-1, -1]},
     ]
-    outputs = [{"name": "embedding", "datatype": "FP32", "shape": [-1, 384]}]
+    outputs = [
+        {"name": "embedding", "datatype": "FP32", "shape": [-1, 384]},
+        {"name": "token_count", "datatype": "INT64", "shape": [-1, 1]},  # for usage counts
+    ]
     may_run_inline = True  # numpy only: no I/O, no waiting
 
     def execute(self, inputs):
@@ -448,7 +458,8 @@ class Model:
         mask = inputs["attention_mask"].astype(np.float32)[:, :, None]
         mean = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
         norms = np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
-        return {"embedding": (mean / norms).astype(np.float32)}
+        tokens = inputs["attention_mask"].sum(axis=1, keepdims=True).astype(np.int64)
+        return {"embedding": (mean / norms).astype(np.float32), "token_count": tokens}
 """
 COSINE = """
 import numpy as np
@@ -491,6 +502,45 @@ ensemble_scheduling {
       input_map { key: "a" value: "EMBEDDING_A" }
       input_map { key: "b" value: "EMBEDDING_B" }
       output_map { key: "similarity" value: "SIMILARITY" }
+    }
+  ]
+}
+"""
+SENTENCE_EMBEDDING = """
+# One text in, its all-MiniLM-L6-v2 sentence embedding out (tokenizer → minilm → mean_pooling), and
+# how many tokens it took. The embedding_* parameters serve it at POST /openai/v1/embeddings.
+platform: "ensemble"
+max_batch_size: 32
+input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [
+  { name: "EMBEDDING" data_type: TYPE_FP32 dims: [ 384 ] },
+  { name: "TOKENS" data_type: TYPE_INT64 dims: [ 1 ] }
+]
+parameters { key: "embedding_input" value { string_value: "TEXT" } }
+parameters { key: "embedding_output" value { string_value: "EMBEDDING" } }
+parameters { key: "embedding_token_count" value { string_value: "TOKENS" } }
+ensemble_scheduling {
+  step [
+    {
+      model_name: "tokenizer"
+      input_map { key: "TEXT" value: "TEXT" }
+      output_map { key: "input_ids" value: "ids" }
+      output_map { key: "attention_mask" value: "mask" }
+      output_map { key: "token_type_ids" value: "types" }
+    },
+    {
+      model_name: "minilm"
+      input_map { key: "input_ids" value: "ids" }
+      input_map { key: "attention_mask" value: "mask" }
+      input_map { key: "token_type_ids" value: "types" }
+      output_map { key: "last_hidden_state" value: "hidden" }
+    },
+    {
+      model_name: "mean_pooling"
+      input_map { key: "last_hidden_state" value: "hidden" }
+      input_map { key: "attention_mask" value: "mask" }
+      output_map { key: "embedding" value: "EMBEDDING" }
+      output_map { key: "token_count" value: "TOKENS" }
     }
   ]
 }
@@ -540,6 +590,10 @@ def python_step(source: str) -> Callable[[Path], None]:
 def build_sentence_similarity(model_dir: Path) -> None:
     branches = "\n".join(SENTENCE_BRANCH % {"s": side} for side in ("A", "B"))
     (model_dir / CONFIG_FILE).write_text(SENTENCE_SIMILARITY.lstrip() % branches)
+
+
+def build_sentence_embedding(model_dir: Path) -> None:
+    (model_dir / CONFIG_FILE).write_text(SENTENCE_EMBEDDING.lstrip())
 
 
 def check_minilm_signature(model: onnx.ModelProto) -> None:
@@ -640,10 +694,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "mean_pooling": python_step(MEAN_POOLING),
         "cosine": python_step(COSINE),
         "sentence_similarity": build_sentence_similarity,
+        "sentence_embedding": build_sentence_embedding,
     }
     for name in ALL_MODELS:
         if name in args.models:
-            build_model_dir(output, name, args.force, builders[name])
+            build_model_dir(output, name, args.force or name in REWRITTEN, builders[name])
     if "minilm" in args.models:
         write_minilm_request(args.requests_output.resolve(), args.force)
 

@@ -24,7 +24,7 @@ from inferd.types import DataType
 
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PIPELINE_MODELS = ("minilm", "tokenizer", "mean_pooling", "cosine", "sentence_similarity")
+PIPELINE_MODELS = ("minilm", "tokenizer", "mean_pooling", "cosine", "sentence_similarity", "sentence_embedding")
 
 
 def build_repository(root: Path) -> Path:
@@ -135,6 +135,13 @@ def pipeline_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         stdout=subprocess.DEVNULL,
     )
     return root
+
+
+@pytest.fixture(scope="session")
+def pipeline_server(pipeline_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The pipeline repository served, shared by the pipeline's tests through every door."""
+    with run_server(pipeline_repository, tmp_path_factory.mktemp("logs") / "server.log") as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

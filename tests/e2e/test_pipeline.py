@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
 from tokenizers import Tokenizer
 
-from inferd.testing.server import ServerProcess, run_server
+from inferd.testing.server import ServerProcess
 from tests.e2e.conftest import http_request
 
 pytestmark = pytest.mark.e2e
@@ -32,33 +31,30 @@ PAIRS = [
 ]
 
 
-def reference_similarity(repository: Path, pairs: list[tuple[str, str]]) -> np.ndarray:
-    """The pipeline by hand: the tokenizer file's own settings, the encoder, masked mean, cosine."""
+def reference_embeddings(repository: Path, texts: list[str]) -> tuple[np.ndarray, list[int]]:
+    """The embedding by hand: the tokenizer file's own settings, the encoder, masked mean,
+    normalized; and each text's token count."""
     tokenizer = Tokenizer.from_file(str(repository / "tokenizer" / "1" / "tokenizer.json"))
     session = onnxruntime.InferenceSession(
         str(repository / "minilm" / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
     )
+    encodings = tokenizer.encode_batch(texts)
+    feeds = {
+        "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+        "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+        "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
+    }
+    (hidden,) = session.run(["last_hidden_state"], feeds)
+    mask = feeds["attention_mask"][:, :, None].astype(np.float32)
+    mean = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+    return mean / np.linalg.norm(mean, axis=1, keepdims=True), [sum(e.attention_mask) for e in encodings]
 
-    def embed(texts: list[str]) -> np.ndarray:
-        encodings = tokenizer.encode_batch(texts)
-        feeds = {
-            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
-            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
-        }
-        (hidden,) = session.run(["last_hidden_state"], feeds)
-        mask = feeds["attention_mask"][:, :, None].astype(np.float32)
-        mean = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
-        return mean / np.linalg.norm(mean, axis=1, keepdims=True)
 
-    a, b = embed([p[0] for p in pairs]), embed([p[1] for p in pairs])
+def reference_similarity(repository: Path, pairs: list[tuple[str, str]]) -> np.ndarray:
+    """The pipeline by hand: the embeddings of each side, then their cosine."""
+    a, _ = reference_embeddings(repository, [p[0] for p in pairs])
+    b, _ = reference_embeddings(repository, [p[1] for p in pairs])
     return (a * b).sum(axis=1)
-
-
-@pytest.fixture(scope="module")
-def pipeline_server(pipeline_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with run_server(pipeline_repository, tmp_path_factory.mktemp("logs") / "server.log") as server:
-        yield server
 
 
 def sentences(pairs: list[tuple[str, str]], side: int) -> np.ndarray:

@@ -23,6 +23,7 @@ from inferd.server.http import HttpApp
 from inferd.server.http11 import HttpLimits, HttpServer
 from inferd.server.kserve import KServeDoor
 from inferd.server.logging import configure_logging
+from inferd.server.openai import OpenAiDoor
 from inferd.server.prometheus import serve_metrics
 from inferd.server.routes import Router
 from inferd.server.tfserving import TfServingDoor
@@ -143,7 +144,8 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
 def build_router(service: InferenceService) -> Router:
     """Every REST door on the HTTP port."""
     kserve = KServeDoor(service).routes()
-    return Router([kserve, TfServingDoor(service).routes()], fallback=kserve)
+    doors = [kserve, TfServingDoor(service).routes(), OpenAiDoor(service).routes()]
+    return Router(doors, fallback=kserve)
 
 
 def _freeze_startup_objects() -> None:
