@@ -13,6 +13,9 @@ gRPC statuses in exactly two tables, so no layer below the wire knows about stat
     │   ├── MethodNotAllowedError        wrong HTTP method for the path (405)
     │   ├── LoadRequestError             a repository load asked for could not be done (the reason attached)
     │   ├── UnsupportedError             a request the server's configuration does not allow (model control mode)
+    │   ├── UnsupportedMediaTypeError    a Content-Type the door does not read (415)
+    │   ├── NotAcceptableError           an Accept the door cannot answer (406)
+    │   ├── AlreadyExistsError           a name taken already (409)
     │   └── ModelRaisedError             a model's code raised on this request's rows (Python models)
     ├── RequestTooLargeError         body above the server's limit (413 / RESOURCE_EXHAUSTED)
     ├── ModelTooLargeError           a model cannot fit the memory budget even after eviction (507)
@@ -49,6 +52,9 @@ class ErrorCode(enum.Enum):
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
     LOAD_REQUEST_FAILED = "LOAD_REQUEST_FAILED"
     UNSUPPORTED = "UNSUPPORTED"
+    UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+    NOT_ACCEPTABLE = "NOT_ACCEPTABLE"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
     REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
     MODEL_TOO_LARGE = "MODEL_TOO_LARGE"
     MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
@@ -145,6 +151,24 @@ class LoadRequestError(InvalidRequestError):
 
 class UnsupportedError(InvalidRequestError):
     code = ErrorCode.UNSUPPORTED
+
+
+class UnsupportedMediaTypeError(InvalidRequestError):
+    """A body in a Content-Type the door does not read (415)."""
+
+    code = ErrorCode.UNSUPPORTED_MEDIA_TYPE
+
+
+class NotAcceptableError(InvalidRequestError):
+    """An Accept header that names no type the door can answer in (406)."""
+
+    code = ErrorCode.NOT_ACCEPTABLE
+
+
+class AlreadyExistsError(InvalidRequestError):
+    """A name taken already: a model loaded under it (409)."""
+
+    code = ErrorCode.ALREADY_EXISTS
 
 
 class RequestTooLargeError(InferdError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import ClassVar
 
 import click
@@ -233,11 +234,58 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     help="Worker threads every model shares for executions too slow to run on the event loop "
     "(0: 4 per core, at least 16). They do not grow with the number of models.",
 )
+@click.option(
+    "--sagemaker",
+    is_flag=True,
+    default=False,
+    envvar="INFERD_SAGEMAKER",
+    help="Run as a SageMaker container: HTTP on port 8080 (SAGEMAKER_BIND_TO_PORT), the gRPC and metrics "
+    "ports moved into SAGEMAKER_SAFE_PORT_RANGE when it is set, the multi-model endpoint routes "
+    "(/models, /models/NAME/invoke) and /endpoints/NAME/invocations (boto3's path, for local testing). "
+    "/ping and /invocations are served in every mode.",
+)
+@click.option(
+    "--sagemaker-model-root",
+    default="/opt/ml/models",
+    show_default=True,
+    envvar="INFERD_SAGEMAKER_MODEL_ROOT",
+    help="With --sagemaker: the folder the 'url' of every POST /models must lie under.",
+)
 def serve(**options: object) -> None:
-    """Serve the models of a model repository over KServe v2 REST and gRPC.
+    """Serve the models of a model repository over KServe v2 REST and gRPC, TF Serving's REST API,
+    SageMaker's /invocations and OpenAI-compatible embeddings.
 
     Every flag can also be set by the INFERD_* environment variable named in its help.
     """
     from inferd.server.app import run
 
+    if options["sagemaker"]:
+        options.update(sagemaker_ports(options))
+        options["sagemaker_default_model"] = os.environ.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", "")
     run(ServerSettings.model_validate(options))
+
+
+def sagemaker_ports(options: dict[str, object]) -> dict[str, int]:
+    """SageMaker's port rules: HTTP on SAGEMAKER_BIND_TO_PORT (8080); every other listener inside
+    SAGEMAKER_SAFE_PORT_RANGE ("low-high") when set: a port outside it moves to the lowest free one."""
+    http_port = int(os.environ.get("SAGEMAKER_BIND_TO_PORT", "8080"))
+    ports = {"http_port": http_port}
+    safe = os.environ.get("SAGEMAKER_SAFE_PORT_RANGE", "")
+    if not safe:
+        return ports
+    low_text, _, high_text = safe.partition("-")
+    try:
+        low, high = int(low_text), int(high_text)
+    except ValueError:
+        raise click.BadParameter(f"SAGEMAKER_SAFE_PORT_RANGE {safe!r} is not 'low-high'") from None
+    taken = {http_port}
+    for name in ("grpc_port", "metrics_port"):
+        port = int(str(options[name]))
+        if not low <= port <= high or port in taken:
+            free = [p for p in range(low, high + 1) if p not in taken]
+            if not free:
+                raise click.BadParameter(f"SAGEMAKER_SAFE_PORT_RANGE {safe!r} has no port left for {name}")
+            port = free[0]
+        ports[name] = port
+        taken.add(port)
+    return ports

@@ -77,5 +77,11 @@ class ServerSettings(BaseModel):
     1 KiB/s on average after this long (default 10 s); else 408."""
     write_timeout_s: float = Field(default=30.0, gt=0)
     """HTTP: a client that reads nothing of its response for this long is disconnected (default 30 s)."""
+    sagemaker: bool = False
+    """Run as a SageMaker container: the multi-model endpoint routes and /endpoints/NAME/invocations."""
+    sagemaker_model_root: str = "/opt/ml/models"
+    """With sagemaker: the folder every model loaded by POST /models must lie under."""
+    sagemaker_default_model: str = ""
+    """The model /invocations serves without X-Amzn-SageMaker-Target-Model (SAGEMAKER_TRITON_DEFAULT_MODEL_NAME)."""
     max_connections: int = Field(default=4096, gt=0)
     """HTTP: open connections at most; one more is answered 503 and closed (default 4096)."""

@@ -230,6 +230,51 @@ class FsspecRepository:
         return entries
 
 
+class LinkedModels:
+    """Model folders added while serving, each under a name of its own: SageMaker's multi-model
+    endpoints load a folder the platform chose, under the name it gives. A repository of links."""
+
+    def __init__(self) -> None:
+        self._folders: dict[str, Path] = {}
+
+    def link(self, name: str, folder: Path) -> None:
+        self._folders[name] = folder
+
+    def unlink(self, name: str) -> None:
+        self._folders.pop(name, None)
+
+    def folder(self, name: str) -> Path | None:
+        return self._folders.get(name)
+
+    def describe(self) -> str:
+        return "model folders loaded by path"
+
+    def check(self) -> None:
+        return None
+
+    def model_names(self) -> list[str]:
+        return sorted(self._folders)
+
+    def has_model(self, name: str) -> bool:
+        return name in self._folders
+
+    def fingerprint(self, name: str) -> ModelFingerprint:
+        folder = self._folder(name)
+        return LocalRepository(folder.parent).fingerprint(folder.name)
+
+    def localize(self, name: str, versions: Iterable[int]) -> Path:
+        return self._folder(name)
+
+    def release(self, name: str) -> None:
+        return None
+
+    def _folder(self, name: str) -> Path:
+        folder = self._folders.get(name)
+        if folder is None:
+            raise ModelNotFoundError(f"model '{name}' is not loaded from any folder")
+        return folder
+
+
 class Repositories:
     """Several repositories served as one."""
 
@@ -271,9 +316,10 @@ class Repositories:
         return holding[0]
 
 
-def open_repositories(locations: Sequence[str], cache_dir: Path) -> ModelRepository:
-    """Local folders (a path, or file://) and fsspec URLs, as one repository."""
-    sources: list[ModelRepository] = []
+def open_repositories(locations: Sequence[str], cache_dir: Path, linked: LinkedModels | None = None) -> ModelRepository:
+    """Local folders (a path, or file://) and fsspec URLs, as one repository; with `linked`, the
+    folders loaded by path while serving too."""
+    sources: list[ModelRepository] = [linked] if linked is not None else []
     for index, location in enumerate(locations):
         if "://" not in location or location.startswith("file://"):
             sources.append(LocalRepository(Path(location.removeprefix("file://"))))

@@ -5,14 +5,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 from inferd import __version__
 from inferd.config.loader import parse_model_config_json
 from inferd.config.model import ModelConfig, TensorConfig
 from inferd.config.server import ModelControlMode
 from inferd.core.registry import ModelRegistry, ModelState
+from inferd.core.repository import LinkedModels
 from inferd.core.statistics import ServingStatistics
-from inferd.errors import InferdError, LoadRequestError, ModelLoadError, ModelNotReadyError, UnsupportedError
+from inferd.errors import (
+    InferdError,
+    LoadRequestError,
+    ModelLoadError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    UnsupportedError,
+)
 from inferd.types import (
     InferRequest,
     InferResponse,
@@ -42,9 +51,12 @@ class InferenceService:
         strict_readiness: bool = False,
         statistics: ServingStatistics | None = None,
         model_control_mode: ModelControlMode = ModelControlMode.NONE,
+        linked: LinkedModels | None = None,
     ) -> None:
-        """`statistics` should be the sink the registry reports executions to, as well."""
+        """`statistics` should be the sink the registry reports executions to, as well; `linked`,
+        part of the registry's repository, takes the folders `load_model_folder` loads."""
         self._registry = registry
+        self._linked = linked
         self._model_control_mode = model_control_mode
         self._statistics = statistics or ServingStatistics()
         self._strict_readiness = strict_readiness
@@ -177,6 +189,36 @@ class InferenceService:
         `unload_dependents`: an ensemble's step models go too, unless another ensemble uses them."""
         self._check_model_control("unload")
         await self._registry.unload(name, dependents=unload_dependents)
+
+    async def load_model_folder(self, name: str, folder: Path) -> None:
+        """Load the model in `folder` under `name` (SageMaker's multi-model endpoints: the platform
+        names both). Whatever the model control mode: it is how that platform manages models."""
+        if self._linked is None:
+            raise UnsupportedError("loading a model from a folder is not enabled on this server")
+        if self._registry.repository.has_model(name) and self._linked.folder(name) is None:
+            raise LoadRequestError(f"model '{name}' is a model of the repository; choose another name")
+        self._linked.link(name, folder)
+        try:
+            await self._registry.load(name)
+        except BaseException as exc:
+            await self._registry.forget(name)
+            self._linked.unlink(name)
+            if isinstance(exc, ModelLoadError):
+                raise LoadRequestError(exc.message) from exc
+            raise
+
+    async def unload_model_folder(self, name: str) -> None:
+        """Unload a model loaded by `load_model_folder` and forget its folder."""
+        if self._linked is None or self._linked.folder(name) is None:
+            raise ModelNotFoundError(f"model '{name}' was not loaded from a folder")
+        await self._registry.forget(name)
+        self._linked.unlink(name)
+
+    def model_folders(self) -> list[tuple[str, Path]]:
+        """(name, folder) of each model loaded by `load_model_folder`."""
+        if self._linked is None:
+            return []
+        return [(name, folder) for name in self._linked.model_names() if (folder := self._linked.folder(name))]
 
     def _check_model_control(self, action: str) -> None:
         if self._model_control_mode is not ModelControlMode.EXPLICIT:

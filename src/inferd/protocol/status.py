@@ -19,6 +19,9 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.LOAD_REQUEST_FAILED: 400,
     ErrorCode.UNSUPPORTED: 400,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
+    ErrorCode.NOT_ACCEPTABLE: 406,
+    ErrorCode.ALREADY_EXISTS: 409,
     ErrorCode.REQUEST_TOO_LARGE: 413,
     ErrorCode.MODEL_TOO_LARGE: 507,
     ErrorCode.MODEL_NOT_FOUND: 404,
@@ -47,6 +50,9 @@ GRPC_STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.METHOD_NOT_ALLOWED: grpc.StatusCode.UNIMPLEMENTED,
     ErrorCode.LOAD_REQUEST_FAILED: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.NOT_ACCEPTABLE: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
     ErrorCode.REQUEST_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorCode.MODEL_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorCode.MODEL_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
@@ -85,7 +91,12 @@ _TF_HTTP_OF_GRPC: dict[grpc.StatusCode, int] = {
 }
 # Where HTTP itself has the answer, inferd keeps it: a 405 carries its Allow header, and a body
 # refused for its size is 413 (TF Serving would say 429, which invites a retry of the same body).
-_HTTP_LEVEL = {ErrorCode.METHOD_NOT_ALLOWED, ErrorCode.REQUEST_TOO_LARGE}
+_HTTP_LEVEL = {
+    ErrorCode.METHOD_NOT_ALLOWED,
+    ErrorCode.REQUEST_TOO_LARGE,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+    ErrorCode.NOT_ACCEPTABLE,
+}
 TFSERVING_HTTP_STATUS: dict[ErrorCode, int] = {
     code: HTTP_STATUS[code] if code in _HTTP_LEVEL else _TF_HTTP_OF_GRPC[grpc_code]
     for code, grpc_code in GRPC_STATUS.items()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from inferd.config.server import IntraOpPools, ModelControlMode, ServerSettings
 from inferd.core.registry import LoadBudget, ModelRegistry
-from inferd.core.repository import open_repositories
+from inferd.core.repository import LinkedModels, open_repositories
 from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
 from inferd.server.grpc import build_grpc_server
@@ -26,6 +26,7 @@ from inferd.server.logging import configure_logging
 from inferd.server.openai import OpenAiDoor
 from inferd.server.prometheus import serve_metrics
 from inferd.server.routes import Router
+from inferd.server.sagemaker import SageMakerDoor
 from inferd.server.tfserving import TfServingDoor
 
 logger = logging.getLogger("inferd.server")
@@ -52,7 +53,8 @@ async def serve(settings: ServerSettings) -> None:
 
 async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
     """`cache_dir`: where files of remote repositories are fetched to."""
-    repository = open_repositories(settings.model_repository, cache_dir)
+    linked = LinkedModels() if settings.sagemaker else None
+    repository = open_repositories(settings.model_repository, cache_dir, linked)
     await asyncio.to_thread(repository.check)
     statistics = ServingStatistics()
     budget = None
@@ -74,9 +76,10 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
         strict_readiness=settings.strict_readiness,
         statistics=statistics,
         model_control_mode=settings.model_control_mode,
+        linked=linked,
     )
 
-    http_app = HttpApp(build_router(service), max_request_bytes=settings.max_request_bytes)
+    http_app = HttpApp(build_router(service, settings), max_request_bytes=settings.max_request_bytes)
     limits = HttpLimits(
         max_request_bytes=settings.max_request_bytes,
         keep_alive_s=settings.keep_alive_timeout_s,
@@ -141,11 +144,20 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
     logger.info("stopped")
 
 
-def build_router(service: InferenceService) -> Router:
+def build_router(service: InferenceService, settings: ServerSettings) -> Router:
     """Every REST door on the HTTP port."""
-    kserve = KServeDoor(service).routes()
-    doors = [kserve, TfServingDoor(service).routes(), OpenAiDoor(service).routes()]
-    return Router(doors, fallback=kserve)
+    kserve, tfserving = KServeDoor(service), TfServingDoor(service)
+    sagemaker = SageMakerDoor(
+        service,
+        kserve,
+        tfserving,
+        multi_model=settings.sagemaker,
+        model_root=Path(settings.sagemaker_model_root),
+        default_model=settings.sagemaker_default_model,
+    )
+    kserve_routes = kserve.routes()
+    doors = [kserve_routes, tfserving.routes(), OpenAiDoor(service).routes(), sagemaker.routes()]
+    return Router(doors, fallback=kserve_routes)
 
 
 def _freeze_startup_objects() -> None:

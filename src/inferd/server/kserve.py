@@ -50,15 +50,19 @@ class KServeDoor:
             ),
         )
 
-    async def infer(self, http_request: HttpRequest, model: str, version: str, protocol: str) -> HttpResponse:
-        """A v2 infer request (JSON, or with binary tensors), by any door that takes v2 bodies."""
+    async def infer(
+        self, http_request: HttpRequest, model: str, version: str, protocol: str, header_length: int | None = None
+    ) -> HttpResponse:
+        """A v2 infer request (JSON, or with binary tensors), by any door that takes v2 bodies;
+        `header_length`: the JSON header's length when the door carries it elsewhere than in
+        Inference-Header-Content-Length (SageMaker's content type)."""
         headers = http_request.headers
         decode_started = time.perf_counter()
         request = json_v2.decode_request(
             http_request.body,
             model_name=model,
             model_version=version,
-            header_length=_header_length(headers),
+            header_length=_header_length(headers) if header_length is None else header_length,
             request_id=current_request_id.get(),
             deadline_s=deadline(headers),
             protocol=protocol,

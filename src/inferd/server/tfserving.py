@@ -74,7 +74,10 @@ class TfServingDoor:
         return json_response(tfserving_json.metadata_json(metadata, version or metadata.versions[-1]))
 
     async def _predict(self, http_request: HttpRequest, params: Params) -> HttpResponse:
-        model, version = params["model"], self.version(params)
+        return await self.predict(http_request, params["model"], self.version(params), "tfserving_rest")
+
+    async def predict(self, http_request: HttpRequest, model: str, version: str, protocol: str) -> HttpResponse:
+        """A `:predict` body, by any door that takes TF Serving bodies (SageMaker's /invocations)."""
         decode_started = time.perf_counter()
         request_id = current_request_id.get() or new_request_id()
         try:
@@ -88,7 +91,7 @@ class TfServingDoor:
             request_id=request_id,
             inputs=body.inputs,
             deadline_s=deadline(http_request.headers),
-            protocol="tfserving_rest",
+            protocol=protocol,
         )
         request.timing.decode_s = time.perf_counter() - decode_started
         current_request_id.set(request_id)

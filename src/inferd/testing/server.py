@@ -66,9 +66,16 @@ def wait_ready(http_port: int, process: subprocess.Popen[bytes], timeout_s: floa
 
 
 @contextlib.contextmanager
-def run_server(repository: Path | str, log_path: Path, *extra_args: str) -> Iterator[ServerProcess]:
-    """Start `inferd serve` on free ports, wait on its own readiness endpoint, stop it after."""
-    ports = free_port(), free_port(), free_port()
+def run_server(
+    repository: Path | str,
+    log_path: Path,
+    *extra_args: str,
+    ports: tuple[int, int, int] | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[ServerProcess]:
+    """Start `inferd serve` on free ports (or `ports`: HTTP, gRPC, metrics), with `env` added to
+    the environment; wait on its own readiness endpoint, stop it after."""
+    ports = ports or (free_port(), free_port(), free_port())
     command = [
         sys.executable,
         "-m",
@@ -87,7 +94,7 @@ def run_server(repository: Path | str, log_path: Path, *extra_args: str) -> Iter
         *extra_args,
     ]
     log_file = log_path.open("wb")
-    process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ})
+    process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     server = ServerProcess(process, *ports, log_path=log_path)
     try:
         wait_ready(ports[0], process, STARTUP_TIMEOUT_S)
