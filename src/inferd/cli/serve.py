@@ -235,6 +235,14 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     "(0: 4 per core, at least 16). They do not grow with the number of models.",
 )
 @click.option(
+    "--torchserve-management-port",
+    default=None,
+    type=click.IntRange(1, 65535),
+    envvar="INFERD_TORCHSERVE_MANAGEMENT_PORT",
+    help="Serve TorchServe's management API (GET /models, GET /models/NAME) on this port (TorchServe "
+    "uses 8081). Off unless given; TorchServe's /predictions/NAME is on the HTTP port in every mode.",
+)
+@click.option(
     "--sagemaker",
     is_flag=True,
     default=False,

@@ -77,6 +77,8 @@ class ServerSettings(BaseModel):
     1 KiB/s on average after this long (default 10 s); else 408."""
     write_timeout_s: float = Field(default=30.0, gt=0)
     """HTTP: a client that reads nothing of its response for this long is disconnected (default 30 s)."""
+    torchserve_management_port: int | None = Field(default=None, ge=1, le=65535)
+    """TorchServe's management API (read side) on this port; off when None (TorchServe uses 8081)."""
     sagemaker: bool = False
     """Run as a SageMaker container: the multi-model endpoint routes and /endpoints/NAME/invocations."""
     sagemaker_model_root: str = "/opt/ml/models"

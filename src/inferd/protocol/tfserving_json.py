@@ -143,6 +143,11 @@ def _rows(instances: Any, by_name: dict[str, TensorMetadata]) -> tuple[Tensor, .
     return (_tensor(_only_input(by_name, '"instances"'), instances, '"instances"'),)
 
 
+def decode_columns(value: Any, signature: ModelMetadata) -> tuple[Tensor, ...]:
+    """A columnar "inputs" value (the only input's value, or an object naming each input)."""
+    return _columns(value, {tensor.name: tensor for tensor in signature.inputs})
+
+
 def _columns(inputs: Any, by_name: dict[str, TensorMetadata]) -> tuple[Tensor, ...]:
     if isinstance(inputs, dict) and not _is_b64(inputs):
         if not inputs:

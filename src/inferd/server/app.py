@@ -28,6 +28,7 @@ from inferd.server.prometheus import serve_metrics
 from inferd.server.routes import Router
 from inferd.server.sagemaker import SageMakerDoor
 from inferd.server.tfserving import TfServingDoor
+from inferd.server.torchserve import TorchServeDoor
 
 logger = logging.getLogger("inferd.server")
 
@@ -88,6 +89,13 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
         max_connections=settings.max_connections,
     )
     http_server = HttpServer(http_app, limits)
+    management_server = None
+    if settings.torchserve_management_port is not None:
+        management = TorchServeDoor(service, KServeDoor(service)).management_routes()
+        management_app = HttpApp(
+            Router([management], fallback=management), max_request_bytes=settings.max_request_bytes
+        )
+        management_server = HttpServer(management_app, limits)
     grpc_server = build_grpc_server(service, max_message_bytes=settings.max_request_bytes)
     grpc_server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
     metrics_server = serve_metrics(
@@ -103,6 +111,9 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
     # Listeners come up before models load: liveness answers at once, readiness once loading is done.
     await grpc_server.start()
     await http_server.start(settings.host, settings.http_port)
+    if management_server is not None and settings.torchserve_management_port is not None:
+        await management_server.start(settings.host, settings.torchserve_management_port)
+        logger.info("TorchServe management API on %s:%d", settings.host, settings.torchserve_management_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -137,7 +148,9 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
     logger.info("shutting down: finishing in-flight requests (up to %.0f s)", settings.shutdown_timeout_s)
     service.shutting_down = True
     await asyncio.gather(
-        http_server.shutdown(settings.shutdown_timeout_s), grpc_server.stop(grace=settings.shutdown_timeout_s)
+        http_server.shutdown(settings.shutdown_timeout_s),
+        grpc_server.stop(grace=settings.shutdown_timeout_s),
+        *([management_server.shutdown(settings.shutdown_timeout_s)] if management_server is not None else []),
     )
     metrics_server.shutdown()
     await registry.close()
@@ -156,7 +169,13 @@ def build_router(service: InferenceService, settings: ServerSettings) -> Router:
         default_model=settings.sagemaker_default_model,
     )
     kserve_routes = kserve.routes()
-    doors = [kserve_routes, tfserving.routes(), OpenAiDoor(service).routes(), sagemaker.routes()]
+    doors = [
+        kserve_routes,
+        tfserving.routes(),
+        OpenAiDoor(service).routes(),
+        sagemaker.routes(),
+        TorchServeDoor(service, kserve).inference_routes(),
+    ]
     return Router(doors, fallback=kserve_routes)
 
 

@@ -1,0 +1,138 @@
+"""TorchServe's inference API (POST /predictions/...) and its management API's read side on a port of
+its own, called as TorchServe's users call them (requests, curl-like raw bodies)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import orjson
+import pytest
+import requests
+
+from inferd.testing.models import add_sub_model, identity_model, mlp_model, write_config
+from inferd.testing.server import ServerProcess, free_port, run_server
+from inferd.types import DataType
+from tests.e2e.test_observability import sample, scrape
+
+pytestmark = pytest.mark.e2e
+
+ROWS = np.random.default_rng(11).standard_normal((2, 16)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def torchserve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, int]]:
+    repository = tmp_path_factory.mktemp("torchserve-models")
+    for version in (1, 2):
+        mlp_model(repository / "mlp" / str(version) / "model.onnx", seed=version)
+    write_config(
+        repository / "mlp",
+        "max_batch_size: 8\nversion_policy: { all: { } }\ndynamic_batching { max_queue_delay_microseconds: 500 }\n"
+        "instance_group [ { count: 2 kind: KIND_CPU } ]",
+    )
+    add_sub_model(repository / "add_sub" / "1" / "model.onnx")
+    identity_model(repository / "echo" / "1" / "model.onnx", DataType.BYTES, ["batch", -1])
+    management_port = free_port()
+    logs = tmp_path_factory.mktemp("logs") / "server.log"
+    with run_server(repository, logs, "--torchserve-management-port", str(management_port)) as server:
+        yield server, management_port
+
+
+def url(server: ServerProcess, path: str) -> str:
+    return f"http://{server.http_url}{path}"
+
+
+def v2_reference(server: ServerProcess, model: str, version: str) -> np.ndarray:
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 16], "data": ROWS.ravel().tolist()}]}
+    reply = requests.post(url(server, f"/v2/models/{model}/versions/{version}/infer"), json=body, timeout=10)
+    return np.array(reply.json()["outputs"][0]["data"], dtype=np.float32).reshape(2, 4)
+
+
+def test_json_bodies_reach_the_inputs_the_config_declares(torchserve: tuple[ServerProcess, int]) -> None:
+    server, _ = torchserve
+    unnamed = requests.post(url(server, "/predictions/mlp"), json=ROWS.tolist(), timeout=10)
+    assert unnamed.status_code == 200, unnamed.text
+    np.testing.assert_allclose(unnamed.json(), v2_reference(server, "mlp", "2"), rtol=1e-6)  # the newest version
+    named = requests.post(url(server, "/predictions/mlp/1"), json={"x": ROWS.tolist()}, timeout=10)
+    np.testing.assert_allclose(named.json(), v2_reference(server, "mlp", "1"), rtol=1e-6)
+    both = requests.post(
+        url(server, "/predictions/add_sub"), json={"INPUT0": ROWS.tolist(), "INPUT1": ROWS.tolist()}, timeout=10
+    )
+    assert set(both.json()) == {"OUTPUT0", "OUTPUT1"}
+    np.testing.assert_allclose(both.json()["OUTPUT0"], ROWS * 2, rtol=1e-6)
+    v2 = requests.post(
+        url(server, "/predictions/mlp/1"),
+        json={"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 16], "data": ROWS.ravel().tolist()}]},
+        timeout=10,
+    )
+    assert v2.json()["model_name"] == "mlp" and v2.json()["model_version"] == "1"
+
+
+def test_a_raw_body_is_one_element_of_the_bytes_input(torchserve: tuple[ServerProcess, int]) -> None:
+    server, _ = torchserve
+    reply = requests.post(
+        url(server, "/predictions/echo"),
+        data=b"a raw text body",
+        headers={"Content-Type": "text/plain"},
+        timeout=10,
+    )
+    assert reply.status_code == 200, reply.text
+    assert reply.json() == [["a raw text body"]]
+
+
+def test_errors_in_torchserve_shape(torchserve: tuple[ServerProcess, int]) -> None:
+    server, _ = torchserve
+    cases = [
+        ("POST", "/predictions/ghost", {"json": [1]}, 404, "ModelNotFoundException"),
+        ("POST", "/predictions/mlp/7", {"json": ROWS.tolist()}, 404, "ModelVersionNotFoundException"),
+        ("GET", "/predictions/mlp", {}, 405, "MethodNotAllowedException"),
+        (
+            "POST",
+            "/predictions/mlp",
+            {"data": b"\x00raw", "headers": {"Content-Type": "image/png"}},
+            400,
+            "BadRequestException",
+        ),
+        ("POST", "/predictions/mlp", {"json": [[1.0] * 3]}, 400, "BadRequestException"),
+    ]
+    for method, path, kwargs, status, kind in cases:
+        reply = requests.request(method, url(server, path), timeout=10, **kwargs)  # type: ignore[arg-type]
+        assert reply.status_code == status, (path, reply.text)
+        body = reply.json()
+        assert body["code"] == status and body["type"] == kind and body["message"], body
+
+
+def test_management_api_lists_and_describes(torchserve: tuple[ServerProcess, int]) -> None:
+    _, port = torchserve
+    management = f"http://127.0.0.1:{port}"
+    listing = requests.get(f"{management}/models", timeout=10).json()
+    assert [m["modelName"] for m in listing["models"]] == ["add_sub", "echo", "mlp"]
+    assert "nextPageToken" not in listing
+    page = requests.get(f"{management}/models", params={"limit": 2}, timeout=10).json()
+    assert [m["modelName"] for m in page["models"]] == ["add_sub", "echo"] and page["nextPageToken"] == "2"
+    rest = requests.get(f"{management}/models", params={"limit": 2, "next_page_token": 2}, timeout=10).json()
+    assert [m["modelName"] for m in rest["models"]] == ["mlp"]
+    (described,) = requests.get(f"{management}/models/mlp", timeout=10).json()
+    assert described["modelName"] == "mlp" and described["modelVersion"] == "2"
+    assert described["batchSize"] == 8 and described["maxBatchDelay"] == 0.5
+    assert described["minWorkers"] == described["maxWorkers"] == 2 and len(described["workers"]) == 2
+    assert [d["modelVersion"] for d in requests.get(f"{management}/models/mlp/all", timeout=10).json()] == ["1", "2"]
+    assert requests.get(f"{management}/models/mlp/1", timeout=10).json()[0]["modelVersion"] == "1"
+    missing = requests.get(f"{management}/models/ghost", timeout=10)
+    assert missing.status_code == 404 and missing.json()["type"] == "ModelNotFoundException"
+    # The management port serves management only.
+    assert requests.post(f"{management}/predictions/mlp", json=[1], timeout=10).status_code == 404
+
+
+def test_predictions_count_under_their_door(torchserve: tuple[ServerProcess, int]) -> None:
+    server, _ = torchserve
+    before = scrape(server)
+    requests.post(url(server, "/predictions/mlp/1"), json=ROWS.tolist(), timeout=10).raise_for_status()
+    labels = {"model": "mlp", "version": "1", "protocol": "torchserve", "outcome": "success"}
+    after = scrape(server)
+    assert (
+        sample(after, "inferd_requests_total", **labels)
+        - sample(before, "inferd_requests_total", missing=0.0, **labels)
+        == 1
+    )
+    assert orjson.loads(requests.get(url(server, "/ping"), timeout=10).content) == {"status": "Healthy"}
