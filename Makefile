@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXAMPLE_REPOSITORY := examples/model_repository
 
-.PHONY: serve test setup setup-example perf-analyzer example lint unit
+.PHONY: serve test setup setup-example perf-analyzer tfserving-client example lint unit
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,11 +37,15 @@ serve: example
 perf-analyzer:
 	scripts/install_perf_analyzer.sh
 
+# TF Serving's official Python client (with tensorflow) in .venv-tfserving, for the TF Serving gRPC tests.
+tfserving-client:
+	scripts/install_tfserving_client.sh
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 # The tests serve PyTorch models too: torch (CPU build) comes with the example's requirements.
-test: setup setup-example perf-analyzer lint
+test: setup setup-example perf-analyzer tfserving-client lint
 	$(BIN)/python -m pytest

@@ -235,6 +235,24 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     "(0: 4 per core, at least 16). They do not grow with the number of models.",
 )
 @click.option(
+    "--tfserving-grpc-port",
+    default=None,
+    type=click.IntRange(1, 65535),
+    envvar="INFERD_TFSERVING_GRPC_PORT",
+    help="Serve TF Serving's gRPC API (tensorflow.serving.PredictionService Predict and GetModelMetadata, "
+    "ModelService GetModelStatus) on this port (TF Serving uses 8500). Off unless given; TF Serving's REST "
+    "API (/v1/models/...) is on the HTTP port in every mode.",
+)
+@click.option(
+    "--tfserving-batching-parameters",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    envvar="INFERD_TFSERVING_BATCHING_PARAMETERS",
+    help="A TF Serving batching_parameters file (max_batch_size, batch_timeout_micros, max_enqueued_batches, "
+    "num_batch_threads, allowed_batch_sizes): its settings apply to every model that batches, mapped onto "
+    "dynamic batching and instances as the log says.",
+)
+@click.option(
     "--torchserve-management-port",
     default=None,
     type=click.IntRange(1, 65535),

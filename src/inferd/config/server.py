@@ -77,6 +77,10 @@ class ServerSettings(BaseModel):
     1 KiB/s on average after this long (default 10 s); else 408."""
     write_timeout_s: float = Field(default=30.0, gt=0)
     """HTTP: a client that reads nothing of its response for this long is disconnected (default 30 s)."""
+    tfserving_grpc_port: int | None = Field(default=None, ge=1, le=65535)
+    """TF Serving's gRPC API (PredictionService, ModelService) on this port; off when None (TF uses 8500)."""
+    tfserving_batching_parameters: str | None = None
+    """A TF Serving batching_parameters file whose settings every batching model takes."""
     torchserve_management_port: int | None = Field(default=None, ge=1, le=65535)
     """TorchServe's management API (read side) on this port; off when None (TorchServe uses 8081)."""
     sagemaker: bool = False

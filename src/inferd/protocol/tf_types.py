@@ -32,10 +32,6 @@ def tf_name(datatype: DataType) -> str:
     return _TF[datatype][0]
 
 
-def tf_number(datatype: DataType) -> int:
-    return _TF[datatype][1]
-
-
 def from_tf_number(number: int) -> DataType | None:
     """None for TF types inferd does not serve (complex, bfloat16, resource, ...)."""
     return _BY_NUMBER.get(number)

@@ -18,7 +18,7 @@ from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import LinkedModels, open_repositories
 from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
-from inferd.server.grpc import build_grpc_server
+from inferd.server.grpc import build_grpc_server, new_grpc_server
 from inferd.server.http import HttpApp
 from inferd.server.http11 import HttpLimits, HttpServer
 from inferd.server.kserve import KServeDoor
@@ -28,6 +28,7 @@ from inferd.server.prometheus import serve_metrics
 from inferd.server.routes import Router
 from inferd.server.sagemaker import SageMakerDoor
 from inferd.server.tfserving import TfServingDoor
+from inferd.server.tfserving_grpc import add_tfserving_servicers
 from inferd.server.torchserve import TorchServeDoor
 
 logger = logging.getLogger("inferd.server")
@@ -98,6 +99,11 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
         management_server = HttpServer(management_app, limits)
     grpc_server = build_grpc_server(service, max_message_bytes=settings.max_request_bytes)
     grpc_server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
+    tfserving_server = None
+    if settings.tfserving_grpc_port is not None:
+        tfserving_server = new_grpc_server(settings.max_request_bytes)
+        add_tfserving_servicers(service, tfserving_server)
+        tfserving_server.add_insecure_port(f"{settings.host}:{settings.tfserving_grpc_port}")
     metrics_server = serve_metrics(
         statistics,
         service.model_states,
@@ -110,6 +116,9 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
 
     # Listeners come up before models load: liveness answers at once, readiness once loading is done.
     await grpc_server.start()
+    if tfserving_server is not None:
+        await tfserving_server.start()
+        logger.info("TF Serving gRPC API on %s:%d", settings.host, settings.tfserving_grpc_port)
     await http_server.start(settings.host, settings.http_port)
     if management_server is not None and settings.torchserve_management_port is not None:
         await management_server.start(settings.host, settings.torchserve_management_port)
@@ -151,6 +160,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
         http_server.shutdown(settings.shutdown_timeout_s),
         grpc_server.stop(grace=settings.shutdown_timeout_s),
         *([management_server.shutdown(settings.shutdown_timeout_s)] if management_server is not None else []),
+        *([tfserving_server.stop(grace=settings.shutdown_timeout_s)] if tfserving_server is not None else []),
     )
     metrics_server.shutdown()
     await registry.close()

@@ -77,7 +77,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         async def index() -> Any:
             return grpc_v2.encode_repository_index(await self._service.repository_index(ready_only=request.ready))
 
-        return await _call_async(context, "RepositoryIndex", index)
+        return await call_async(context, "RepositoryIndex", index)
 
     async def RepositoryModelLoad(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def load() -> Any:
@@ -85,7 +85,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             await self._service.load_model(request.model_name, config_json=config, files=files)
             return pb.RepositoryModelLoadResponse()
 
-        return await _call_async(context, "RepositoryModelLoad", load)
+        return await call_async(context, "RepositoryModelLoad", load)
 
     async def RepositoryModelUnload(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def unload() -> Any:
@@ -93,7 +93,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             await self._service.unload_model(request.model_name, unload_dependents=dependents)
             return pb.RepositoryModelUnloadResponse()
 
-        return await _call_async(context, "RepositoryModelUnload", unload)
+        return await call_async(context, "RepositoryModelUnload", unload)
 
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         metadata = dict(context.invocation_metadata() or ())
@@ -118,9 +118,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             context.set_trailing_metadata(tuple(trailers))
             return message
         except InferdError as exc:
-            await _abort(context, "ModelInfer", exc, exc.request_id or request_id or new_request_id())
+            await abort(context, "ModelInfer", exc, exc.request_id or request_id or new_request_id())
         except Exception:
-            await _abort_unexpected(context, "ModelInfer", request_id)
+            await abort_unexpected(context, "ModelInfer", request_id)
         finally:
             current_request_id.reset(token)
 
@@ -129,20 +129,20 @@ async def _call(context: grpc.aio.ServicerContext, method: str, build: Callable[
     async def run() -> T:
         return build()
 
-    return await _call_async(context, method, run)
+    return await call_async(context, method, run)
 
 
-async def _call_async(context: grpc.aio.ServicerContext, method: str, build: Callable[[], Awaitable[T]]) -> T:
+async def call_async(context: grpc.aio.ServicerContext, method: str, build: Callable[[], Awaitable[T]]) -> T:
     try:
         return await build()
     except InferdError as exc:
-        await _abort(context, method, exc, _metadata_request_id(context) or new_request_id())
+        await abort(context, method, exc, _metadata_request_id(context) or new_request_id())
     except Exception:
-        await _abort_unexpected(context, method, _metadata_request_id(context))
+        await abort_unexpected(context, method, _metadata_request_id(context))
     raise AssertionError("unreachable: abort raises")
 
 
-async def _abort(context: grpc.aio.ServicerContext, method: str, error: InferdError, request_id: str) -> None:
+async def abort(context: grpc.aio.ServicerContext, method: str, error: InferdError, request_id: str) -> None:
     status = GRPC_STATUS[error.code]
     log = logger.error if status is grpc.StatusCode.INTERNAL else logger.warning
     log("%s -> %s %s: %s", method, status.name, error.code.value, error.message, extra={"request_id": request_id})
@@ -157,10 +157,10 @@ async def _abort(context: grpc.aio.ServicerContext, method: str, error: InferdEr
     await context.abort(status, error.message)
 
 
-async def _abort_unexpected(context: grpc.aio.ServicerContext, method: str, request_id: str) -> None:
+async def abort_unexpected(context: grpc.aio.ServicerContext, method: str, request_id: str) -> None:
     request_id = request_id or new_request_id()
     logger.exception("unexpected error in %s", method, extra={"request_id": request_id})
-    await _abort(context, method, InternalError("internal error; see the server log"), request_id)
+    await abort(context, method, InternalError("internal error; see the server log"), request_id)
 
 
 def _metadata_request_id(context: grpc.aio.ServicerContext) -> str:
@@ -171,12 +171,17 @@ def _metadata_request_id(context: grpc.aio.ServicerContext) -> str:
 
 
 def build_grpc_server(service: InferenceService, *, max_message_bytes: int) -> grpc.aio.Server:
-    server = grpc.aio.server(
+    server = new_grpc_server(max_message_bytes)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service), server)
+    return server
+
+
+def new_grpc_server(max_message_bytes: int) -> grpc.aio.Server:
+    """A gRPC server with inferd's limits, for any door's services."""
+    return grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),
         ]
     )
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service), server)
-    return server

@@ -52,12 +52,7 @@ class TfServingDoor:
         label = params.get("label")
         if label is None:
             return params.get("version", "")
-        model = params["model"]
-        labels = parse_version_labels(self._service.model_config(model).parameters.get(VERSION_LABELS_PARAMETER, ""))
-        if label not in labels:
-            known = ", ".join(sorted(labels)) or f"none (set the '{VERSION_LABELS_PARAMETER}' parameter)"
-            raise InvalidRequestError(f"Unrecognized servable version label: {label} (model '{model}' labels: {known})")
-        return labels[label]
+        return label_version(self._service, params["model"], label)
 
     async def _status(self, request: HttpRequest, params: Params) -> HttpResponse:
         # As in TF Serving, a label is not resolved here: the status of every version answers.
@@ -108,6 +103,15 @@ class TfServingDoor:
             f"'{verb}' is not supported: inferd serves predict only (POST /v1/models/{params['model']}:predict); "
             "classify and regress need TensorFlow's Example-based signatures"
         )
+
+
+def label_version(service: InferenceService, model: str, label: str) -> str:
+    """The version `label` names in the model's `version_labels` parameter."""
+    labels = parse_version_labels(service.model_config(model).parameters.get(VERSION_LABELS_PARAMETER, ""))
+    if label not in labels:
+        known = ", ".join(sorted(labels)) or f"none (set the '{VERSION_LABELS_PARAMETER}' parameter)"
+        raise InvalidRequestError(f"Unrecognized servable version label: {label} (model '{model}' labels: {known})")
+    return labels[label]
 
 
 def parse_version_labels(text: str) -> dict[str, str]:

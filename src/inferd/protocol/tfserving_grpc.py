@@ -1,0 +1,165 @@
+"""TF Serving's gRPC messages (PredictRequest/Response, GetModelMetadata, GetModelStatus) ⇄ inferd's
+types, on the wire-compatible messages of `protocol.tfserving_pb` (no TensorFlow import).
+
+A TensorProto's values arrive in `tensor_content` (raw little-endian bytes) or in the typed `*_val`
+field TensorFlow uses for its dtype (`int_val` for the small integer types, `half_val` holding
+FP16's bits, `string_val` for strings); fewer values than the shape holds repeat the last one, as
+TensorFlow fills them. Outputs go back in `tensor_content`, strings in `string_val`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from inferd.errors import MalformedRequestError, TensorDataError
+from inferd.protocol.tf_types import DEFAULT_SIGNATURE, PREDICT_METHOD, STATE_NUMBERS, from_tf_number, tf_name
+from inferd.protocol.tfserving_json import check_signature_name
+from inferd.protocol.tfserving_pb import tensorflow_pb2 as tf_pb
+from inferd.protocol.tfserving_pb import tensorflow_serving_pb2 as serving_pb
+from inferd.types import DataType, ModelMetadata, RequestedOutput, Tensor, TensorMetadata, element_count
+
+# The *_val field TensorFlow writes each dtype's values to.
+_VALUE_FIELDS = {
+    DataType.FP32: "float_val",
+    DataType.FP64: "double_val",
+    DataType.INT32: "int_val",
+    DataType.INT16: "int_val",
+    DataType.INT8: "int_val",
+    DataType.UINT8: "int_val",
+    DataType.UINT16: "int_val",
+    DataType.INT64: "int64_val",
+    DataType.BOOL: "bool_val",
+    DataType.FP16: "half_val",
+    DataType.UINT32: "uint32_val",
+    DataType.UINT64: "uint64_val",
+    DataType.BYTES: "string_val",
+}
+
+
+def model_spec_version(spec: Any) -> tuple[str, str]:
+    """(version number as text or "", version label or "") of a ModelSpec."""
+    choice = spec.WhichOneof("version_choice")
+    if choice == "version":
+        return str(spec.version.value), ""
+    if choice == "version_label":
+        return "", spec.version_label
+    return "", ""
+
+
+def decode_predict(message: Any) -> tuple[tuple[Tensor, ...], tuple[RequestedOutput, ...]]:
+    """The inputs and the outputs asked for (`output_filter`; none: all) of a PredictRequest."""
+    check_signature_name(message.model_spec.signature_name)
+    if not message.inputs:
+        raise MalformedRequestError("PredictRequest.inputs is empty")
+    inputs = tuple(tensor_from_proto(name, proto) for name, proto in sorted(message.inputs.items()))
+    outputs = tuple(RequestedOutput(name) for name in message.output_filter)
+    return inputs, outputs
+
+
+def tensor_from_proto(name: str, proto: Any) -> Tensor:
+    datatype = from_tf_number(proto.dtype)
+    if datatype is None:
+        dtype_name = tf_pb.DataType.Name(proto.dtype) if proto.dtype in tf_pb.DataType.values() else proto.dtype
+        raise TensorDataError(f"input '{name}': dtype {dtype_name} is not one inferd serves", tensor=name)
+    if proto.tensor_shape.unknown_rank:
+        raise TensorDataError(f"input '{name}': the shape has an unknown rank", tensor=name)
+    shape = tuple(dim.size for dim in proto.tensor_shape.dim)
+    if any(size < 0 for size in shape):
+        raise TensorDataError(f"input '{name}': shape {list(shape)} has a negative dimension", tensor=name)
+    count = element_count(shape)
+    if proto.tensor_content and datatype is not DataType.BYTES:
+        dtype = datatype.numpy_dtype
+        if len(proto.tensor_content) != count * dtype.itemsize:
+            raise TensorDataError(
+                f"input '{name}': tensor_content holds {len(proto.tensor_content)} bytes; shape {list(shape)} of "
+                f"{datatype.value} needs {count * dtype.itemsize}",
+                tensor=name,
+            )
+        return Tensor(name, datatype, shape, np.frombuffer(proto.tensor_content, dtype=dtype).reshape(shape))
+    values = getattr(proto, _VALUE_FIELDS[datatype])
+    if len(values) > count or (not values and count):
+        raise TensorDataError(
+            f"input '{name}': {_VALUE_FIELDS[datatype]} holds {len(values)} values; shape {list(shape)} holds {count}",
+            tensor=name,
+        )
+    if datatype is DataType.BYTES:
+        array = np.empty(len(values), dtype=object)
+        array[:] = list(values)
+    elif datatype is DataType.FP16:
+        array = np.array(values, dtype=np.int32).astype(np.uint16).view(np.float16)
+    else:
+        array = _checked(name, datatype, np.array(values))
+    if len(array) < count:  # TensorFlow repeats the last value over the rest
+        array = np.concatenate([array, np.repeat(array[-1:], count - len(array))])
+    return Tensor(name, datatype, shape, array.reshape(shape))
+
+
+def _checked(name: str, datatype: DataType, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    target = datatype.numpy_dtype
+    if target.kind in "iu" and values.size:
+        info = np.iinfo(target)
+        if values.min() < info.min or values.max() > info.max:
+            raise TensorDataError(f"input '{name}': a value is outside {datatype.value}'s range", tensor=name)
+    return values.astype(target)
+
+
+def tensor_to_proto(tensor: Tensor) -> Any:
+    proto = tf_pb.TensorProto(dtype=tf_name(tensor.datatype))
+    proto.tensor_shape.dim.extend(tf_pb.TensorShapeProto.Dim(size=size) for size in tensor.shape)
+    if tensor.datatype is DataType.BYTES:
+        proto.string_val.extend(
+            item if isinstance(item, bytes) else str(item).encode("utf-8") for item in tensor.data.reshape(-1)
+        )
+    else:
+        proto.tensor_content = np.ascontiguousarray(tensor.data, dtype=tensor.datatype.numpy_dtype).tobytes()
+    return proto
+
+
+def encode_predict(outputs: Sequence[Tensor], model: str, version: str) -> Any:
+    message = serving_pb.PredictResponse()
+    message.model_spec.name = model
+    message.model_spec.signature_name = DEFAULT_SIGNATURE
+    if version.isdigit():
+        message.model_spec.version.value = int(version)
+    for tensor in outputs:
+        message.outputs[tensor.name].CopyFrom(tensor_to_proto(tensor))
+    return message
+
+
+def encode_metadata(metadata: ModelMetadata, version: str, fields: Sequence[str]) -> Any:
+    for field in fields:
+        if field != "signature_def":
+            raise MalformedRequestError(f"Metadata field {field} is not supported; ask for signature_def")
+    signature = tf_pb.SignatureDef(method_name=PREDICT_METHOD)
+    for tensors, target in ((metadata.inputs, signature.inputs), (metadata.outputs, signature.outputs)):
+        for tensor in tensors:
+            target[tensor.name].CopyFrom(_tensor_info(tensor))
+    signatures = serving_pb.SignatureDefMap()
+    signatures.signature_def[DEFAULT_SIGNATURE].CopyFrom(signature)
+    message = serving_pb.GetModelMetadataResponse()
+    message.model_spec.name = metadata.name
+    if version.isdigit():
+        message.model_spec.version.value = int(version)
+    message.metadata["signature_def"].Pack(signatures)
+    return message
+
+
+def encode_status(versions: Sequence[tuple[str, str, str]]) -> Any:
+    """GetModelStatusResponse; `versions`: (version, TF state name, error message), newest first."""
+    message = serving_pb.GetModelStatusResponse()
+    for version, state, reason in versions:
+        entry = message.model_version_status.add(
+            version=int(version) if version.isdigit() else 0, state=STATE_NUMBERS[state]
+        )
+        entry.status.error_code = 2 if reason else 0  # UNKNOWN, or OK
+        entry.status.error_message = reason
+    return message
+
+
+def _tensor_info(tensor: TensorMetadata) -> Any:
+    info = tf_pb.TensorInfo(name=tensor.name, dtype=tf_name(DataType.from_wire(tensor.datatype)))
+    info.tensor_shape.dim.extend(tf_pb.TensorShapeProto.Dim(size=size) for size in tensor.shape)
+    return info

@@ -1,0 +1,135 @@
+from google.protobuf import any_pb2 as _any_pb2
+from google.protobuf import wrappers_pb2 as _wrappers_pb2
+from inferd.protocol.tfserving_pb import tensorflow_pb2 as _tensorflow_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ModelSpec(_message.Message):
+    __slots__ = ("name", "version", "version_label", "signature_name")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_LABEL_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: _wrappers_pb2.Int64Value
+    version_label: str
+    signature_name: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[_Union[_wrappers_pb2.Int64Value, _Mapping]] = ..., version_label: _Optional[str] = ..., signature_name: _Optional[str] = ...) -> None: ...
+
+class PredictRequest(_message.Message):
+    __slots__ = ("model_spec", "inputs", "output_filter")
+    class InputsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _tensorflow_pb2.TensorProto
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_tensorflow_pb2.TensorProto, _Mapping]] = ...) -> None: ...
+    MODEL_SPEC_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FILTER_FIELD_NUMBER: _ClassVar[int]
+    model_spec: ModelSpec
+    inputs: _containers.MessageMap[str, _tensorflow_pb2.TensorProto]
+    output_filter: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model_spec: _Optional[_Union[ModelSpec, _Mapping]] = ..., inputs: _Optional[_Mapping[str, _tensorflow_pb2.TensorProto]] = ..., output_filter: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PredictResponse(_message.Message):
+    __slots__ = ("model_spec", "outputs")
+    class OutputsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _tensorflow_pb2.TensorProto
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_tensorflow_pb2.TensorProto, _Mapping]] = ...) -> None: ...
+    MODEL_SPEC_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    model_spec: ModelSpec
+    outputs: _containers.MessageMap[str, _tensorflow_pb2.TensorProto]
+    def __init__(self, model_spec: _Optional[_Union[ModelSpec, _Mapping]] = ..., outputs: _Optional[_Mapping[str, _tensorflow_pb2.TensorProto]] = ...) -> None: ...
+
+class SignatureDefMap(_message.Message):
+    __slots__ = ("signature_def",)
+    class SignatureDefEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _tensorflow_pb2.SignatureDef
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_tensorflow_pb2.SignatureDef, _Mapping]] = ...) -> None: ...
+    SIGNATURE_DEF_FIELD_NUMBER: _ClassVar[int]
+    signature_def: _containers.MessageMap[str, _tensorflow_pb2.SignatureDef]
+    def __init__(self, signature_def: _Optional[_Mapping[str, _tensorflow_pb2.SignatureDef]] = ...) -> None: ...
+
+class GetModelMetadataRequest(_message.Message):
+    __slots__ = ("model_spec", "metadata_field")
+    MODEL_SPEC_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_FIELD_NUMBER: _ClassVar[int]
+    model_spec: ModelSpec
+    metadata_field: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model_spec: _Optional[_Union[ModelSpec, _Mapping]] = ..., metadata_field: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetModelMetadataResponse(_message.Message):
+    __slots__ = ("model_spec", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _any_pb2.Any
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_any_pb2.Any, _Mapping]] = ...) -> None: ...
+    MODEL_SPEC_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    model_spec: ModelSpec
+    metadata: _containers.MessageMap[str, _any_pb2.Any]
+    def __init__(self, model_spec: _Optional[_Union[ModelSpec, _Mapping]] = ..., metadata: _Optional[_Mapping[str, _any_pb2.Any]] = ...) -> None: ...
+
+class StatusProto(_message.Message):
+    __slots__ = ("error_code", "error_message")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class GetModelStatusRequest(_message.Message):
+    __slots__ = ("model_spec",)
+    MODEL_SPEC_FIELD_NUMBER: _ClassVar[int]
+    model_spec: ModelSpec
+    def __init__(self, model_spec: _Optional[_Union[ModelSpec, _Mapping]] = ...) -> None: ...
+
+class ModelVersionStatus(_message.Message):
+    __slots__ = ("version", "state", "status")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        UNKNOWN: _ClassVar[ModelVersionStatus.State]
+        START: _ClassVar[ModelVersionStatus.State]
+        LOADING: _ClassVar[ModelVersionStatus.State]
+        AVAILABLE: _ClassVar[ModelVersionStatus.State]
+        UNLOADING: _ClassVar[ModelVersionStatus.State]
+        END: _ClassVar[ModelVersionStatus.State]
+    UNKNOWN: ModelVersionStatus.State
+    START: ModelVersionStatus.State
+    LOADING: ModelVersionStatus.State
+    AVAILABLE: ModelVersionStatus.State
+    UNLOADING: ModelVersionStatus.State
+    END: ModelVersionStatus.State
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    state: ModelVersionStatus.State
+    status: StatusProto
+    def __init__(self, version: _Optional[int] = ..., state: _Optional[_Union[ModelVersionStatus.State, str]] = ..., status: _Optional[_Union[StatusProto, _Mapping]] = ...) -> None: ...
+
+class GetModelStatusResponse(_message.Message):
+    __slots__ = ("model_version_status",)
+    MODEL_VERSION_STATUS_FIELD_NUMBER: _ClassVar[int]
+    model_version_status: _containers.RepeatedCompositeFieldContainer[ModelVersionStatus]
+    def __init__(self, model_version_status: _Optional[_Iterable[_Union[ModelVersionStatus, _Mapping]]] = ...) -> None: ...
