@@ -221,3 +221,21 @@ def test_requests_count_under_their_door(tf_python: str, tf_server: tuple[Server
         - sample(before, "inferd_requests_total", missing=0.0, **labels)
         == 1
     )
+
+
+def test_batching_parameters_file_carries_over(repository: Path, tmp_path: Path) -> None:
+    parameters = tmp_path / "batching_parameters.txt"
+    parameters.write_text(
+        "max_batch_size { value: 64 }\nbatch_timeout_micros { value: 1000 }\n"
+        "max_enqueued_batches { value: 1000000 }\nnum_batch_threads { value: 4 }\n"
+    )
+    with run_server(repository, tmp_path / "server.log", "--tfserving-batching-parameters", str(parameters)) as server:
+        config = json.loads(http_request(server, "GET", "/v2/models/mlp/config").body)
+        unbatched = json.loads(http_request(server, "GET", "/v2/models/unbatched/config").body)
+        log = server.log()
+    assert config["max_batch_size"] == 64
+    assert int(config["dynamic_batching"]["max_queue_delay_microseconds"]) == 1000
+    assert int(config["dynamic_batching"]["default_queue_policy"]["max_queue_size"]) == 64_000_000
+    assert [group["count"] for group in config["instance_group"]] == [4]
+    assert unbatched["max_batch_size"] == 0 and "dynamic_batching" not in unbatched
+    assert "batch_timeout_micros 1000 -> dynamic_batching max_queue_delay_microseconds 1000" in log

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
+from inferd.config.batching import BatchingDefaults
 from inferd.config.loader import read_model_config
 from inferd.config.model import ModelConfig
 from inferd.core.ensemble import EnsembleHandle, StepInference, plan_ensemble
@@ -186,10 +187,13 @@ class ModelRegistry:
         execution_threads: int = 0,
         *,
         shared_intra_op_pool: bool = True,
+        batching_defaults: BatchingDefaults | None = None,
     ) -> None:
         """`execution_threads`: the worker threads every loaded model shares (0: the default);
-        `shared_intra_op_pool`: whether sessions compute on one pool (see core.executor)."""
+        `shared_intra_op_pool`: whether sessions compute on one pool (see core.executor);
+        `batching_defaults`: settings every batching model takes (--tfserving-batching-parameters)."""
         self._repository = repository
+        self._batching_defaults = batching_defaults
         self._shared_intra_op_pool = shared_intra_op_pool
         self._threads = make_execution_threads(execution_threads)
         self._metrics = metrics or NoMetrics()
@@ -534,6 +538,8 @@ class ModelRegistry:
             if config is None:
                 config = read_model_config(model_dir)
             config = replace(config, name=name)
+            if self._batching_defaults is not None:
+                config = self._batching_defaults.apply(config)
             if config.ignored_fields:
                 logger.warning(
                     "model %s: config fields not supported and ignored: %s",

@@ -18,6 +18,7 @@ from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import LinkedModels, open_repositories
 from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
+from inferd.protocol.tfserving_batching import read_batching_parameters
 from inferd.server.grpc import build_grpc_server, new_grpc_server
 from inferd.server.http import HttpApp
 from inferd.server.http11 import HttpLimits, HttpServer
@@ -66,12 +67,18 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
             max_models=settings.max_loaded_models,
             pinned=frozenset(name for name in settings.load_models if name != "*"),
         )
+    batching_defaults = None
+    if settings.tfserving_batching_parameters is not None:
+        batching_defaults, mapping = read_batching_parameters(settings.tfserving_batching_parameters)
+        for line in mapping:
+            logger.info("TF Serving batching parameters: %s", line)
     registry = ModelRegistry(
         repository,
         statistics,
         budget,
         settings.execution_threads,
         shared_intra_op_pool=settings.intra_op_pools is IntraOpPools.SHARED,
+        batching_defaults=batching_defaults,
     )
     service = InferenceService(
         registry,

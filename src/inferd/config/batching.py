@@ -1,0 +1,50 @@
+"""Server-wide batching settings that every batching model takes: how a TF Serving user's
+`batching_parameters` file (read by `protocol.tfserving_batching`) carries over onto inferd's
+dynamic batcher and instances."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from inferd.config.model import DynamicBatchingConfig, InstanceGroup, ModelConfig
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingDefaults:
+    max_batch_size: int
+    """The largest batch formed (TF: max_batch_size)."""
+    max_queue_delay_us: int
+    """How long a batch waits to fill (TF: batch_timeout_micros)."""
+    max_queue_size: int
+    """Requests waiting at most (TF: max_enqueued_batches x max_batch_size); 0: unbounded."""
+    instances: int
+    """Batches run at once (TF: num_batch_threads) as the model's instance count."""
+    preferred_batch_sizes: tuple[int, ...] = ()
+    """Batch sizes to form when the queue allows (TF: allowed_batch_sizes, which TF pads up to)."""
+
+    def apply(self, config: ModelConfig) -> ModelConfig:
+        """`config` with these settings when its model batches (max_batch_size > 0, not an ensemble,
+        which batches through its steps); as it is otherwise."""
+        if config.max_batch_size <= 0 or config.ensemble is not None:
+            return config
+        batching = config.dynamic_batching or DynamicBatchingConfig()
+        queue_policy = replace(batching.default_queue_policy, max_queue_size=self.max_queue_size)
+        kind = config.instance_groups[0].kind if config.instance_groups else InstanceGroup().kind
+        return replace(
+            config,
+            max_batch_size=self.max_batch_size,
+            dynamic_batching=replace(
+                batching,
+                max_queue_delay_us=self.max_queue_delay_us,
+                preferred_batch_sizes=self.preferred_batch_sizes,
+                default_queue_policy=queue_policy,
+            ),
+            instance_groups=(InstanceGroup(count=self.instances, kind=kind),),
+        )
+
+    def describe(self) -> str:
+        return (
+            f"max_batch_size {self.max_batch_size}, max_queue_delay_microseconds {self.max_queue_delay_us}, "
+            f"max_queue_size {self.max_queue_size or 'unbounded'}, instance_group count {self.instances}"
+            + (f", preferred_batch_size {list(self.preferred_batch_sizes)}" if self.preferred_batch_sizes else "")
+        )

@@ -1,0 +1,68 @@
+"""TF Serving's `batching_parameters` text format (what --batching_parameters_file reads) →
+`config.batching.BatchingDefaults`, with TF Serving's defaults for fields left out and each
+field's mapping said in words, for the log."""
+
+from __future__ import annotations
+
+import os
+
+from google.protobuf import text_format
+
+from inferd.config.batching import BatchingDefaults
+from inferd.errors import ModelConfigError
+from inferd.protocol.tfserving_pb import tensorflow_serving_pb2 as serving_pb
+
+# TF's shared_batch_scheduler defaults for fields a file leaves out.
+_DEFAULT_MAX_BATCH_SIZE = 1000
+_DEFAULT_MAX_ENQUEUED_BATCHES = 10
+
+
+def read_batching_parameters(path: str) -> tuple[BatchingDefaults, list[str]]:
+    """The settings, and one line per field saying what it became in inferd (or that it is ignored)."""
+    with open(path, encoding="utf-8") as file:
+        text = file.read()
+    message = serving_pb.BatchingParameters()
+    try:
+        text_format.Parse(text, message)
+    except text_format.ParseError as exc:
+        raise ModelConfigError(f"{path}: not a TF Serving batching_parameters file: {exc}") from None
+    max_batch = message.max_batch_size.value if message.HasField("max_batch_size") else _DEFAULT_MAX_BATCH_SIZE
+    timeout = message.batch_timeout_micros.value if message.HasField("batch_timeout_micros") else 0
+    enqueued = (
+        message.max_enqueued_batches.value
+        if message.HasField("max_enqueued_batches")
+        else _DEFAULT_MAX_ENQUEUED_BATCHES
+    )
+    threads = message.num_batch_threads.value if message.HasField("num_batch_threads") else os.cpu_count() or 1
+    allowed = tuple(message.allowed_batch_sizes)
+    if max_batch < 1 or timeout < 0 or enqueued < 1 or threads < 1:
+        raise ModelConfigError(f"{path}: sizes, counts and the timeout must be positive")
+    if allowed and (list(allowed) != sorted(set(allowed)) or allowed[-1] != max_batch):
+        raise ModelConfigError(
+            f"{path}: allowed_batch_sizes must increase and end with max_batch_size ({max_batch}); got {list(allowed)}"
+        )
+    defaults = BatchingDefaults(
+        max_batch_size=max_batch,
+        max_queue_delay_us=timeout,
+        max_queue_size=enqueued * max_batch,
+        instances=threads,
+        preferred_batch_sizes=allowed,
+    )
+    mapping = [
+        f"max_batch_size {max_batch} -> max_batch_size {max_batch}",
+        f"batch_timeout_micros {timeout} -> dynamic_batching max_queue_delay_microseconds {timeout}",
+        f"max_enqueued_batches {enqueued} -> max_queue_size {enqueued * max_batch} (batches x max_batch_size)",
+        f"num_batch_threads {threads} -> instance_group count {threads} (batches run at once)",
+    ]
+    if allowed:
+        mapping.append(
+            f"allowed_batch_sizes {list(allowed)} -> preferred_batch_size {list(allowed)} (formed when the queue "
+            "allows; inferd does not pad a batch up to one)"
+        )
+    set_fields = {field.name for field, _ in message.ListFields()}
+    for field in ("thread_pool_name", "pad_variable_length_inputs", "enable_large_batch_splitting"):
+        if field in set_fields:
+            mapping.append(f"{field}: ignored (no inferd equivalent)")
+    if message.HasField("max_execution_batch_size"):
+        mapping.append("max_execution_batch_size: ignored (inferd never splits a request across batches)")
+    return defaults, mapping
