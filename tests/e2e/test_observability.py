@@ -29,6 +29,11 @@ def scrape(server: ServerProcess) -> str:
         return response.read().decode()
 
 
+def grew(before: str, after: str, name: str, **labels: str) -> float:
+    """How much the series `name{labels...}` grew between two scrapes (absent before: from 0)."""
+    return sample(after, name, **labels) - sample(before, name, missing=0.0, **labels)
+
+
 def sample(text: str, name: str, missing: float | None = None, **labels: str) -> float:
     """The value of the series `name{labels...}`; `missing` (or a failed assertion) if absent."""
     for line in text.splitlines():

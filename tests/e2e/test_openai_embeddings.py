@@ -14,7 +14,7 @@ import requests
 
 from inferd.testing.server import ServerProcess
 from tests.e2e.conftest import http_request
-from tests.e2e.test_observability import sample, scrape
+from tests.e2e.test_observability import grew, scrape
 from tests.e2e.test_pipeline import reference_embeddings
 
 pytestmark = pytest.mark.e2e
@@ -96,11 +96,6 @@ def test_requests_count_under_their_door(pipeline_server: ServerProcess) -> None
         openai_client.embeddings.create(model="sentence_embedding", input=["a", "b"])
     after = scrape(pipeline_server)
     labels = {"model": "sentence_embedding", "protocol": "openai", "outcome": "success"}
-    grew = sample(after, "inferd_requests_total", **labels) - sample(
-        before, "inferd_requests_total", missing=0.0, **labels
-    )
-    assert grew == 1
+    assert grew(before, after, "inferd_requests_total", **labels) == 1
     steps = {"model": "minilm", "protocol": "ensemble", "outcome": "success"}
-    assert sample(after, "inferd_requests_total", **steps) > sample(
-        before, "inferd_requests_total", missing=0.0, **steps
-    )
+    assert grew(before, after, "inferd_requests_total", **steps) > 0

@@ -20,7 +20,7 @@ from inferd.cli.serve import sagemaker_ports
 from inferd.testing.models import add_sub_model, mlp_model, write_config
 from inferd.testing.server import ServerProcess, free_port, run_server
 from tests.e2e.conftest import http_request
-from tests.e2e.test_observability import sample, scrape
+from tests.e2e.test_observability import grew, scrape
 
 pytestmark = pytest.mark.e2e
 
@@ -221,11 +221,7 @@ def test_boto3_path_counts_under_the_sagemaker_door(sagemaker_server: ServerProc
     runtime(sagemaker_server).invoke_endpoint(EndpointName="local", Body=v2_body(ROWS), ContentType="application/json")
     labels = {"model": "mlp", "protocol": "sagemaker", "outcome": "success"}
     after = scrape(sagemaker_server)
-    assert (
-        sample(after, "inferd_requests_total", **labels)
-        - sample(before, "inferd_requests_total", missing=0.0, **labels)
-        == 1
-    )
+    assert grew(before, after, "inferd_requests_total", **labels) == 1
 
 
 def test_safe_port_range_moves_the_other_listeners(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,7 @@ import requests
 
 from inferd.testing.server import ServerProcess
 from tests.e2e.conftest import Clients, http_request
-from tests.e2e.test_observability import sample, scrape
+from tests.e2e.test_observability import grew, scrape
 
 pytestmark = pytest.mark.e2e
 
@@ -192,8 +192,4 @@ def test_requests_count_under_their_door(server: ServerProcess) -> None:
     assert predict(server, "mlp/versions/3", {"instances": ROWS.tolist()}).status_code == 200
     labels = {"model": "mlp", "version": "3", "protocol": "tfserving_rest", "outcome": "success"}
     after = scrape(server)
-    assert (
-        sample(after, "inferd_requests_total", **labels)
-        - sample(before, "inferd_requests_total", missing=0.0, **labels)
-        == 1
-    )
+    assert grew(before, after, "inferd_requests_total", **labels) == 1

@@ -13,7 +13,7 @@ import requests
 from inferd.testing.models import add_sub_model, identity_model, mlp_model, write_config
 from inferd.testing.server import ServerProcess, free_port, run_server
 from inferd.types import DataType
-from tests.e2e.test_observability import sample, scrape
+from tests.e2e.test_observability import grew, scrape
 
 pytestmark = pytest.mark.e2e
 
@@ -130,9 +130,5 @@ def test_predictions_count_under_their_door(torchserve: tuple[ServerProcess, int
     requests.post(url(server, "/predictions/mlp/1"), json=ROWS.tolist(), timeout=10).raise_for_status()
     labels = {"model": "mlp", "version": "1", "protocol": "torchserve", "outcome": "success"}
     after = scrape(server)
-    assert (
-        sample(after, "inferd_requests_total", **labels)
-        - sample(before, "inferd_requests_total", missing=0.0, **labels)
-        == 1
-    )
+    assert grew(before, after, "inferd_requests_total", **labels) == 1
     assert orjson.loads(requests.get(url(server, "/ping"), timeout=10).content) == {"status": "Healthy"}

@@ -309,6 +309,14 @@ def _split(body: bytes, header_length: int | None) -> tuple[bytes, memoryview]:
 LARGE_HEADER_BYTES = 8 * 1024
 
 
+def load_json(body: bytes) -> Any:
+    """Any door's JSON body as Python objects, or the 400 that says why it is not JSON."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedRequestError(f"request body is not valid JSON: {exc}") from None
+
+
 def _load_header(header: bytes) -> Any:
     """The JSON header as Python objects; in large headers each input's `data` stays a simdjson.Array."""
     try:

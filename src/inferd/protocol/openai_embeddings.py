@@ -31,10 +31,7 @@ class EmbeddingsRequest:
 
 
 def decode_request(body: bytes) -> EmbeddingsRequest:
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise MalformedRequestError(f"request body is not valid JSON: {exc}") from None
+    document = json_v2.load_json(body)
     if not isinstance(document, dict):
         raise MalformedRequestError("request body must be a JSON object with 'model' and 'input'")
     model = document.get("model")

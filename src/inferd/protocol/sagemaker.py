@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from inferd.errors import MalformedRequestError, NotAcceptableError, TensorDataError, UnsupportedMediaTypeError
+from inferd.protocol import json_v2
 from inferd.types import DataType
 
 JSON = "application/json"
@@ -72,13 +72,6 @@ def is_v2_body(document: Any) -> bool:
     )
 
 
-def load_json(body: bytes) -> Any:
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise MalformedRequestError(f"request body is not valid JSON: {exc}") from None
-
-
 def decode_npy(body: bytes) -> np.ndarray[Any, Any]:
     """One array in NumPy's .npy format (no pickled objects: a .npy of objects is refused)."""
     try:
@@ -129,7 +122,7 @@ def encode_csv(array: np.ndarray[Any, Any]) -> bytes:
 
 def decode_load_body(body: bytes) -> tuple[str, str]:
     """POST /models: `{"model_name": ..., "url": ...}`."""
-    document = load_json(body)
+    document = json_v2.load_json(body)
     if not isinstance(document, dict):
         raise MalformedRequestError('the body must be a JSON object {"model_name": ..., "url": ...}')
     name, url = document.get("model_name"), document.get("url")

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 
 from inferd.errors import InferdError, MalformedRequestError, TensorDataError, UnknownTensorError
 from inferd.protocol import json_v2
@@ -37,10 +36,7 @@ class PredictRequest:
 
 def decode_predict(body: bytes, signature: ModelMetadata) -> PredictRequest:
     """A `:predict` body as tensors of the model's input datatypes."""
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise MalformedRequestError(f"request body is not valid JSON: {exc}") from None
+    document = json_v2.load_json(body)
     if not isinstance(document, dict):
         raise MalformedRequestError('request body must be a JSON object with "instances" or "inputs"')
     check_signature_name(document.get("signature_name"))

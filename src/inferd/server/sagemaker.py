@@ -24,7 +24,7 @@ from inferd.errors import (
     ModelNotFoundError,
     NotAcceptableError,
 )
-from inferd.protocol import sagemaker, tfserving_json
+from inferd.protocol import json_v2, sagemaker, tfserving_json
 from inferd.server.http import deadline, json_response, kserve_error, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.kserve import KServeDoor
@@ -150,7 +150,7 @@ class SageMakerDoor:
                 raise NotAcceptableError("a JSON body is answered in JSON; send .npy or CSV for another answer")
             if kind == sagemaker.TRITON_BINARY:
                 return await self._kserve.infer(request, model, "", "sagemaker", _header_size(parameters, request))
-            if sagemaker.is_v2_body(sagemaker.load_json(request.body)):
+            if sagemaker.is_v2_body(json_v2.load_json(request.body)):
                 return await self._kserve.infer(request, model, "", "sagemaker")
             return await self._tfserving.predict(request, model, "", "sagemaker")
         return await self._infer_array(request, model, kind)

@@ -16,7 +16,7 @@ import numpy as np
 from inferd.config.model import ModelConfig
 from inferd.core.service import InferenceService
 from inferd.errors import InvalidRequestError, MalformedRequestError
-from inferd.protocol import sagemaker, tfserving_json, torchserve
+from inferd.protocol import json_v2, sagemaker, tfserving_json, torchserve
 from inferd.server.http import deadline, json_response, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.kserve import KServeDoor
@@ -63,7 +63,7 @@ class TorchServeDoor:
         kind, _ = sagemaker.media_type(http_request.headers.get(b"content-type"))
         document: Any = None
         if kind == sagemaker.JSON:
-            document = sagemaker.load_json(http_request.body)
+            document = json_v2.load_json(http_request.body)
             if sagemaker.is_v2_body(document):
                 return await self._kserve.infer(http_request, model, version, "torchserve")
         metadata = self._service.model_metadata(model, version)
