@@ -237,3 +237,17 @@ def test_safe_port_range_moves_the_other_listeners(monkeypatch: pytest.MonkeyPat
 
     result = CliRunner().invoke(cli, ["serve", "--sagemaker", "--model-repository", "."])
     assert result.exit_code == 2 and "no port left" in result.output
+
+
+def test_arrays_of_types_inferd_does_not_serve_are_a_400(sagemaker_server: ServerProcess) -> None:
+    for array in (np.ones((1, 16), dtype=np.complex64), np.zeros((1, 16), dtype="datetime64[s]")):
+        reply = http_request(
+            sagemaker_server, "POST", "/invocations", _npy(array), {"Content-Type": "application/x-npy"}
+        )
+        assert reply.status == 400, reply.body
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()

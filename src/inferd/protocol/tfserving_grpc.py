@@ -21,6 +21,10 @@ from inferd.protocol.tfserving_pb import tensorflow_pb2 as tf_pb
 from inferd.protocol.tfserving_pb import tensorflow_serving_pb2 as serving_pb
 from inferd.types import DataType, ModelMetadata, RequestedOutput, Tensor, TensorMetadata, element_count
 
+# The most a tensor may grow to when its last value is repeated over a shape it does not fill: a
+# few bytes on the wire must not allocate gigabytes.
+MAX_FILLED_BYTES = 64 * 1024 * 1024
+
 # The *_val field TensorFlow writes each dtype's values to.
 _VALUE_FIELDS = {
     DataType.FP32: "float_val",
@@ -93,6 +97,13 @@ def tensor_from_proto(name: str, proto: Any) -> Tensor:
     else:
         array = _checked(name, datatype, np.array(values))
     if len(array) < count:  # TensorFlow repeats the last value over the rest
+        itemsize = 8 if datatype is DataType.BYTES else datatype.numpy_dtype.itemsize
+        if count * itemsize > MAX_FILLED_BYTES:
+            raise TensorDataError(
+                f"input '{name}': {len(values)} values would be repeated to fill shape {list(shape)}, "
+                f"more than {MAX_FILLED_BYTES >> 20} MiB: send every value",
+                tensor=name,
+            )
         array = np.concatenate([array, np.repeat(array[-1:], count - len(array))])
     return Tensor(name, datatype, shape, array.reshape(shape))
 

@@ -23,6 +23,7 @@ from inferd.errors import (
     LoadRequestError,
     ModelNotFoundError,
     NotAcceptableError,
+    TensorDataError,
 )
 from inferd.protocol import json_v2, sagemaker, tfserving_json
 from inferd.server.http import deadline, json_response, kserve_error, response_headers
@@ -175,11 +176,17 @@ class SageMakerDoor:
         request_id = current_request_id.get() or new_request_id()
         current_request_id.set(request_id)
         array = _as_datatype(array, datatype)
+        try:
+            sent = DataType.from_numpy(array.dtype)
+        except ValueError:
+            raise TensorDataError(
+                f"the array's dtype {array.dtype} is not one inferd serves", tensor=spec.name
+            ) from None
         request = InferRequest(
             model_name=model,
             model_version="",
             request_id=request_id,
-            inputs=(Tensor(spec.name, DataType.from_numpy(array.dtype), array.shape, array),),
+            inputs=(Tensor(spec.name, sent, array.shape, array),),
             deadline_s=deadline(http_request.headers),
             protocol="sagemaker",
         )

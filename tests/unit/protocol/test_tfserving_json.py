@@ -84,3 +84,17 @@ def test_rows_need_outputs_of_one_batch_size() -> None:
         tfserving_json.encode_predict(
             [tensor("a", np.zeros((2, 1), np.float32)), tensor("b", np.zeros((3,), np.float32))], row_format=True
         )
+
+
+def test_grpc_values_repeat_to_fill_a_shape_but_never_beyond_a_bound() -> None:
+    from inferd.protocol import tfserving_grpc
+    from inferd.protocol.tfserving_pb import tensorflow_pb2 as tf_pb
+
+    proto = tf_pb.TensorProto(dtype=tf_pb.DT_FLOAT, float_val=[1.0, 2.0])
+    proto.tensor_shape.dim.extend([tf_pb.TensorShapeProto.Dim(size=2), tf_pb.TensorShapeProto.Dim(size=2)])
+    filled = tfserving_grpc.tensor_from_proto("x", proto)
+    assert filled.data.tolist() == [[1.0, 2.0], [2.0, 2.0]]  # as TensorFlow fills it
+    del proto.tensor_shape.dim[:]
+    proto.tensor_shape.dim.extend([tf_pb.TensorShapeProto.Dim(size=100_000), tf_pb.TensorShapeProto.Dim(size=100_000)])
+    with pytest.raises(TensorDataError, match="MiB"):
+        tfserving_grpc.tensor_from_proto("x", proto)
