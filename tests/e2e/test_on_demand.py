@@ -112,3 +112,19 @@ def test_what_cannot_fit_is_refused_and_busy_models_are_not_evicted(clients: Cli
             np.testing.assert_array_equal(busy.result(timeout=60), x)
         np.testing.assert_allclose(mlp_output(client, "small"), expected_mlp(1), rtol=1e-6)
         assert loaded(client) == {"small"}
+
+
+def test_other_doors_load_on_demand_too(clients: Clients, many: ServerProcess) -> None:
+    """Doors that read a body by the model's signature (TF Serving, TorchServe) load the model first."""
+    import orjson
+
+    from tests.e2e.conftest import http_request
+
+    client = clients.http(many.http_url)
+    rows = np.ones((1, 16), dtype=np.float32).tolist()
+    for door, model in (("/v1/models/{}:predict", "m4"), ("/predictions/{}", "m5")):
+        assert model not in loaded(client)
+        body = orjson.dumps({"instances": rows} if door.startswith("/v1") else rows)
+        reply = http_request(many, "POST", door.format(model), body, {"Content-Type": "application/json"})
+        assert reply.status == 200, reply.body
+        assert model in loaded(client)

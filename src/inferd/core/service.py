@@ -110,6 +110,20 @@ class InferenceService:
             outputs=tuple(_tensor_metadata(config, t) for t in config.outputs),
         )
 
+    async def serving_config(self, name: str, version: str = "") -> ModelConfig:
+        """The config of the version a request to (name, version) would reach, loading the model
+        first where on-demand loading does: what doors that read bodies by the model's signature
+        (TF Serving, SageMaker's arrays, TorchServe) need before they can decode."""
+        handle = self._registry.lookup(name, version)
+        if handle is None:
+            handle = await self._registry.lease(name, version)
+        return handle.config
+
+    async def serving_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        """`model_metadata` of the version a request would reach (loaded on demand, as `serving_config`)."""
+        await self.serving_config(name, version)
+        return self.model_metadata(name, version)
+
     async def infer(self, request: InferRequest) -> InferResponse:
         started = time.perf_counter()
         handle = None

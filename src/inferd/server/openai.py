@@ -97,7 +97,7 @@ class OpenAiDoor:
     async def _embeddings(self, http_request: HttpRequest, params: Params) -> HttpResponse:
         started = time.perf_counter()
         body = openai_embeddings.decode_request(http_request.body)
-        spec = embedding_spec(self._service.model_config(body.model))
+        spec = embedding_spec(await self._service.serving_config(body.model))
         if spec is None:
             raise InvalidRequestError(
                 f"model '{body.model}' does not serve embeddings: its config declares no '{EMBEDDING_INPUT}' "

@@ -160,7 +160,7 @@ class SageMakerDoor:
         """A .npy or CSV body: the model's single input; the answer its single output, or JSON."""
         answer = sagemaker.answer_type(http_request.headers.get(_ACCEPT), sagemaker.JSON)
         started = time.perf_counter()
-        metadata = self._service.model_metadata(model)
+        metadata = await self._service.serving_metadata(model)
         if len(metadata.inputs) != 1:
             raise InvalidRequestError(
                 f"model '{model}' has {len(metadata.inputs)} inputs; a {kind} body holds one array: "

@@ -47,12 +47,12 @@ class TfServingDoor:
             protocol="tfserving_rest", roots=("v1",), routes=tuple(routes), encode_error=encode_error, verbs=True
         )
 
-    def version(self, params: Params) -> str:
+    async def version(self, params: Params) -> str:
         """The version a path names: a number, a label's number, or "" for the newest ready one."""
         label = params.get("label")
         if label is None:
             return params.get("version", "")
-        return label_version(self._service, params["model"], label)
+        return await label_version(self._service, params["model"], label)
 
     async def _status(self, request: HttpRequest, params: Params) -> HttpResponse:
         # As in TF Serving, a label is not resolved here: the status of every version answers.
@@ -64,19 +64,21 @@ class TfServingDoor:
         )
 
     async def _metadata(self, request: HttpRequest, params: Params) -> HttpResponse:
-        version = self.version(params)
+        version = await self.version(params)
         metadata = self._service.model_metadata(params["model"], version)
         return json_response(tfserving_json.metadata_json(metadata, version or metadata.versions[-1]))
 
     async def _predict(self, http_request: HttpRequest, params: Params) -> HttpResponse:
-        return await self.predict(http_request, params["model"], self.version(params), "tfserving_rest")
+        return await self.predict(http_request, params["model"], await self.version(params), "tfserving_rest")
 
     async def predict(self, http_request: HttpRequest, model: str, version: str, protocol: str) -> HttpResponse:
         """A `:predict` body, by any door that takes TF Serving bodies (SageMaker's /invocations)."""
         decode_started = time.perf_counter()
         request_id = current_request_id.get() or new_request_id()
         try:
-            body = tfserving_json.decode_predict(http_request.body, self._service.model_metadata(model, version))
+            body = tfserving_json.decode_predict(
+                http_request.body, await self._service.serving_metadata(model, version)
+            )
         except InferdError as exc:
             exc.request_id = request_id
             raise
@@ -105,9 +107,10 @@ class TfServingDoor:
         )
 
 
-def label_version(service: InferenceService, model: str, label: str) -> str:
+async def label_version(service: InferenceService, model: str, label: str) -> str:
     """The version `label` names in the model's `version_labels` parameter."""
-    labels = parse_version_labels(service.model_config(model).parameters.get(VERSION_LABELS_PARAMETER, ""))
+    config = await service.serving_config(model)
+    labels = parse_version_labels(config.parameters.get(VERSION_LABELS_PARAMETER, ""))
     if label not in labels:
         known = ", ".join(sorted(labels)) or f"none (set the '{VERSION_LABELS_PARAMETER}' parameter)"
         raise InvalidRequestError(f"Unrecognized servable version label: {label} (model '{model}' labels: {known})")

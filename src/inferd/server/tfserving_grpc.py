@@ -24,9 +24,9 @@ class PredictionServicer(serving_grpc.PredictionServiceServicer):
     def __init__(self, service: InferenceService) -> None:
         self._service = service
 
-    def _version(self, spec: Any) -> str:
+    async def _version(self, spec: Any) -> str:
         version, label = tfserving_grpc.model_spec_version(spec)
-        return label_version(self._service, spec.name, label) if label else version
+        return await label_version(self._service, spec.name, label) if label else version
 
     async def Predict(self, message: Any, context: grpc.aio.ServicerContext) -> Any:
         async def predict() -> Any:
@@ -35,7 +35,7 @@ class PredictionServicer(serving_grpc.PredictionServiceServicer):
             token = current_request_id.set(request_id)
             try:
                 started = time.perf_counter()
-                model, version = message.model_spec.name, self._version(message.model_spec)
+                model, version = message.model_spec.name, await self._version(message.model_spec)
                 inputs, outputs = tfserving_grpc.decode_predict(message)
                 remaining_s = context.time_remaining()
                 request = InferRequest(
@@ -62,7 +62,7 @@ class PredictionServicer(serving_grpc.PredictionServiceServicer):
 
     async def GetModelMetadata(self, message: Any, context: grpc.aio.ServicerContext) -> Any:
         async def metadata() -> Any:
-            version = self._version(message.model_spec)
+            version = await self._version(message.model_spec)
             described = self._service.model_metadata(message.model_spec.name, version)
             return tfserving_grpc.encode_metadata(described, version or described.versions[-1], message.metadata_field)
 

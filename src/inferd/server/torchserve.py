@@ -66,11 +66,10 @@ class TorchServeDoor:
             document = json_v2.load_json(http_request.body)
             if sagemaker.is_v2_body(document):
                 return await self._kserve.infer(http_request, model, version, "torchserve")
-        metadata = self._service.model_metadata(model, version)
         if kind == sagemaker.JSON:
-            inputs = tfserving_json.decode_columns(document, metadata)
+            inputs = tfserving_json.decode_columns(document, await self._service.serving_metadata(model, version))
         else:
-            inputs = (self._raw_body(http_request.body, self._service.model_config(model, version)),)
+            inputs = (self._raw_body(http_request.body, await self._service.serving_config(model, version)),)
         request_id = current_request_id.get() or new_request_id()
         current_request_id.set(request_id)
         request = InferRequest(
