@@ -99,6 +99,9 @@ ALL_MODELS = (
     "sentence_similarity",
     "sentence_embedding",
 )
+# Bump when a builder changes what it writes: models built by an older version are built again.
+BUILD_VERSION = "2"
+BUILD_STAMP = ".build-version"
 # Models written from text alone (Python steps, ensembles): rewritten on every run, so a repository
 # built by an older version of this script picks up their changes.
 REWRITTEN = frozenset({"mean_pooling", "cosine", "sentence_similarity", "sentence_embedding"})
@@ -156,7 +159,12 @@ def config_pbtxt(
 
 
 def model_is_built(model_dir: Path) -> bool:
+    """Built, and by this version of the script (an older build, such as a minilm with fixed
+    128-token inputs from before the dynamic export, is built again)."""
     config, version_dir = model_dir / CONFIG_FILE, model_dir / MODEL_VERSION
+    stamp = model_dir / BUILD_STAMP
+    if not stamp.is_file() or stamp.read_text().strip() != BUILD_VERSION:
+        return False
     if config.is_file() and 'platform: "ensemble"' in config.read_text():
         return True  # an ensemble is its config alone
     return config.is_file() and version_dir.is_dir() and any(version_dir.iterdir())
@@ -175,6 +183,7 @@ def build_model_dir(output: Path, name: str, force: bool, build: Callable[[Path]
     (staging / MODEL_VERSION).mkdir(parents=True)
     try:
         build(staging)
+        (staging / BUILD_STAMP).write_text(BUILD_VERSION + "\n")
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
