@@ -34,9 +34,8 @@ class PredictRequest:
     row_format: bool
 
 
-def decode_predict(body: bytes, signature: ModelMetadata) -> PredictRequest:
-    """A `:predict` body as tensors of the model's input datatypes."""
-    document = json_v2.load_json(body)
+def decode_predict(document: Any, signature: ModelMetadata) -> PredictRequest:
+    """A `:predict` body (parsed: `json_v2.load_json`) as tensors of the model's input datatypes."""
     if not isinstance(document, dict):
         raise MalformedRequestError('request body must be a JSON object with "instances" or "inputs"')
     check_signature_name(document.get("signature_name"))

@@ -29,7 +29,7 @@ from inferd.protocol.status import HTTP_STATUS
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.logging import current_request_id
 from inferd.server.routes import RouteGroup, Router
-from inferd.types import InferRequest, new_request_id
+from inferd.types import InferRequest, RequestedOutput, Tensor, new_request_id
 
 logger = logging.getLogger("inferd.http")
 
@@ -103,6 +103,32 @@ class HttpApp:
 
 def json_response(document: Any, status: int = 200, headers: list[tuple[bytes, bytes]] | None = None) -> HttpResponse:
     return HttpResponse(status, json_v2.encode_json(document), [*_JSON_HEADERS, *(headers or ())])
+
+
+def door_request(
+    http_request: HttpRequest,
+    model: str,
+    version: str,
+    inputs: tuple[Tensor, ...],
+    protocol: str,
+    decode_started: float,
+    outputs: tuple[RequestedOutput, ...] = (),
+) -> InferRequest:
+    """The request a door decoded: its id (X-Request-ID, else a new one, now the log's), the
+    deadline header, the door's name, and the decoding time since `decode_started`."""
+    request_id = current_request_id.get() or new_request_id()
+    current_request_id.set(request_id)
+    request = InferRequest(
+        model_name=model,
+        model_version=version,
+        request_id=request_id,
+        inputs=inputs,
+        outputs=outputs,
+        deadline_s=deadline(http_request.headers),
+        protocol=protocol,
+    )
+    request.timing.decode_s = time.perf_counter() - decode_started
+    return request
 
 
 def response_headers(request: HttpRequest, infer_request: InferRequest) -> list[tuple[bytes, bytes]]:

@@ -26,7 +26,7 @@ import numpy as np
 
 from inferd.config.model import ModelConfig
 from inferd.core.service import InferenceService
-from inferd.errors import InvalidRequestError, ModelOutputError
+from inferd.errors import InferdError, InvalidRequestError, ModelOutputError
 from inferd.protocol import openai_embeddings
 from inferd.server.http import deadline, json_response, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
@@ -132,7 +132,7 @@ class OpenAiDoor:
     def _serves_embeddings(self, name: str) -> bool:
         try:
             return embedding_spec(self._service.model_config(name)) is not None
-        except Exception:  # not ready meanwhile, or a misdeclared model: not listed
+        except InferdError:  # not ready meanwhile, or a misdeclared model: not listed
             return False
 
 

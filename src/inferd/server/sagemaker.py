@@ -26,13 +26,12 @@ from inferd.errors import (
     TensorDataError,
 )
 from inferd.protocol import json_v2, sagemaker, tfserving_json
-from inferd.server.http import deadline, json_response, kserve_error, response_headers
+from inferd.server.http import door_request, json_response, kserve_error, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.kserve import KServeDoor
-from inferd.server.logging import current_request_id
 from inferd.server.routes import READ, Params, Route, RouteGroup
 from inferd.server.tfserving import TfServingDoor
-from inferd.types import DataType, InferRequest, InferResponse, Tensor, new_request_id
+from inferd.types import DataType, InferResponse, Tensor
 
 TARGET_MODEL_HEADER = b"x-amzn-sagemaker-target-model"
 _CONTENT_TYPE = b"content-type"
@@ -151,9 +150,10 @@ class SageMakerDoor:
                 raise NotAcceptableError("a JSON body is answered in JSON; send .npy or CSV for another answer")
             if kind == sagemaker.TRITON_BINARY:
                 return await self._kserve.infer(request, model, "", "sagemaker", _header_size(parameters, request))
-            if sagemaker.is_v2_body(json_v2.load_json(request.body)):
+            document = json_v2.load_json(request.body)
+            if sagemaker.is_v2_body(document):  # the v2 codec reads the raw body (binary parts, large data)
                 return await self._kserve.infer(request, model, "", "sagemaker")
-            return await self._tfserving.predict(request, model, "", "sagemaker")
+            return await self._tfserving.predict(request, model, "", "sagemaker", document)
         return await self._infer_array(request, model, kind)
 
     async def _infer_array(self, http_request: HttpRequest, model: str, kind: str) -> HttpResponse:
@@ -173,8 +173,6 @@ class SageMakerDoor:
             if kind == sagemaker.NPY
             else sagemaker.decode_csv(http_request.body, datatype)
         )
-        request_id = current_request_id.get() or new_request_id()
-        current_request_id.set(request_id)
         array = _as_datatype(array, datatype)
         try:
             sent = DataType.from_numpy(array.dtype)
@@ -182,15 +180,8 @@ class SageMakerDoor:
             raise TensorDataError(
                 f"the array's dtype {array.dtype} is not one inferd serves", tensor=spec.name
             ) from None
-        request = InferRequest(
-            model_name=model,
-            model_version="",
-            request_id=request_id,
-            inputs=(Tensor(spec.name, sent, array.shape, array),),
-            deadline_s=deadline(http_request.headers),
-            protocol="sagemaker",
-        )
-        request.timing.decode_s = time.perf_counter() - started
+        inputs = (Tensor(spec.name, sent, array.shape, array),)
+        request = door_request(http_request, model, "", inputs, "sagemaker", started)
         response = await self._service.infer(request)
         payload = _encode(response, answer)
         headers = [(_CONTENT_TYPE, answer.encode()), *response_headers(http_request, request)]

@@ -7,17 +7,16 @@ the model's `version_labels` parameter, e.g. "stable:1,canary:2"), or not at all
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from inferd.core.service import InferenceService
 from inferd.errors import InferdError, InvalidRequestError, UnsupportedError
-from inferd.protocol import tfserving_json
+from inferd.protocol import json_v2, tfserving_json
 from inferd.protocol.status import TFSERVING_HTTP_STATUS
 from inferd.protocol.tf_types import tf_state
-from inferd.server.http import deadline, json_response, response_headers
+from inferd.server.http import door_request, json_response, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
-from inferd.server.logging import current_request_id
 from inferd.server.routes import READ, Params, Route, RouteGroup
-from inferd.types import InferRequest, new_request_id
 
 # The model config parameter that names versions, as TF Serving's `version_labels` does.
 VERSION_LABELS_PARAMETER = "version_labels"
@@ -71,27 +70,17 @@ class TfServingDoor:
     async def _predict(self, http_request: HttpRequest, params: Params) -> HttpResponse:
         return await self.predict(http_request, params["model"], await self.version(params), "tfserving_rest")
 
-    async def predict(self, http_request: HttpRequest, model: str, version: str, protocol: str) -> HttpResponse:
-        """A `:predict` body, by any door that takes TF Serving bodies (SageMaker's /invocations)."""
+    async def predict(
+        self, http_request: HttpRequest, model: str, version: str, protocol: str, document: Any = None
+    ) -> HttpResponse:
+        """A `:predict` body, by any door that takes TF Serving bodies (SageMaker's /invocations,
+        which passes the `document` it parsed already)."""
         decode_started = time.perf_counter()
-        request_id = current_request_id.get() or new_request_id()
-        try:
-            body = tfserving_json.decode_predict(
-                http_request.body, await self._service.serving_metadata(model, version)
-            )
-        except InferdError as exc:
-            exc.request_id = request_id
-            raise
-        request = InferRequest(
-            model_name=model,
-            model_version=version,
-            request_id=request_id,
-            inputs=body.inputs,
-            deadline_s=deadline(http_request.headers),
-            protocol=protocol,
-        )
-        request.timing.decode_s = time.perf_counter() - decode_started
-        current_request_id.set(request_id)
+        signature = await self._service.serving_metadata(model, version)
+        if document is None:
+            document = json_v2.load_json(http_request.body)
+        body = tfserving_json.decode_predict(document, signature)
+        request = door_request(http_request, model, version, body.inputs, protocol, decode_started)
         response = await self._service.infer(request)
         encode_started = time.perf_counter()
         payload = tfserving_json.encode_predict(response.outputs, row_format=body.row_format)

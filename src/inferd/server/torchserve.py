@@ -17,12 +17,11 @@ from inferd.config.model import ModelConfig
 from inferd.core.service import InferenceService
 from inferd.errors import InvalidRequestError, MalformedRequestError
 from inferd.protocol import json_v2, sagemaker, tfserving_json, torchserve
-from inferd.server.http import deadline, json_response, response_headers
+from inferd.server.http import door_request, json_response, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.kserve import KServeDoor
-from inferd.server.logging import current_request_id
 from inferd.server.routes import READ, Params, Route, RouteGroup
-from inferd.types import DataType, InferRequest, Tensor, new_request_id
+from inferd.types import DataType, Tensor
 
 # The model config parameter naming the BYTES input a raw (non-JSON) body goes to.
 BODY_INPUT_PARAMETER = "torchserve_body_input"
@@ -64,23 +63,12 @@ class TorchServeDoor:
         document: Any = None
         if kind == sagemaker.JSON:
             document = json_v2.load_json(http_request.body)
-            if sagemaker.is_v2_body(document):
+            if sagemaker.is_v2_body(document):  # the v2 codec reads the raw body (binary parts, large data)
                 return await self._kserve.infer(http_request, model, version, "torchserve")
-        if kind == sagemaker.JSON:
             inputs = tfserving_json.decode_columns(document, await self._service.serving_metadata(model, version))
         else:
             inputs = (self._raw_body(http_request.body, await self._service.serving_config(model, version)),)
-        request_id = current_request_id.get() or new_request_id()
-        current_request_id.set(request_id)
-        request = InferRequest(
-            model_name=model,
-            model_version=version,
-            request_id=request_id,
-            inputs=inputs,
-            deadline_s=deadline(http_request.headers),
-            protocol="torchserve",
-        )
-        request.timing.decode_s = time.perf_counter() - started
+        request = door_request(http_request, model, version, inputs, "torchserve", started)
         response = await self._service.infer(request)
         payload = torchserve.encode_outputs(response.outputs)
         return HttpResponse(200, payload, [(b"content-type", _JSON), *response_headers(http_request, request)])

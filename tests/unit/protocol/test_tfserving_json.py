@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from inferd.errors import InvalidRequestError, TensorDataError
-from inferd.protocol import tfserving_json
+from inferd.protocol import json_v2, tfserving_json
 from inferd.types import DataType, ModelMetadata, Tensor, TensorMetadata
 
 
@@ -23,13 +23,13 @@ def tensor(name: str, data: np.ndarray) -> Tensor:
 
 def test_rows_stack_into_the_batch_dimension_with_the_signature_datatype() -> None:
     body = orjson.dumps({"instances": [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]})
-    (decoded,) = tfserving_json.decode_predict(body, signature(("x", "FP16"))).inputs
+    (decoded,) = tfserving_json.decode_predict(json_v2.load_json(body), signature(("x", "FP16"))).inputs
     assert decoded.datatype is DataType.FP16 and decoded.shape == (2, 2, 2)
     assert decoded.data.dtype == np.float16 and decoded.data[1, 1, 0] == 7
 
 
 def test_a_scalar_column_is_a_rank_zero_tensor() -> None:
-    (decoded,) = tfserving_json.decode_predict(b'{"inputs": 7}', signature(("x", "INT64"))).inputs
+    (decoded,) = tfserving_json.decode_predict({"inputs": 7}, signature(("x", "INT64"))).inputs
     assert decoded.shape == () and decoded.data.dtype == np.int64 and int(decoded.data) == 7
 
 
@@ -43,17 +43,17 @@ def test_a_scalar_column_is_a_rank_zero_tensor() -> None:
 )
 def test_ragged_lists_are_refused_even_when_the_count_fits(instances: list) -> None:
     with pytest.raises(TensorDataError):
-        tfserving_json.decode_predict(orjson.dumps({"instances": instances}), signature(("x", "FP32")))
+        tfserving_json.decode_predict({"instances": instances}, signature(("x", "FP32")))
 
 
 def test_b64_only_for_strings() -> None:
     encoded = base64.b64encode(b"\xff\x00").decode()
     (decoded,) = tfserving_json.decode_predict(
-        orjson.dumps({"instances": [{"b64": encoded}, "text"]}), signature(("s", "BYTES"))
+        {"instances": [{"b64": encoded}, "text"]}, signature(("s", "BYTES"))
     ).inputs
     assert decoded.data.tolist() == [b"\xff\x00", b"text"]
     with pytest.raises(InvalidRequestError):
-        tfserving_json.decode_predict(orjson.dumps({"instances": [{"b64": encoded}]}), signature(("x", "FP32")))
+        tfserving_json.decode_predict({"instances": [{"b64": encoded}]}, signature(("x", "FP32")))
 
 
 def test_outputs_named_bytes_are_always_base64() -> None:
