@@ -266,3 +266,35 @@ def copied(error: E) -> E:
     copy.__traceback__ = error.__traceback__
     copy.request_id = None
     return copy
+
+
+def error_from_code(
+    code: ErrorCode,
+    message: str,
+    *,
+    tensor: str | None = None,
+    expected: str | None = None,
+    actual: str | None = None,
+    retry_after_s: float | None = None,
+) -> InferdError:
+    """The error of this code, rebuilt from its wire fields: what a client raises for a server's
+    machine-readable error, so callers catch `ShapeMismatchError` rather than parse messages."""
+    cls = _classes_by_code().get(code, InferdError)
+    # Not cls(...): subclasses add constructor arguments (MethodNotAllowedError's `allowed`).
+    error = cls.__new__(cls)
+    InferdError.__init__(error, message, tensor=tensor, expected=expected, actual=actual)
+    if isinstance(error, UnavailableError):
+        error.retry_after_s = retry_after_s
+    if isinstance(error, MethodNotAllowedError):
+        error.allowed = ()
+    return error
+
+
+def _classes_by_code() -> dict[ErrorCode, type[InferdError]]:
+    classes: dict[ErrorCode, type[InferdError]] = {}
+    pending: list[type[InferdError]] = [InferdError]
+    while pending:
+        cls = pending.pop()
+        classes.setdefault(cls.code, cls)
+        pending.extend(cls.__subclasses__())
+    return classes

@@ -181,6 +181,13 @@ class InferResponse:
     outputs: tuple[Tensor, ...]
     id: str = ""
 
+    def as_numpy(self, name: str) -> np.ndarray[Any, Any]:
+        """The output named `name` (as tritonclient's results name it); KeyError names the outputs there are."""
+        for tensor in self.outputs:
+            if tensor.name == name:
+                return tensor.data
+        raise KeyError(f"the response has no output {name!r}; it has {[t.name for t in self.outputs]}")
+
 
 @dataclass(frozen=True, slots=True)
 class LoadTimings:

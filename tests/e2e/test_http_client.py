@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from inferd.client import HttpInferenceClient
-from inferd.errors import InvalidRequestError, UnavailableError
+from inferd.errors import ModelNotFoundError, UnavailableError, UnknownTensorError
 from inferd.testing.server import ServerProcess, free_port, run_server
 from inferd.types import DataType, InferRequest, RequestedOutput, Tensor
 
@@ -68,12 +68,12 @@ async def test_errors_come_back_as_inferds_own(idle_closing_server: ServerProces
     client = HttpInferenceClient(idle_closing_server.http_url)
     try:
         wrong = InferRequest("identity_fp32", "", "r1", (Tensor("nope", DataType.FP32, (1, 1), np.ones((1, 1), "f4")),))
-        with pytest.raises(InvalidRequestError, match=r"refused the request: .*has no input 'nope'"):
+        with pytest.raises(UnknownTensorError, match=r"has no input 'nope'"):
             await client.infer(wrong, timeout_s=10)
-        with pytest.raises(UnavailableError, match=r"HTTP 404 .*unknown_model"):
+        with pytest.raises(ModelNotFoundError, match=r"unknown_model"):
             await client.infer(InferRequest("unknown_model", "", "r1", wrong.inputs), timeout_s=10)
     finally:
         await client.close()
     nobody = HttpInferenceClient(f"127.0.0.1:{free_port()}")
-    with pytest.raises(UnavailableError, match=r"remote model server 127\.0\.0\.1:\d+ .* is unavailable"):
+    with pytest.raises(UnavailableError, match=r"server 127\.0\.0\.1:\d+ is unavailable"):
         await nobody.infer(identity_request(np.ones((1, 4), "f4")), timeout_s=5)

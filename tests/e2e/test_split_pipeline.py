@@ -113,7 +113,7 @@ def test_a_slow_remote_is_a_503_within_the_timeout_or_the_clients_deadline(
         elapsed = time.monotonic() - started
         assert reply.status == 503, reply.body
         error = json.loads(reply.body)["error"]
-        assert "remote model server 127.0.0.1:" in error and "(model 'sleepy')" in error
+        assert "remote model 'sleepy': server 127.0.0.1:" in error
         assert "did not answer within 500 ms" in error
         assert elapsed < 10
 
@@ -138,7 +138,7 @@ def test_a_request_the_remote_refuses_stays_the_clients_400(front_server: Server
     reply = http_request(front_server, "POST", "/v2/models/patient_remote/infer", json.dumps(body).encode())
     assert reply.status == 400, reply.body
     error = json.loads(reply.body)["error"]
-    assert "remote model server 127.0.0.1:" in error and "refused the request" in error
+    assert "remote model 'sleepy': server 127.0.0.1:" in error and "refused the request" in error
 
 
 def test_a_stopped_remote_is_a_503_naming_it_and_the_front_serves_on(
@@ -162,7 +162,7 @@ def test_a_stopped_remote_is_a_503_naming_it_and_the_front_serves_on(
     error = json.loads(reply.body)["error"]
     # The two sentences' encoder steps, which went to the remote model as one request.
     assert "ensemble 'sentence_similarity' steps 1, 4 (model 'minilm')" in error, error
-    assert f"remote model server {remote_url(model_server, protocol)}" in error
+    assert f"remote model 'minilm': server {remote_url(model_server, protocol)}" in error
     # The front's own models keep serving.
     tokenized = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": ["still here"]}]}
     assert (

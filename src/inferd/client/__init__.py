@@ -1,23 +1,37 @@
-"""inferd's client: reaches KServe v2 servers (inferd, Triton) over the wire, never through their
-code. Used by the `remote` runtime (a model served by another process) and by the tools."""
+"""inferd's client of KServe v2 servers (inferd, Triton), over HTTP (binary or JSON tensors) or
+gRPC: `Client` (blocking) and `AsyncClient` (asyncio). It reaches servers over the wire only;
+the tools (`inferd perf`, `analyze`, ...) and the `remote` runtime use it too.
 
-from typing import Protocol
+An HTTP-only program imports no grpc: the gRPC transport is imported when a gRPC client is made.
+"""
 
-from inferd.client.grpc import GrpcInferenceClient
+from typing import TYPE_CHECKING, Any
+
+from inferd.client.aio import AsyncClient, parse_url
 from inferd.client.http import HttpInferenceClient
-from inferd.types import InferRequest, InferResponse, ModelMetadata
+from inferd.client.retry import NO_RETRIES, RetryPolicy
+from inferd.client.sync import Client
+from inferd.client.transport import Transport
+
+if TYPE_CHECKING:
+    from inferd.client.grpc import GrpcInferenceClient
 
 
-class InferenceClient(Protocol):
-    """What the gRPC and the HTTP client share: an asyncio KServe v2 client of one server."""
+def __getattr__(name: str) -> Any:
+    if name == "GrpcInferenceClient":
+        from inferd.client.grpc import GrpcInferenceClient
 
-    url: str
-
-    async def infer(self, request: InferRequest, *, timeout_s: float) -> InferResponse: ...
-
-    async def model_metadata(self, name: str, version: str = "", *, timeout_s: float) -> ModelMetadata: ...
-
-    async def close(self) -> None: ...
+        return GrpcInferenceClient
+    raise AttributeError(f"module 'inferd.client' has no attribute {name!r}")
 
 
-__all__ = ["GrpcInferenceClient", "HttpInferenceClient", "InferenceClient"]
+__all__ = [
+    "NO_RETRIES",
+    "AsyncClient",
+    "Client",
+    "GrpcInferenceClient",
+    "HttpInferenceClient",
+    "RetryPolicy",
+    "Transport",
+    "parse_url",
+]

@@ -1,16 +1,16 @@
-"""An asyncio KServe v2 HTTP client with the binary tensor extension, for server-to-server calls
-(the `remote` runtime's `protocol: "http"`).
+"""An asyncio KServe v2 HTTP/1.1 transport: every endpoint of the protocol and its extensions
+(health, metadata, config, statistics, repository), tensors in binary (the default) or JSON.
 
 HTTP/1.1 carries one request at a time per connection, so each request in flight holds a
 connection of its own: they are opened as requests need them, at most `max_in_flight`, and kept
-alive for the next ones (other requests wait for one within their own deadline). Tensors travel
-as raw bytes both ways (no JSON numbers). Every call has a deadline, sent to the server as
-`Inferd-Timeout-Ms`, which it honours. The server's answer comes back as inferd's own errors, as
-in the gRPC client: a 4xx stays the request's fault (400); a server down, slow or failing is a 503
-that says which server and why.
+alive for the next ones (other requests wait for one within their own deadline). Every call has a
+deadline, sent to the server as `Inferd-Timeout-Ms`, which it honours. A server's error comes back
+as inferd's typed error (`protocol.status.error_from_http`); a server down or slow as an
+UnavailableError that names it.
 
-Why a second transport: inferd's HTTP server and this client spend less of the two processes'
-time per call than grpc.aio does (about 30% of the front process's event-loop time in the split
+It imports no grpc: an HTTP-only client needs none. Why a transport of its own rather than an
+HTTP library: inferd's HTTP server and this client spend less of the two processes' time per call
+than grpc.aio does (about 30% of the front process's event-loop time in the split
 sentence-similarity pipeline at one client went to grpc.aio's call machinery).
 """
 
@@ -19,11 +19,15 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.parse
+from collections.abc import Mapping
+from typing import Any
 
-from inferd.errors import InferdError, InvalidRequestError, UnavailableError
+import orjson
+
+from inferd.errors import InferdError, UnavailableError
 from inferd.protocol import json_v2
 from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
-from inferd.types import InferRequest, InferResponse, ModelMetadata
+from inferd.types import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata, ModelStatistics, ServerMetadata
 
 _HEAD_END = b"\r\n\r\n"
 # A response head longer than this is not a KServe server's.
@@ -41,73 +45,103 @@ class _Connection:
 
 
 class HttpInferenceClient:
-    def __init__(self, url: str, *, max_in_flight: int = 64) -> None:
-        """`url`: host:port of the server's HTTP endpoint."""
+    def __init__(self, url: str, *, max_in_flight: int = 64, binary: bool = True) -> None:
+        """`url`: host:port of the server's HTTP endpoint. `binary`: tensors as raw bytes both
+        ways (the binary extension), else as JSON."""
         self.url = url
         host, _, port = url.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"url {url!r} must be host:port")
         self._host, self._port = host.strip("[]"), int(port)
         self._max_in_flight = max(1, max_in_flight)
+        self._binary = binary
         self._idle: list[_Connection] = []
         self._slots: asyncio.Semaphore | None = None
 
     async def infer(self, request: InferRequest, *, timeout_s: float) -> InferResponse:
         """The server's response, within `timeout_s` seconds (waiting for a connection included)."""
-        deadline = time.monotonic() + timeout_s
-        where = f"remote model server {self.url} (model '{request.model_name}')"
-        body, header_length = json_v2.encode_request(request)
-        version = f"/versions/{urllib.parse.quote(request.model_version, safe='')}" if request.model_version else ""
-        path = f"/v2/models/{urllib.parse.quote(request.model_name, safe='')}{version}/infer"
-        headers = [
-            ("Content-Type", "application/octet-stream"),
-            (json_v2.HEADER_LENGTH_HEADER, str(header_length)),
-        ]
+        body, header_length = json_v2.encode_request(request, binary=self._binary)
+        headers = [("Content-Type", "application/octet-stream" if header_length is not None else "application/json")]
+        if header_length is not None:
+            headers.append((json_v2.HEADER_LENGTH_HEADER, str(header_length)))
         if request.request_id:
             headers.append((REQUEST_ID_HEADER, header_value(request.request_id)))
-        status, response_headers, payload = await self._call("POST", path, headers, body, deadline, where, timeout_s)
-        if status != 200:
-            raise _error(status, payload, where)
+        path = _model_path(request.model_name, request.model_version, "infer")
+        response_headers, payload = await self._ok("POST", path, body, timeout_s, headers)
         raw_length = response_headers.get(json_v2.HEADER_LENGTH_HEADER)
         try:
             return json_v2.decode_response(
                 payload, header_length=int(raw_length) if raw_length else None, request_id=request.request_id
             )
         except (InferdError, ValueError) as exc:
-            raise UnavailableError(f"{where} sent a response that is not KServe v2: {exc}") from None
+            raise UnavailableError(f"server {self.url} sent a response that is not KServe v2: {exc}") from None
+
+    async def server_live(self, *, timeout_s: float) -> bool:
+        return await self._status("GET", "/v2/health/live", timeout_s) == 200
+
+    async def server_ready(self, *, timeout_s: float) -> bool:
+        return await self._status("GET", "/v2/health/ready", timeout_s) == 200
+
+    async def model_ready(self, name: str, version: str = "", *, timeout_s: float) -> bool:
+        return await self._status("GET", _model_path(name, version, "ready"), timeout_s) == 200
+
+    async def server_metadata(self, *, timeout_s: float) -> ServerMetadata:
+        return json_v2.decode_server_metadata(await self._json("GET", "/v2", b"", timeout_s))
 
     async def model_metadata(self, name: str, version: str = "", *, timeout_s: float) -> ModelMetadata:
-        where = f"remote model server {self.url} (model '{name}')"
-        path = f"/v2/models/{urllib.parse.quote(name, safe='')}"
-        if version:
-            path += f"/versions/{urllib.parse.quote(version, safe='')}"
-        status, _, payload = await self._call("GET", path, [], b"", time.monotonic() + timeout_s, where, timeout_s)
-        if status != 200:
-            raise _error(status, payload, where)
-        try:
-            return json_v2.decode_model_metadata(payload)
-        except InferdError as exc:
-            raise UnavailableError(f"{where} sent model metadata that is not KServe v2: {exc.message}") from None
+        return json_v2.decode_model_metadata(await self._json("GET", _model_path(name, version), b"", timeout_s))
+
+    async def model_config(self, name: str, version: str = "", *, timeout_s: float) -> dict[str, Any]:
+        document = orjson.loads(await self._json("GET", _model_path(name, version, "config"), b"", timeout_s))
+        return dict(document)
+
+    async def statistics(self, name: str = "", version: str = "", *, timeout_s: float) -> list[ModelStatistics]:
+        path = _model_path(name, version, "stats") if name else "/v2/models/stats"
+        return json_v2.decode_statistics(await self._json("GET", path, b"", timeout_s))
+
+    async def repository_index(self, ready: bool = False, *, timeout_s: float) -> list[ModelIndexEntry]:
+        body = json_v2.encode_index_request(ready)
+        return json_v2.decode_repository_index(await self._json("POST", "/v2/repository/index", body, timeout_s))
+
+    async def load_model(
+        self, name: str, config_json: str = "", files: Mapping[str, bytes] | None = None, *, timeout_s: float
+    ) -> None:
+        body = json_v2.encode_load_request(config_json, files)
+        await self._json("POST", f"/v2/repository/models/{_quote(name)}/load", body, timeout_s)
+
+    async def unload_model(self, name: str, unload_dependents: bool = False, *, timeout_s: float) -> None:
+        body = json_v2.encode_unload_request(unload_dependents)
+        await self._json("POST", f"/v2/repository/models/{_quote(name)}/unload", body, timeout_s)
 
     async def close(self) -> None:
         idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()
 
+    async def _json(self, method: str, path: str, body: bytes, timeout_s: float) -> bytes:
+        headers = [("Content-Type", "application/json")] if body else []
+        return (await self._ok(method, path, body, timeout_s, headers))[1]
+
+    async def _status(self, method: str, path: str, timeout_s: float) -> int:
+        return (await self._call(method, path, [], b"", timeout_s))[0]
+
+    async def _ok(
+        self, method: str, path: str, body: bytes, timeout_s: float, headers: list[tuple[str, str]]
+    ) -> tuple[dict[str, str], bytes]:
+        """The response's headers and body; its error, typed, when it is not a 200."""
+        status, response_headers, payload = await self._call(method, path, headers, body, timeout_s)
+        if status != 200:
+            raise json_v2.decode_error_response(status, payload, retry_after=response_headers.get("retry-after"))
+        return response_headers, payload
+
     async def _call(
-        self,
-        method: str,
-        path: str,
-        headers: list[tuple[str, str]],
-        body: bytes,
-        deadline: float,
-        where: str,
-        timeout_s: float,
+        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes, timeout_s: float
     ) -> tuple[int, dict[str, str], bytes]:
+        deadline = time.monotonic() + timeout_s
         if self._slots is None:  # on the loop that will use it
             self._slots = asyncio.Semaphore(self._max_in_flight)
         try:
-            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+            async with asyncio.timeout(max(0.0, timeout_s)):
                 await self._slots.acquire()  # returns at once, without a timer, when one is free
                 try:
                     return await self._exchange(method, path, headers, body, deadline)
@@ -115,10 +149,10 @@ class HttpInferenceClient:
                     self._slots.release()
         except TimeoutError:
             raise UnavailableError(
-                f"{where} did not answer within {timeout_s * 1000:.0f} ms", retry_after_s=timeout_s
+                f"server {self.url} did not answer within {timeout_s * 1000:.0f} ms", retry_after_s=timeout_s
             ) from None
         except (OSError, asyncio.IncompleteReadError, _ProtocolError) as exc:
-            raise UnavailableError(f"{where} is unavailable: {exc!r}") from None
+            raise UnavailableError(f"server {self.url} is unavailable: {exc!r}") from None
 
     async def _exchange(
         self, method: str, path: str, headers: list[tuple[str, str]], body: bytes, deadline: float
@@ -194,10 +228,12 @@ def _nothing_read(exc: BaseException) -> bool:
     return not isinstance(exc, asyncio.IncompleteReadError) or not exc.partial
 
 
-def _error(status: int, payload: bytes, where: str) -> InferdError:
-    message = json_v2.decode_error(payload)
-    if 400 <= status < 500 and status not in (404, 408, 429):
-        return InvalidRequestError(f"{where} refused the request: {message}")
-    if status == 503:
-        return UnavailableError(f"{where} is unavailable: {message}")
-    return UnavailableError(f"{where} failed: HTTP {status} {message}")
+def _model_path(name: str, version: str, *tail: str) -> str:
+    path = f"/v2/models/{_quote(name)}"
+    if version:
+        path += f"/versions/{_quote(version)}"
+    return "/".join((path, *tail))
+
+
+def _quote(segment: str) -> str:
+    return urllib.parse.quote(segment, safe="")

@@ -6,6 +6,7 @@ its typed `contents` field; outputs always leave in `raw_output_contents`, as Tr
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,10 +15,13 @@ from tritonclient.grpc import service_pb2 as pb
 from inferd.config.model import ModelConfig
 from inferd.errors import InferdError, MalformedRequestError, TensorDataError
 from inferd.protocol import model_config
-from inferd.protocol.request_id import check_request_id
+from inferd.protocol.request_id import REQUEST_ID_HEADER, check_request_id
+from inferd.protocol.status import error_from_grpc
 from inferd.protocol.tensor_bytes import tensor_from_bytes, tensor_to_bytes
 from inferd.types import (
+    BatchStatistics,
     DataType,
+    DurationStatistic,
     InferRequest,
     InferResponse,
     ModelIndexEntry,
@@ -30,6 +34,8 @@ from inferd.types import (
     element_count,
     new_request_id,
 )
+
+_DURATION_FIELDS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
 
 # Which typed contents field carries each datatype; FP16 has none and must come raw.
 _CONTENTS_FIELD = {
@@ -156,6 +162,90 @@ def decode_unload_parameters(message: Any) -> bool:
     return bool(parameter.bool_param)
 
 
+def encode_load_request(name: str, config_json: str = "", files: Mapping[str, bytes] | None = None) -> Any:
+    message = pb.RepositoryModelLoadRequest(model_name=name)
+    if config_json:
+        message.parameters["config"].string_param = config_json
+    for path, content in (files or {}).items():
+        message.parameters[f"file:{path}"].bytes_param = content
+    return message
+
+
+def encode_unload_request(name: str, unload_dependents: bool) -> Any:
+    message = pb.RepositoryModelUnloadRequest(model_name=name)
+    message.parameters["unload_dependents"].bool_param = unload_dependents
+    return message
+
+
+def decode_repository_index(message: Any) -> list[ModelIndexEntry]:
+    return [ModelIndexEntry(name=m.name, version=m.version, state=m.state, reason=m.reason) for m in message.models]
+
+
+def decode_server_metadata(message: Any) -> ServerMetadata:
+    return ServerMetadata(name=message.name, version=message.version, extensions=tuple(message.extensions))
+
+
+def decode_statistics(message: Any) -> list[ModelStatistics]:
+    def duration(raw: Any) -> DurationStatistic:
+        return DurationStatistic(count=raw.count, ns=raw.ns)
+
+    return [
+        ModelStatistics(
+            name=s.name,
+            version=s.version,
+            last_inference_ms=s.last_inference,
+            inference_count=s.inference_count,
+            execution_count=s.execution_count,
+            **{key: duration(getattr(s.inference_stats, key)) for key in _DURATION_FIELDS},
+            batches=tuple(
+                BatchStatistics(
+                    batch_size=b.batch_size,
+                    compute_input=duration(b.compute_input),
+                    compute_infer=duration(b.compute_infer),
+                    compute_output=duration(b.compute_output),
+                )
+                for b in s.batch_stats
+            ),
+        )
+        for s in message.model_stats
+    ]
+
+
+def decode_model_config(message: Any) -> dict[str, Any]:
+    """A ModelConfigResponse's config as the JSON document the HTTP endpoint returns."""
+    from google.protobuf import json_format
+
+    return dict(json_format.MessageToDict(message.config, preserving_proto_field_name=True))
+
+
+# The trailing metadata inferd's server sends beside an error's message (server/grpc.py's abort).
+_ERROR_TRAILERS = {"inferd-code": "code", "inferd-tensor": "tensor", "inferd-expected": "expected",
+                   "inferd-actual": "actual", "inferd-retry-after-ms": "retry_after_ms"}  # fmt: skip
+
+
+def decode_error(status_name: str, details: str, trailing: Sequence[tuple[str, Any]]) -> InferdError:
+    """A failed call as inferd's typed error: its class from the `inferd-code` trailer (inferd's
+    server), else from the status; the request id and the wait before a retry when sent."""
+    fields = {_ERROR_TRAILERS[key]: str(value) for key, value in trailing if key in _ERROR_TRAILERS}
+    retry_after_s = None
+    if "retry_after_ms" in fields:
+        retry_after_s = float(fields["retry_after_ms"]) / 1000
+    else:
+        seconds = next((str(value) for key, value in trailing if key == "retry-after"), "")
+        retry_after_s = float(seconds) if seconds.isdigit() else None
+    error = error_from_grpc(
+        status_name,
+        fields.get("code"),
+        details or status_name,
+        tensor=fields.get("tensor"),
+        expected=fields.get("expected"),
+        actual=fields.get("actual"),
+        retry_after_s=retry_after_s,
+    )
+    error.request_id = next((str(value) for key, value in trailing if key == REQUEST_ID_HEADER), None)
+    return error
+
+
 def encode_repository_index(entries: list[ModelIndexEntry]) -> Any:
     return pb.RepositoryIndexResponse(
         models=[
@@ -276,7 +366,7 @@ def encode_statistics(statistics: list[ModelStatistics]) -> Any:
             inference_count=s.inference_count,
             execution_count=s.execution_count,
         )
-        for field_name in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output"):
+        for field_name in _DURATION_FIELDS:
             duration = getattr(s, field_name)
             getattr(item.inference_stats, field_name).CopyFrom(
                 pb.StatisticDuration(count=duration.count, ns=duration.ns)

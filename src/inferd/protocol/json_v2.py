@@ -12,7 +12,7 @@ encodes requests (every tensor binary) and decodes responses and errors.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -21,8 +21,10 @@ import simdjson
 
 from inferd.errors import InferdError, MalformedRequestError, TensorDataError
 from inferd.protocol.request_id import check_request_id
+from inferd.protocol.status import error_from_http
 from inferd.protocol.tensor_bytes import tensor_from_bytes, tensor_to_bytes
 from inferd.types import (
+    BatchStatistics,
     DataType,
     DurationStatistic,
     InferRequest,
@@ -90,58 +92,57 @@ def encode_response(response: InferResponse, request: InferRequest) -> tuple[byt
     """The response body and, when it carries binary tensors, the length of its JSON header."""
     binary_default = bool(request.parameters.get("binary_data_output", False))
     wishes = {o.name: o.parameters for o in request.outputs}
-    outputs: list[dict[str, Any]] = []
-    binary_parts: list[bytes] = []
-    for tensor in response.outputs:
-        entry: dict[str, Any] = {
-            "name": tensor.name,
-            "datatype": tensor.datatype.value,
-            "shape": list(tensor.shape),
-        }
-        as_binary = bool(wishes.get(tensor.name, {}).get("binary_data", binary_default))
-        data = None if as_binary else _json_data(tensor)
-        if data is None:
-            raw = tensor_to_bytes(tensor)
-            entry["parameters"] = {"binary_data_size": len(raw)}
-            binary_parts.append(raw)
-        else:
-            entry["data"] = data
-        outputs.append(entry)
+    outputs, binary_parts = _tensor_entries(
+        response.outputs, lambda name: bool(wishes.get(name, {}).get("binary_data", binary_default))
+    )
     document: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         document["id"] = response.id
     document["outputs"] = outputs
+    return _body(document, binary_parts)
+
+
+def encode_request(request: InferRequest, *, binary: bool = True) -> tuple[bytes, int | None]:
+    """A request body and the length of its JSON header (for Inference-Header-Content-Length; None
+    when the body is all JSON). `binary`: every input as raw bytes and every output asked for in
+    binary; else tensors as JSON numbers and strings (BYTES that are not UTF-8 still go binary)."""
+    inputs, parts = _tensor_entries(request.inputs, lambda _: binary)
+    document: dict[str, Any] = {"inputs": inputs, "parameters": {**request.parameters, "binary_data_output": binary}}
+    if request.id:
+        document["id"] = request.id
+    if request.outputs:
+        document["outputs"] = [
+            {"name": o.name, "parameters": {**o.parameters, "binary_data": binary}} for o in request.outputs
+        ]
+    return _body(document, parts)
+
+
+def _body(document: dict[str, Any], binary_parts: list[bytes]) -> tuple[bytes, int | None]:
+    """The JSON header followed by the binary parts, and the header's length (None without parts)."""
     header = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
     if not binary_parts:
         return header, None
     return b"".join([header, *binary_parts]), len(header)
 
 
-def encode_request(request: InferRequest) -> tuple[bytes, int]:
-    """A request body with every input in binary, asking for every output in binary; and the
-    length of its JSON header (for Inference-Header-Content-Length)."""
-    inputs: list[dict[str, Any]] = []
+def _tensor_entries(
+    tensors: tuple[Tensor, ...], as_binary: Callable[[str], bool]
+) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """Each tensor's JSON entry, with its data inline or (when `as_binary` says so, or it cannot be
+    JSON) as binary_data_size; and the binary parts, in order."""
+    entries: list[dict[str, Any]] = []
     parts: list[bytes] = []
-    for tensor in request.inputs:
-        raw = tensor_to_bytes(tensor)
-        inputs.append(
-            {
-                "name": tensor.name,
-                "datatype": tensor.datatype.value,
-                "shape": list(tensor.shape),
-                "parameters": {"binary_data_size": len(raw)},
-            }
-        )
-        parts.append(raw)
-    document: dict[str, Any] = {"inputs": inputs, "parameters": {**request.parameters, "binary_data_output": True}}
-    if request.id:
-        document["id"] = request.id
-    if request.outputs:
-        document["outputs"] = [
-            {"name": o.name, "parameters": {**o.parameters, "binary_data": True}} for o in request.outputs
-        ]
-    header = orjson.dumps(document)
-    return b"".join([header, *parts]), len(header)
+    for tensor in tensors:
+        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype.value, "shape": list(tensor.shape)}
+        data = None if as_binary(tensor.name) else _json_data(tensor)
+        if data is None:
+            raw = tensor_to_bytes(tensor)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            parts.append(raw)
+        else:
+            entry["data"] = data
+        entries.append(entry)
+    return entries, parts
 
 
 def decode_response(body: bytes, *, header_length: int | None = None, request_id: str = "") -> InferResponse:
@@ -162,13 +163,47 @@ def decode_response(body: bytes, *, header_length: int | None = None, request_id
 
 def decode_error(body: bytes) -> str:
     """The message of an error response, or the body itself when it is not inferd's (or Triton's) JSON."""
+    document = _error_document(body)
+    if document is not None:
+        return str(document["error"])
+    return body[:200].decode("utf-8", errors="replace")
+
+
+def decode_error_response(status: int, body: bytes, *, retry_after: str | None = None) -> InferdError:
+    """An error response as inferd's typed error (its class from inferd's `code`, else from the
+    status), with the request id, the tensor fields and how long to wait before a retry (inferd's
+    `retry_after_ms`, else the `Retry-After` header's seconds)."""
+    document = _error_document(body) or {}
+    message = str(document["error"]) if document else (body[:200].decode("utf-8", errors="replace") or f"HTTP {status}")
+
+    def text(key: str) -> str | None:
+        value = document.get(key)
+        return str(value) if value is not None else None
+
+    retry_after_s: float | None = None
+    if isinstance(document.get("retry_after_ms"), int | float):
+        retry_after_s = float(document["retry_after_ms"]) / 1000
+    elif retry_after and retry_after.strip().isdigit():
+        retry_after_s = float(retry_after.strip())
+    error = error_from_http(
+        status,
+        text("code"),
+        message,
+        tensor=text("tensor"),
+        expected=text("expected"),
+        actual=text("actual"),
+        retry_after_s=retry_after_s,
+    )
+    error.request_id = text("request_id")
+    return error
+
+
+def _error_document(body: bytes) -> dict[str, Any] | None:
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return body[:200].decode("utf-8", errors="replace")
-    if isinstance(document, dict) and isinstance(document.get("error"), str):
-        return str(document["error"])
-    return body[:200].decode("utf-8", errors="replace")
+        return None
+    return document if isinstance(document, dict) and isinstance(document.get("error"), str) else None
 
 
 def decode_model_metadata(body: bytes) -> ModelMetadata:
@@ -264,6 +299,90 @@ def repository_index_json(entries: list[ModelIndexEntry]) -> list[dict[str, Any]
             }
         index.append(entry)
     return index
+
+
+def encode_index_request(ready: bool) -> bytes:
+    return orjson.dumps({"ready": ready})
+
+
+def encode_load_request(config_json: str = "", files: Mapping[str, bytes] | None = None) -> bytes:
+    """The load request's body: a config override (JSON text) and model files (base64)."""
+    import base64
+
+    parameters: dict[str, str] = {CONFIG_PARAMETER: config_json} if config_json else {}
+    for path, content in (files or {}).items():
+        parameters[FILE_PARAMETER_PREFIX + path] = base64.b64encode(content).decode("ascii")
+    return orjson.dumps({"parameters": parameters})
+
+
+def encode_unload_request(unload_dependents: bool) -> bytes:
+    return orjson.dumps({"parameters": {"unload_dependents": unload_dependents}})
+
+
+def decode_repository_index(body: bytes) -> list[ModelIndexEntry]:
+    document = _load_header(body)
+    if not isinstance(document, list):
+        raise MalformedRequestError("the repository index must be a JSON list")
+    try:
+        return [
+            ModelIndexEntry(
+                name=str(entry["name"]),
+                version=str(entry.get("version", "")),
+                state=str(entry.get("state", "")),
+                reason=str(entry.get("reason", "")),
+            )
+            for entry in document
+        ]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise MalformedRequestError(f"the repository index is not the v2 shape: {exc!r}") from None
+
+
+def decode_server_metadata(body: bytes) -> ServerMetadata:
+    document = _load_header(body)
+    try:
+        return ServerMetadata(
+            name=str(document["name"]),
+            version=str(document.get("version", "")),
+            extensions=tuple(str(e) for e in document.get("extensions", ())),
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise MalformedRequestError(f"server metadata is not the v2 shape: {exc!r}") from None
+
+
+def decode_statistics(body: bytes) -> list[ModelStatistics]:
+    """Triton's statistics extension body (what `statistics_json` writes)."""
+    document = _load_header(body)
+
+    def duration(raw: Any) -> DurationStatistic:
+        raw = raw or {}
+        return DurationStatistic(count=int(raw.get("count", 0)), ns=int(raw.get("ns", 0)))
+
+    try:
+        return [
+            ModelStatistics(
+                name=str(s["name"]),
+                version=str(s.get("version", "")),
+                last_inference_ms=int(s.get("last_inference", 0)),
+                inference_count=int(s.get("inference_count", 0)),
+                execution_count=int(s.get("execution_count", 0)),
+                **{key: duration(s.get("inference_stats", {}).get(key)) for key in _DURATION_FIELDS},
+                batches=tuple(
+                    BatchStatistics(
+                        batch_size=int(b["batch_size"]),
+                        compute_input=duration(b.get("compute_input")),
+                        compute_infer=duration(b.get("compute_infer")),
+                        compute_output=duration(b.get("compute_output")),
+                    )
+                    for b in s.get("batch_stats", ())
+                ),
+            )
+            for s in document["model_stats"]
+        ]
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise MalformedRequestError(f"statistics are not the v2 shape: {exc!r}") from None
+
+
+_DURATION_FIELDS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
 
 
 def _repository_body(body: bytes) -> dict[str, Any]:

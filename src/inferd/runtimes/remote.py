@@ -31,9 +31,18 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from inferd.client import GrpcInferenceClient, HttpInferenceClient, InferenceClient
+from inferd.client import GrpcInferenceClient, HttpInferenceClient, Transport
 from inferd.config.model import ModelConfig, ModelSignature, TensorSpec
-from inferd.errors import DeadlineUnreachableError, InferdError, ModelConfigError, ModelLoadError, ModelOutputError
+from inferd.errors import (
+    DeadlineUnreachableError,
+    InferdError,
+    InvalidRequestError,
+    ModelConfigError,
+    ModelLoadError,
+    ModelOutputError,
+    UnavailableError,
+    with_context,
+)
 from inferd.runtimes.base import (
     EXECUTION_DEADLINE,
     RuntimeOptions,
@@ -93,7 +102,16 @@ class RemoteRuntime:
             inputs=tuple(Tensor(n, self._datatypes[n], a.shape, a) for n, a in inputs.items()),
             outputs=tuple(RequestedOutput(name) for name in output_names),
         )
-        response = self._run(self._client.infer(request, timeout_s=timeout_s))
+        try:
+            response = self._run(self._client.infer(request, timeout_s=timeout_s))
+        except InvalidRequestError as exc:  # the request's fault, as the remote server judged it
+            where = f"remote model '{self._remote_name}': server {self._client.url} refused the request"
+            raise with_context(exc, where) from None
+        except InferdError as exc:  # anything else is this deployment's: the remote server is unavailable to it
+            raise UnavailableError(
+                f"remote model '{self._remote_name}': {exc.message}",
+                retry_after_s=exc.retry_after_s if isinstance(exc, UnavailableError) else None,
+            ) from None
         results = {tensor.name: tensor.data for tensor in response.outputs}
         missing = [name for name in output_names if name not in results]
         if missing:
@@ -137,7 +155,7 @@ class RemoteRuntime:
 PROTOCOLS = ("http", "grpc")
 
 
-def _client(config: ModelConfig, url: str) -> InferenceClient:
+def _client(config: ModelConfig, url: str) -> Transport:
     protocol = config.parameters.get("protocol", PROTOCOLS[0])
     max_in_flight = positive_parameter(config, "max_in_flight") or 64
     if protocol == "grpc":

@@ -21,7 +21,7 @@ from inferd.core.service import InferenceService
 from inferd.errors import InferdError, InternalError, UnavailableError
 from inferd.protocol import grpc_v2, server_timing
 from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
-from inferd.protocol.status import GRPC_STATUS
+from inferd.protocol.status import grpc_status
 from inferd.server.logging import current_request_id
 from inferd.types import new_request_id
 
@@ -143,7 +143,7 @@ async def call_async(context: grpc.aio.ServicerContext, method: str, build: Call
 
 
 async def abort(context: grpc.aio.ServicerContext, method: str, error: InferdError, request_id: str) -> None:
-    status = GRPC_STATUS[error.code]
+    status = grpc_status(error.code)
     log = logger.error if status is grpc.StatusCode.INTERNAL else logger.warning
     log("%s -> %s %s: %s", method, status.name, error.code.value, error.message, extra={"request_id": request_id})
     # The machine-readable fields the REST body carries, as trailing metadata: inferd-code, inferd-tensor, ...

@@ -1,0 +1,203 @@
+"""`AsyncClient`: inferd's asyncio client of any KServe v2 server (inferd, Triton).
+
+    async with AsyncClient("http://localhost:8000") as client:      # or "grpc://localhost:8001"
+        response = await client.infer("add_sub", {"INPUT0": a, "INPUT1": b})
+        response.as_numpy("OUTPUT0")
+
+numpy arrays in and out; connections kept alive and reused; every call with a deadline (the
+client's `timeout_s`, or the call's own) that the server is told and honours; 503s retried after
+the server's Retry-After or an exponential backoff (`RetryPolicy`); the server's errors raised as
+inferd's typed errors (`inferd.errors`: `ShapeMismatchError`, `ModelNotFoundError`,
+`OverloadedError`, ...), each with its `code`, `message`, `tensor` and `request_id`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+
+from inferd.client.retry import RetryPolicy, call_with_retries
+from inferd.client.transport import Transport
+from inferd.types import (
+    DataType,
+    InferRequest,
+    InferResponse,
+    ModelIndexEntry,
+    ModelMetadata,
+    ModelStatistics,
+    RequestedOutput,
+    ServerMetadata,
+    Tensor,
+    new_request_id,
+)
+
+T = TypeVar("T")
+Protocol = Literal["http", "grpc"]
+Inputs = Mapping[str, Any] | Iterable[Tensor]
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class AsyncClient:
+    def __init__(
+        self,
+        url: str,
+        *,
+        protocol: Protocol | None = None,
+        binary: bool = True,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        retry: RetryPolicy | None = None,
+        max_in_flight: int = 64,
+        connections: int = 2,
+    ) -> None:
+        """`url`: `http://host:port`, `grpc://host:port`, or `host:port` with `protocol` (default
+        http). `binary`: HTTP tensors as raw bytes (the binary extension), else JSON. `timeout_s`:
+        each call's deadline unless it names its own. `retry`: when to try again (default
+        `RetryPolicy()`: up to 3 retries; `NO_RETRIES` for none). `max_in_flight`: calls at once
+        (each HTTP call in flight holds a connection); `connections`: gRPC channels."""
+        self.protocol, address = parse_url(url, protocol)
+        self.url = address
+        self.timeout_s = timeout_s
+        self.retry = retry if retry is not None else RetryPolicy()
+        self._transport: Transport
+        if self.protocol == "grpc":
+            from inferd.client.grpc import GrpcInferenceClient  # grpc only for gRPC
+
+            self._transport = GrpcInferenceClient(address, connections=connections, max_in_flight=max_in_flight)
+        else:
+            from inferd.client.http import HttpInferenceClient
+
+            self._transport = HttpInferenceClient(address, max_in_flight=max_in_flight, binary=binary)
+
+    async def infer(
+        self,
+        model: str,
+        inputs: Inputs,
+        *,
+        outputs: Iterable[str] = (),
+        version: str = "",
+        request_id: str = "",
+        parameters: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> InferResponse:
+        """Run `model` on `inputs` (name → numpy array, or Tensors); `outputs` narrows what comes
+        back (default: every output). Arrays of str or bytes travel as BYTES."""
+        request = InferRequest(
+            model_name=model,
+            model_version=version,
+            request_id=request_id or new_request_id(),
+            inputs=as_tensors(inputs),
+            outputs=tuple(RequestedOutput(name) for name in outputs),
+            parameters=dict(parameters or {}),
+        )
+        return await self.infer_request(request, timeout_s=timeout_s)
+
+    async def infer_request(self, request: InferRequest, *, timeout_s: float | None = None) -> InferResponse:
+        """Send an InferRequest as it is (what `infer` builds)."""
+        return await self._retrying(lambda left: self._transport.infer(request, timeout_s=left), timeout_s)
+
+    async def server_live(self, *, timeout_s: float | None = None) -> bool:
+        return await self._retrying(lambda left: self._transport.server_live(timeout_s=left), timeout_s)
+
+    async def server_ready(self, *, timeout_s: float | None = None) -> bool:
+        return await self._retrying(lambda left: self._transport.server_ready(timeout_s=left), timeout_s)
+
+    async def model_ready(self, model: str, version: str = "", *, timeout_s: float | None = None) -> bool:
+        return await self._retrying(lambda left: self._transport.model_ready(model, version, timeout_s=left), timeout_s)
+
+    async def server_metadata(self, *, timeout_s: float | None = None) -> ServerMetadata:
+        return await self._retrying(lambda left: self._transport.server_metadata(timeout_s=left), timeout_s)
+
+    async def model_metadata(self, model: str, version: str = "", *, timeout_s: float | None = None) -> ModelMetadata:
+        return await self._retrying(
+            lambda left: self._transport.model_metadata(model, version, timeout_s=left), timeout_s
+        )
+
+    async def model_config(self, model: str, version: str = "", *, timeout_s: float | None = None) -> dict[str, Any]:
+        """The model's configuration as Triton's ModelConfig JSON (as `GET /v2/models/{m}/config`)."""
+        return await self._retrying(
+            lambda left: self._transport.model_config(model, version, timeout_s=left), timeout_s
+        )
+
+    async def statistics(
+        self, model: str = "", version: str = "", *, timeout_s: float | None = None
+    ) -> list[ModelStatistics]:
+        """The statistics extension's cumulative counts and times: of one model, or every model."""
+        return await self._retrying(lambda left: self._transport.statistics(model, version, timeout_s=left), timeout_s)
+
+    async def repository_index(self, ready: bool = False, *, timeout_s: float | None = None) -> list[ModelIndexEntry]:
+        return await self._retrying(lambda left: self._transport.repository_index(ready, timeout_s=left), timeout_s)
+
+    async def load_model(
+        self,
+        model: str,
+        *,
+        config: Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes] | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Load (or reload) `model`; `config` overrides its config (Triton's ModelConfig as a dict),
+        `files` supply its files by path within the model folder ("1/model.onnx")."""
+        config_json = json.dumps(dict(config)) if config else ""
+        await self._retrying(
+            lambda left: self._transport.load_model(model, config_json, files, timeout_s=left), timeout_s
+        )
+
+    async def unload_model(
+        self, model: str, *, unload_dependents: bool = False, timeout_s: float | None = None
+    ) -> None:
+        await self._retrying(
+            lambda left: self._transport.unload_model(model, unload_dependents, timeout_s=left), timeout_s
+        )
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def _retrying(self, call: Callable[[float], Awaitable[T]], timeout_s: float | None) -> T:
+        return await call_with_retries(call, self.retry, self.timeout_s if timeout_s is None else timeout_s)
+
+
+def parse_url(url: str, protocol: Protocol | None = None) -> tuple[Protocol, str]:
+    """(protocol, host:port) from `http://host:port`, `grpc://host:port` or `host:port`."""
+    scheme, separator, address = url.partition("://")
+    if not separator:
+        scheme, address = protocol or "http", url
+    if scheme not in ("http", "grpc"):
+        raise ValueError(f"url {url!r}: the scheme must be http:// or grpc://")
+    if protocol is not None and protocol != scheme:
+        raise ValueError(f"url {url!r} says {scheme}, but protocol {protocol!r} was asked for")
+    host, _, port = address.rstrip("/").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"url {url!r} must name a host and a port, as http://localhost:8000")
+    return ("grpc" if scheme == "grpc" else "http"), f"{host}:{port}"
+
+
+def as_tensors(inputs: Inputs) -> tuple[Tensor, ...]:
+    """Tensors from name → array (any array-like; str and bytes become BYTES), or Tensors as they are."""
+    if not isinstance(inputs, Mapping):
+        return tuple(inputs)
+    tensors = []
+    for name, value in inputs.items():
+        if isinstance(value, Tensor):
+            tensors.append(value)
+            continue
+        array = np.asarray(value)
+        if array.dtype.kind in ("U", "S"):
+            array = np.array([_utf8(item) for item in array.reshape(-1)], dtype=object).reshape(array.shape)
+        tensors.append(Tensor(name, DataType.from_numpy(array.dtype), tuple(array.shape), array))
+    return tuple(tensors)
+
+
+def _utf8(item: Any) -> bytes:
+    return item if isinstance(item, bytes) else str(item).encode("utf-8")

@@ -1,0 +1,39 @@
+"""What every transport (HTTP, gRPC) offers: the KServe v2 API of one server, asyncio, each call
+with its own timeout. `AsyncClient` and `Client` are the friendly faces over one of them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from inferd.types import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata, ModelStatistics, ServerMetadata
+
+
+class Transport(Protocol):
+    url: str
+
+    async def infer(self, request: InferRequest, *, timeout_s: float) -> InferResponse: ...
+
+    async def server_live(self, *, timeout_s: float) -> bool: ...
+
+    async def server_ready(self, *, timeout_s: float) -> bool: ...
+
+    async def model_ready(self, name: str, version: str = "", *, timeout_s: float) -> bool: ...
+
+    async def server_metadata(self, *, timeout_s: float) -> ServerMetadata: ...
+
+    async def model_metadata(self, name: str, version: str = "", *, timeout_s: float) -> ModelMetadata: ...
+
+    async def model_config(self, name: str, version: str = "", *, timeout_s: float) -> dict[str, Any]: ...
+
+    async def statistics(self, name: str = "", version: str = "", *, timeout_s: float) -> list[ModelStatistics]: ...
+
+    async def repository_index(self, ready: bool = False, *, timeout_s: float) -> list[ModelIndexEntry]: ...
+
+    async def load_model(
+        self, name: str, config_json: str = "", files: Mapping[str, bytes] | None = None, *, timeout_s: float
+    ) -> None: ...
+
+    async def unload_model(self, name: str, unload_dependents: bool = False, *, timeout_s: float) -> None: ...
+
+    async def close(self) -> None: ...
