@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from inferd import __version__
+from inferd.cli.perf import perf
 from inferd.cli.serve import serve
 
 
@@ -15,6 +16,7 @@ def cli() -> None:
 
 
 cli.add_command(serve)
+cli.add_command(perf)
 
 
 def main() -> None:
