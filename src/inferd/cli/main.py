@@ -7,6 +7,7 @@ import click
 from inferd import __version__
 from inferd.cli.perf import perf
 from inferd.cli.serve import serve
+from inferd.cli.validate import validate
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -17,6 +18,7 @@ def cli() -> None:
 
 cli.add_command(serve)
 cli.add_command(perf)
+cli.add_command(validate)
 
 
 def main() -> None:

@@ -106,8 +106,8 @@ def perf(
 
     from inferd.client import parse_url
     from inferd.errors import InferdError
+    from inferd.tools.inputs import InputError, parse_shape
     from inferd.tools.perf import report
-    from inferd.tools.perf.inputs import InputError, parse_shape
     from inferd.tools.perf.measure import PerfSettings, run_perf
 
     if concurrency and request_rate:

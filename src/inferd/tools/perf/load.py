@@ -27,7 +27,7 @@ import numpy as np
 
 from inferd.client import NO_RETRIES, AsyncClient
 from inferd.errors import InferdError
-from inferd.tools.perf.inputs import Sample
+from inferd.tools.inputs import Sample
 from inferd.types import DataType, InferRequest, RequestedOutput, Tensor
 
 Mode = Literal["concurrency", "rate"]

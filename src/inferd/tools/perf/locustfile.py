@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from locust import FastHttpUser, events, task
 
 from inferd.protocol import json_v2
-from inferd.tools.perf.inputs import file_samples, parse_shape, request_shapes, synthetic_samples
+from inferd.tools.inputs import file_samples, parse_shape, request_shapes, synthetic_samples
 from inferd.types import DataType, InferRequest, Tensor
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from inferd.client import Client
-from inferd.tools.perf.inputs import file_samples, request_shapes, synthetic_samples
+from inferd.tools.inputs import file_samples, request_shapes, synthetic_samples
 from inferd.tools.perf.load import Completed, Distribution, LoadGenerator, Mode, Target
 from inferd.types import ModelStatistics
 

@@ -1,6 +1,7 @@
-"""What `inferd perf` sends: one request's tensors per sample, built from the model's metadata and
-config, as perf_analyzer builds them: zeros, random values, or samples from a file (perf_analyzer's
-JSON input-data format, or an .npz of arrays whose first axis is the sample)."""
+"""What the tools send (`inferd perf`, `inferd validate`): one request's tensors per sample, built
+from the model's metadata and config, as perf_analyzer builds them: zeros, random values, or
+samples from a file (perf_analyzer's JSON input-data format, JSON lines of `{input: values}`, or
+an .npz of arrays whose first axis is the sample)."""
 
 from __future__ import annotations
 
@@ -80,6 +81,13 @@ def file_samples(path: Path, metadata: ModelMetadata, shapes: Mapping[str, tuple
         if len(counts) != 1:
             raise InputError(f"'{path}': every array must hold the same number of samples (first axis)")
         raw: list[dict[str, Any]] = [{name: a[i] for name, a in arrays.items()} for i in range(counts.pop())]
+    elif path.suffix == ".jsonl":
+        try:
+            raw = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InputError(f"'{path}' is not JSON lines: {exc}") from None
+        if not raw:
+            raise InputError(f"'{path}' holds no samples")
     else:
         try:
             document = json.loads(path.read_text(encoding="utf-8"))

@@ -1,0 +1,104 @@
+"""Sentence pairs, as the published BF16 check used them: each model embeds both sentences of a
+pair, the pair's score is the cosine similarity of the two embeddings, and a decision is the score
+against a threshold. A model takes either text (one BYTES input: a served tokenizer → encoder
+pipeline) or token ids (input_ids, attention_mask, token_type_ids), tokenized here with the
+model's tokenizer.json. An embedding output with a sequence axis is mean-pooled over the mask."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferd.tools.validate.models import ModelUnderTest
+from inferd.types import DataType
+
+TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+MAX_TOKENS = 512
+
+
+@dataclass(frozen=True, slots=True)
+class SentencePairs:
+    first: list[str]
+    second: list[str]
+    labels: list[int] | None
+    """1 (alike) or 0 per pair, when the file has a third column."""
+
+
+def read_pairs(path: Path) -> SentencePairs:
+    """A TSV of `sentence_a<TAB>sentence_b[<TAB>label]`, with or without a header line."""
+    if not path.is_file():
+        raise ValueError(f"sentence pairs file '{path}' does not exist")
+    with path.open(encoding="utf-8", newline="") as lines:
+        rows = [row for row in csv.reader(lines, delimiter="\t") if row]
+    if rows and len(rows[0]) == 3 and rows[0][2] not in ("0", "1"):
+        rows = rows[1:]  # the header
+    if not rows or any(len(row) not in (2, 3) for row in rows):
+        raise ValueError(f"'{path}' must hold lines of sentence_a<TAB>sentence_b[<TAB>label 0 or 1]")
+    labels = [int(row[2]) for row in rows] if all(len(row) == 3 and row[2] in ("0", "1") for row in rows) else None
+    return SentencePairs([row[0] for row in rows], [row[1] for row in rows], labels)
+
+
+class Embedder:
+    """One model's sentence embeddings."""
+
+    def __init__(self, model: ModelUnderTest, tokenizer: Path | None, embedding: str | None) -> None:
+        self._model = model
+        inputs = {t.name: t for t in model.metadata.inputs}
+        outputs = [t.name for t in model.metadata.outputs]
+        self._text_input = (
+            next(iter(inputs)) if len(inputs) == 1 and next(iter(inputs.values())).datatype == "BYTES" else None
+        )
+        if self._text_input is None:
+            missing = [name for name in inputs if name not in TOKEN_INPUTS]
+            if missing or "input_ids" not in inputs:
+                raise ValueError(
+                    f"model '{model.name}' takes {sorted(inputs)}: sentence pairs need one BYTES text input or "
+                    f"token inputs ({', '.join(TOKEN_INPUTS)})"
+                )
+            if tokenizer is None:
+                raise ValueError(f"model '{model.name}' takes token ids: give its tokenizer.json with --tokenizer")
+            from tokenizers import Tokenizer
+
+            self._tokenizer = Tokenizer.from_file(str(tokenizer))
+            self._tokenizer.enable_truncation(MAX_TOKENS)
+        self._token_inputs = [name for name in TOKEN_INPUTS if name in inputs]
+        floats = [t.name for t in model.metadata.outputs if t.datatype in ("FP32", "FP16", "FP64")]
+        self.output = embedding or ("sentence_embedding" if "sentence_embedding" in outputs else (floats or outputs)[0])
+        if self.output not in outputs:
+            raise ValueError(f"model '{model.name}' has no output '{self.output}'; its outputs are {outputs}")
+
+    def embed(self, sentence: str) -> np.ndarray[Any, Any]:
+        batched = self._model.max_batch_size > 0
+        if self._text_input is not None:
+            text = np.array([sentence.encode("utf-8")], dtype=object).reshape((1, 1) if batched else (1,))
+            vector = self._model.run({self._text_input: text}, [self.output])[self.output]
+            return np.asarray(vector, dtype=np.float64).reshape(-1)
+        encoding = self._tokenizer.encode(sentence)
+        columns = {
+            "input_ids": encoding.ids,
+            "attention_mask": encoding.attention_mask,
+            "token_type_ids": encoding.type_ids,
+        }
+        inputs = {name: np.array([columns[name]], dtype=DataType.INT64.numpy_dtype) for name in self._token_inputs}
+        output = np.asarray(self._model.run(inputs, [self.output])[self.output], dtype=np.float64)
+        if output.ndim == 3:  # [1, tokens, dims]: mean over the tokens the mask keeps
+            mask = np.array(encoding.attention_mask, dtype=np.float64)[None, :, None]
+            output = (output * mask).sum(axis=1) / max(mask.sum(), 1.0)
+        return output.reshape(-1)
+
+
+def similarities(embedder: Embedder, pairs: SentencePairs) -> tuple[np.ndarray[Any, Any], list[np.ndarray[Any, Any]]]:
+    """Each pair's cosine similarity, and every sentence's embedding (first sentences, then second)."""
+    first = [embedder.embed(s) for s in pairs.first]
+    second = [embedder.embed(s) for s in pairs.second]
+    scores = np.array(
+        [
+            float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) or 1.0))
+            for a, b in zip(first, second, strict=True)
+        ]
+    )
+    return scores, first + second
