@@ -48,4 +48,4 @@ lint: setup
 
 # The tests serve PyTorch models too: torch (CPU build) comes with the example's requirements.
 test: setup setup-example perf-analyzer tfserving-client lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=15
