@@ -75,7 +75,33 @@ def run_server(
 ) -> Iterator[ServerProcess]:
     """Start `inferd serve` on free ports (or `ports`: HTTP, gRPC, metrics), with `env` added to
     the environment; wait on its own readiness endpoint, stop it after."""
-    ports = ports or (free_port(), free_port(), free_port())
+    # A port free when picked may be taken (by another socket's ephemeral port) before the server
+    # binds it: with ports of its own choosing, a server that could not bind starts again on others.
+    attempts = 1 if ports else 3
+    for attempt in range(attempts):
+        chosen = ports or (free_port(), free_port(), free_port())
+        server = _start(repository, log_path, chosen, extra_args, env)
+        try:
+            wait_ready(chosen[0], server.process, STARTUP_TIMEOUT_S)
+        except RuntimeError:
+            server.terminate()
+            if attempt + 1 < attempts and "address already in use" in server.log():
+                continue
+            raise
+        except BaseException:
+            server.terminate()
+            raise
+        try:
+            yield server
+        finally:
+            server.terminate()
+        return
+
+
+def _start(
+    repository: Path | str, log_path: Path, ports: tuple[int, int, int], extra_args: tuple[str, ...],
+    env: dict[str, str] | None,
+) -> ServerProcess:  # fmt: skip
     command = [
         sys.executable,
         "-m",
@@ -93,12 +119,8 @@ def run_server(
         str(ports[2]),
         *extra_args,
     ]
-    log_file = log_path.open("wb")
-    process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-    server = ServerProcess(process, *ports, log_path=log_path)
-    try:
-        wait_ready(ports[0], process, STARTUP_TIMEOUT_S)
-        yield server
-    finally:
-        server.terminate()
-        log_file.close()
+    with log_path.open("wb") as log_file:  # the child keeps its own copy of the descriptor
+        process = subprocess.Popen(
+            command, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+    return ServerProcess(process, *ports, log_path=log_path)
