@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar
 
 import numpy as np
 
@@ -39,6 +39,17 @@ T = TypeVar("T")
 Protocol = Literal["http", "grpc"]
 Inputs = Mapping[str, Any] | Iterable[Tensor]
 DEFAULT_TIMEOUT_S = 60.0
+
+
+class ClientOptions(TypedDict, total=False):
+    """`AsyncClient`'s keyword arguments, which `Client` takes as they are."""
+
+    protocol: Protocol | None
+    binary: bool
+    timeout_s: float
+    retry: RetryPolicy | None
+    max_in_flight: int
+    connections: int
 
 
 class AsyncClient:

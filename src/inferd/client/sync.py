@@ -14,37 +14,18 @@ import asyncio
 import threading
 from collections.abc import Coroutine, Iterable, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
-from inferd.client.aio import DEFAULT_TIMEOUT_S, AsyncClient, Inputs, Protocol
-from inferd.client.retry import RetryPolicy
+from inferd.client.aio import AsyncClient, ClientOptions, Inputs
 from inferd.types import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata, ModelStatistics, ServerMetadata
 
 T = TypeVar("T")
 
 
 class Client:
-    def __init__(
-        self,
-        url: str,
-        *,
-        protocol: Protocol | None = None,
-        binary: bool = True,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        retry: RetryPolicy | None = None,
-        max_in_flight: int = 64,
-        connections: int = 2,
-    ) -> None:
+    def __init__(self, url: str, **options: Unpack[ClientOptions]) -> None:
         """The arguments are `AsyncClient`'s."""
-        self._client = AsyncClient(
-            url,
-            protocol=protocol,
-            binary=binary,
-            timeout_s=timeout_s,
-            retry=retry,
-            max_in_flight=max_in_flight,
-            connections=connections,
-        )
+        self._client = AsyncClient(url, **options)
         self.url, self.protocol = self._client.url, self._client.protocol
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="inferd-client", daemon=True)

@@ -26,9 +26,10 @@ from typing import Any, Literal
 import numpy as np
 
 from inferd.client import NO_RETRIES, AsyncClient
+from inferd.client.aio import as_tensors
 from inferd.errors import InferdError
 from inferd.tools.inputs import Sample
-from inferd.types import DataType, InferRequest, RequestedOutput, Tensor
+from inferd.types import InferRequest, RequestedOutput
 
 Mode = Literal["concurrency", "rate"]
 Distribution = Literal["constant", "poisson"]
@@ -94,17 +95,16 @@ class LoadGenerator:
 
     def collect(self) -> Completed:
         """What completed since the last collect (or start), in every worker."""
-        for pipe in self._pipes:
-            pipe.send(("collect",))
-        completed = Completed()
-        for pipe in self._pipes:
-            completed = completed.merged(_reply(pipe))
-        return completed
+        return self._gather("collect")
 
     def stop(self) -> Completed:
         """Stop the load and wait for the requests in flight: what completed since the last collect."""
+        return self._gather("stop")
+
+    def _gather(self, command: str) -> Completed:
+        """Every worker told at once (so their windows end together), then their answers merged."""
         for pipe in self._pipes:
-            pipe.send(("stop",))
+            pipe.send((command,))
         completed = Completed()
         for pipe in self._pipes:
             completed = completed.merged(_reply(pipe))
@@ -158,7 +158,7 @@ class _Worker:
                 model_name=target.model,
                 model_version=target.version,
                 request_id="",
-                inputs=tuple(Tensor(n, DataType.from_numpy(a.dtype), a.shape, a) for n, a in sample.items()),
+                inputs=as_tensors(sample),
                 outputs=tuple(RequestedOutput(name) for name in target.outputs),
             )
             for sample in target.samples

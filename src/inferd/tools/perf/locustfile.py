@@ -21,9 +21,10 @@ from typing import Any, ClassVar
 
 from locust import FastHttpUser, events, task
 
+from inferd.client.aio import as_tensors
 from inferd.protocol import json_v2
 from inferd.tools.inputs import file_samples, parse_shape, request_shapes, synthetic_samples
-from inferd.types import DataType, InferRequest, Tensor
+from inferd.types import InferRequest
 
 
 @events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
@@ -62,9 +63,9 @@ class KServeUser(FastHttpUser):
             samples = file_samples(Path(options.input_data), metadata, shapes)
         bodies = []
         for sample in samples:
-            tensors = tuple(Tensor(n, DataType.from_numpy(a.dtype), a.shape, a) for n, a in sample.items())
             body, header_length = json_v2.encode_request(
-                InferRequest(options.model, options.model_version, "", tensors), binary=not options.json_tensors
+                InferRequest(options.model, options.model_version, "", as_tensors(sample)),
+                binary=not options.json_tensors,
             )
             headers = {"Content-Type": "application/json"}
             if header_length is not None:
