@@ -35,6 +35,7 @@ gRPC statuses in exactly two tables, so no layer below the wire knows about stat
 from __future__ import annotations
 
 import enum
+import functools
 from typing import Any, ClassVar, TypeVar
 
 
@@ -290,6 +291,7 @@ def error_from_code(
     return error
 
 
+@functools.cache  # the tree is fixed once the module is imported
 def _classes_by_code() -> dict[ErrorCode, type[InferdError]]:
     classes: dict[ErrorCode, type[InferdError]] = {}
     pending: list[type[InferdError]] = [InferdError]
