@@ -49,7 +49,6 @@ import os
 import shutil
 import sys
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +99,7 @@ ALL_MODELS = (
     "sentence_embedding",
 )
 # Bump when a builder changes what it writes: models built by an older version are built again.
-BUILD_VERSION = "2"
+BUILD_VERSION = "3"
 BUILD_STAMP = ".build-version"
 # Models written from text alone (Python steps, ensembles): rewritten on every run, so a repository
 # built by an older version of this script picks up their changes.
@@ -328,62 +327,18 @@ def tokenize(sentences: Sequence[str], *, pad_to_longest: bool = False) -> dict[
 def build_minilm(model_dir: Path) -> None:
     import numpy as np
     import onnx
-    import torch
-    from transformers import BertModel
 
-    torch.manual_seed(0)
+    from inferd.tools.optimize.export import export_hugging_face
+
     source = minilm_model_path()
-    log(f"minilm: loading weights from {source}")
-    # Eager attention: plain MatMul/Softmax in the graph, the same math sentence-transformers runs.
-    bert = BertModel.from_pretrained(str(source), attn_implementation="eager")
-
-    class MiniLMWithPooling(torch.nn.Module):
-        """BertModel + sentence-transformers' mean pooling and Normalize, in one graph."""
-
-        def __init__(self, encoder: torch.nn.Module) -> None:
-            super().__init__()
-            self.encoder = encoder
-
-        def forward(
-            self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
-        ) -> tuple[torch.Tensor, torch.Tensor]:
-            hidden = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).last_hidden_state
-            # sentence_transformers.models.Pooling (mean) ...
-            mask = attention_mask.unsqueeze(-1).expand(hidden.size()).to(hidden.dtype)
-            summed = torch.sum(hidden * mask, 1)
-            counts = torch.clamp(mask.sum(1), min=1e-9)
-            # ... then sentence_transformers.models.Normalize.
-            embedding = torch.nn.functional.normalize(summed / counts, p=2, dim=1)
-            return hidden, embedding
-
-    wrapper = MiniLMWithPooling(bert).eval()  # eval() recurses: no dropout in the encoder either
-    example = tokenize(VERIFY_SENTENCES[:2])
-    example_args = tuple(torch.from_numpy(example[name]) for name in MINILM_INPUTS)
-    batch = torch.export.Dim("batch", min=1, max=MINILM_MAX_BATCH)
-    # Any length the position embeddings cover: a tokenizer that pads to each batch's longest
-    # text sends short sequences, and short sequences cost less.
-    sequence = torch.export.Dim("sequence", min=2, max=MINILM_MAX_POSITIONS)
     path = model_dir / MODEL_VERSION / MODEL_FILE
-
-    log(f"minilm: torch.onnx.export (dynamo, opset {MINILM_OPSET}, dynamic batch and sequence length) ...")
+    # The export `inferd optimize` makes of a sentence-transformers folder: BertModel with eager
+    # attention, mean pooling and Normalize inside the graph, dynamic batch and sequence length.
+    log(f"minilm: torch.onnx.export of {source} (dynamo, opset {MINILM_OPSET}, dynamic batch and sequence) ...")
     started = time.perf_counter()
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            wrapper,
-            example_args,
-            str(path),
-            input_names=list(MINILM_INPUTS),
-            output_names=list(MINILM_OUTPUTS),
-            opset_version=MINILM_OPSET,
-            dynamo=True,
-            dynamic_shapes={name: {0: batch, 1: sequence} for name in MINILM_INPUTS},
-            external_data=False,
-            verbose=False,
-        )
-    log(f"minilm: exported in {time.perf_counter() - started:.1f}s, {path.stat().st_size / 1e6:.1f} MB")
+    exported = export_hugging_face(source, path)
+    log(f"minilm: exported in {time.perf_counter() - started:.1f}s, {path.stat().st_size / 1e6:.1f} MB, "
+        f"|diff| vs PyTorch {exported.max_diff:.3g}")  # fmt: skip
 
     onnx.checker.check_model(str(path))
     check_minilm_signature(onnx.load(str(path), load_external_data=False))
@@ -392,16 +347,11 @@ def build_minilm(model_dir: Path) -> None:
     # 128 tokens, and to the longest sentence only (the sequence length is dynamic).
     feeds = tokenize(VERIFY_SENTENCES)
     session = ort_session(path)
-    onnx_hidden, onnx_embedding = session.run(list(MINILM_OUTPUTS), feeds)
+    _, onnx_embedding = session.run(list(MINILM_OUTPUTS), feeds)
     short = tokenize(VERIFY_SENTENCES, pad_to_longest=True)
     _, short_embedding = session.run(list(MINILM_OUTPUTS), short)
     if short["input_ids"].shape[1] >= MINILM_SEQ_LEN:
         raise RuntimeError("minilm: the verification sentences should be shorter than 128 tokens")
-    with torch.no_grad():
-        torch_hidden, torch_embedding = wrapper(*(torch.from_numpy(feeds[n]) for n in MINILM_INPUTS))
-    valid = feeds["attention_mask"].astype(bool)
-    hidden_diff = max_abs_diff(onnx_hidden[valid], torch_hidden.numpy()[valid])
-    embedding_diff = max_abs_diff(onnx_embedding, torch_embedding.numpy())
 
     from sentence_transformers import SentenceTransformer
 
@@ -410,13 +360,12 @@ def build_minilm(model_dir: Path) -> None:
     st_diff = max_abs_diff(onnx_embedding, st_embedding)
     norms = np.linalg.norm(onnx_embedding, axis=1)
     log(
-        f"minilm: max abs diff on {len(VERIFY_SENTENCES)} sentences: last_hidden_state (real tokens) "
-        f"{hidden_diff:.3g}, sentence_embedding vs torch {embedding_diff:.3g}, "
+        f"minilm: max abs diff on {len(VERIFY_SENTENCES)} sentences: sentence_embedding "
         f"vs SentenceTransformer.encode {st_diff:.3g}; embedding norms {norms.min():.6f}..{norms.max():.6f}"
     )
     short_diff = max_abs_diff(short_embedding, onnx_embedding)
     log(f"minilm: padded to {short['input_ids'].shape[1]} tokens instead of 128: embeddings differ by {short_diff:.3g}")
-    worst = max(hidden_diff, embedding_diff, st_diff, short_diff)
+    worst = max(exported.max_diff, st_diff, short_diff)
     if worst > MAX_ABS_DIFF:
         raise RuntimeError(f"minilm: ONNX export differs from PyTorch by {worst:.3g} > {MAX_ABS_DIFF}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from inferd import __version__
+from inferd.cli.optimize import optimize
 from inferd.cli.perf import perf
 from inferd.cli.serve import serve
 from inferd.cli.validate import validate
@@ -19,6 +20,7 @@ def cli() -> None:
 cli.add_command(serve)
 cli.add_command(perf)
 cli.add_command(validate)
+cli.add_command(optimize)
 
 
 def main() -> None:

@@ -29,6 +29,8 @@ class ValidateError(click.ClickException):
 @click.option("--atol", type=float, default=1e-3, show_default=True, help="Largest |diff| allowed; 0 or less: off.")
 @click.option("--min-cosine", type=float, default=0.999, show_default=True, help="Lowest cosine allowed; 0: off.")
 @click.option("--max-flips", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--max-flip-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Or this share of the decisions, when more.")  # fmt: skip
 @click.option("--max-top1", type=click.IntRange(min=0), default=0, show_default=True, help="Top-1 changes allowed.")
 @click.option("--tokenizer", type=click.Path(exists=True, path_type=Path), help="tokenizer.json, for token-id models.")
 @click.option("--embedding", help="Pairs: the output holding the embedding (default sentence_embedding or the first).")
@@ -46,6 +48,7 @@ def validate(
     atol: float,
     min_cosine: float,
     max_flips: int,
+    max_flip_rate: float,
     max_top1: int,
     tokenizer: Path | None,
     embedding: str | None,
@@ -77,6 +80,7 @@ def validate(
                 atol=atol if atol > 0 else None,
                 min_cosine=min_cosine if min_cosine > 0 else None,
                 max_flips=max_flips,
+                max_flip_rate=max_flip_rate,
                 max_top1=max_top1,
             ),
             tokenizer=tokenizer,

@@ -21,6 +21,8 @@ class Tolerances:
     """The lowest cosine similarity allowed for any sample (None: not judged)."""
     max_flips: int = 0
     """Score decisions (at the threshold) allowed to differ."""
+    max_flip_rate: float = 0.0
+    """... or this share of the decisions, when that allows more (INT8 ports are judged by rate)."""
     max_top1: int = 0
     """Rows whose top-1 class may differ."""
 
@@ -71,9 +73,11 @@ def compare_output(
     if kind == "scores":
         if threshold is None:
             raise ValueError(f"score output '{name}' needs a threshold")
-        flips = int(np.sum((np.concatenate(ref_rows) > threshold) != (np.concatenate(cand_rows) > threshold)))
-        if flips > tolerances.max_flips:
-            failures.append(f"{flips} decisions flip at threshold {threshold:g} (at most {tolerances.max_flips})")
+        decisions = np.concatenate(ref_rows) > threshold
+        flips = int(np.sum(decisions != (np.concatenate(cand_rows) > threshold)))
+        allowed = max(tolerances.max_flips, int(tolerances.max_flip_rate * decisions.size))
+        if flips > allowed:
+            failures.append(f"{flips} decisions flip at threshold {threshold:g} (at most {allowed})")
     elif kind == "classes":
         top1 = sum(
             int(np.sum(np.argmax(np.asarray(r), axis=-1) != np.argmax(np.asarray(c), axis=-1)))

@@ -61,10 +61,7 @@ class Embedder:
                 )
             if tokenizer is None:
                 raise ValueError(f"model '{model.name}' takes token ids: give its tokenizer.json with --tokenizer")
-            from tokenizers import Tokenizer
-
-            self._tokenizer = Tokenizer.from_file(str(tokenizer))
-            self._tokenizer.enable_truncation(MAX_TOKENS)
+            self._tokenizer = load_tokenizer(tokenizer)
         self._token_inputs = [name for name in TOKEN_INPUTS if name in inputs]
         floats = [t.name for t in model.metadata.outputs if t.datatype in ("FP32", "FP16", "FP64")]
         self.output = embedding or ("sentence_embedding" if "sentence_embedding" in outputs else (floats or outputs)[0])
@@ -77,18 +74,32 @@ class Embedder:
             text = np.array([sentence.encode("utf-8")], dtype=object).reshape((1, 1) if batched else (1,))
             vector = self._model.run({self._text_input: text}, [self.output])[self.output]
             return np.asarray(vector, dtype=np.float64).reshape(-1)
-        encoding = self._tokenizer.encode(sentence)
-        columns = {
-            "input_ids": encoding.ids,
-            "attention_mask": encoding.attention_mask,
-            "token_type_ids": encoding.type_ids,
-        }
-        inputs = {name: np.array([columns[name]], dtype=DataType.INT64.numpy_dtype) for name in self._token_inputs}
+        inputs = tokenize(self._tokenizer, sentence, self._token_inputs)
         output = np.asarray(self._model.run(inputs, [self.output])[self.output], dtype=np.float64)
         if output.ndim == 3:  # [1, tokens, dims]: mean over the tokens the mask keeps
-            mask = np.array(encoding.attention_mask, dtype=np.float64)[None, :, None]
+            mask = np.asarray(self._tokenizer.encode(sentence).attention_mask, dtype=np.float64)[None, :, None]
             output = (output * mask).sum(axis=1) / max(mask.sum(), 1.0)
         return output.reshape(-1)
+
+
+def load_tokenizer(path: Path) -> Any:
+    """A Hugging Face tokenizer.json, truncating at the longest input a BERT-class model takes."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.enable_truncation(MAX_TOKENS)
+    return tokenizer
+
+
+def tokenize(tokenizer: Any, sentence: str, names: list[str]) -> dict[str, np.ndarray[Any, Any]]:
+    """One sentence as a batch of one: the token inputs `names` (of TOKEN_INPUTS) as INT64."""
+    encoding = tokenizer.encode(sentence)
+    columns = {
+        "input_ids": encoding.ids,
+        "attention_mask": encoding.attention_mask,
+        "token_type_ids": encoding.type_ids,
+    }
+    return {name: np.array([columns[name]], dtype=DataType.INT64.numpy_dtype) for name in names}
 
 
 def similarities(embedder: Embedder, pairs: SentencePairs) -> tuple[np.ndarray[Any, Any], list[np.ndarray[Any, Any]]]:

@@ -1,0 +1,153 @@
+"""`inferd optimize` through its CLI: all-MiniLM-L6-v2 (the example's export) to every candidate,
+FP16 and INT8 passing their documented tolerances and the winner served by a real inferd; a
+torch.export program to ONNX; a candidate outside its tolerance reported and never written; bad
+arguments as one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inferd.client import Client
+from inferd.testing.models import exported_model, minilm_files, mlp_model
+from inferd.testing.server import run_server
+
+pytestmark = pytest.mark.e2e
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PAIRS = 40
+
+
+def optimize(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "inferd", "optimize", *args], capture_output=True, text=True, timeout=600
+    )
+
+
+def record(output: Path) -> dict[str, dict[str, object]]:
+    document = json.loads((output / "optimize.json").read_text())
+    return {c["name"]: c for c in document["candidates"]} | {"": document}
+
+
+@pytest.mark.timeout(600)
+def test_minilm_candidates_pass_their_tolerances_and_the_winner_serves(
+    pipeline_repository: Path, tmp_path: Path
+) -> None:
+    pairs = tmp_path / "pairs.tsv"
+    lines = (REPO_ROOT / "examples" / "sentence_pairs.tsv").read_text(encoding="utf-8").splitlines()
+    pairs.write_text("\n".join(lines[: PAIRS + 1]) + "\n", encoding="utf-8")
+    output = tmp_path / "out"
+    tokenizer = minilm_files() / "tokenizer.json"
+    result = optimize(str(pipeline_repository / "minilm"), "-o", str(output), "--inputs", str(pairs),
+                      "--tokenizer", str(tokenizer), "--calibration", str(pairs))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    candidates = record(output)
+    summary = candidates.pop("")
+    assert set(candidates) == {"fp32", "ort", "transformer", "fp16", "int8-dynamic", "int8-static"}
+    for name in ("fp32", "ort", "transformer", "fp16", "int8-dynamic"):
+        assert candidates[name]["status"] == "passed", (name, candidates[name]["reason"])
+    # Static INT8 builds and runs; whether it keeps the answers is the gate's call, reported either way.
+    assert candidates["int8-static"]["status"] in ("passed", "rejected")
+    # The FP16 port keeps the original's answers as the published BF16 port did: no flip, tiny diffs.
+    fp16 = candidates["fp16"]["validation"]
+    assert isinstance(fp16, dict)
+    similarity, embedding = fp16["outputs"]
+    assert similarity["flips"] == 0 and similarity["abs_diff_max"] < 1e-2 and embedding["cosine_min"] > 0.999
+    int8 = candidates["int8-dynamic"]["validation"]
+    assert isinstance(int8, dict) and int8["outputs"][1]["cosine_min"] > 0.95
+    for name, candidate in candidates.items():
+        written = output / f"minilm-{name}"
+        assert (written / "1" / "model.onnx").is_file() == (candidate["status"] == "passed")
+    winner = summary["winner"]
+    assert winner in candidates and candidates[str(winner)]["status"] == "passed"
+    assert (output / "minilm" / "1" / "model.onnx").read_bytes() == (
+        output / f"minilm-{winner}" / "1" / "model.onnx"
+    ).read_bytes()
+    config = (output / "minilm" / "config.pbtxt").read_text()
+    assert 'name: "minilm"' in config and "max_batch_size: 32" in config and "dynamic_batching" in config
+    assert f"candidate '{winner}'" in config
+    assert "winner:" in result.stdout and str(winner) in result.stdout
+
+    # The winner is ready for a repository: a real inferd serves it, and batches it.
+    from tokenizers import Tokenizer
+
+    encoding = Tokenizer.from_file(str(tokenizer)).encode(lines[1].split("\t")[0])
+    inputs = {
+        "input_ids": np.array([encoding.ids], dtype=np.int64),
+        "attention_mask": np.array([encoding.attention_mask], dtype=np.int64),
+        "token_type_ids": np.array([encoding.type_ids], dtype=np.int64),
+    }
+    with run_server(output, tmp_path / "server.log", "--model-control-mode", "explicit", "--load-model", "minilm",
+                    "--load-model", "minilm-fp32") as server:  # fmt: skip
+        client = Client(f"http://{server.http_url}")
+        try:
+            served = client.infer("minilm", inputs, outputs=["sentence_embedding"]).as_numpy("sentence_embedding")
+            original = client.infer("minilm-fp32", inputs).as_numpy("sentence_embedding")
+        finally:
+            client.close()
+    cosine = float(np.dot(served[0], original[0]) / (np.linalg.norm(served[0]) * np.linalg.norm(original[0])))
+    assert served.shape == (1, 384) and cosine > 0.95
+
+
+def test_a_torch_export_program_becomes_onnx(tmp_path: Path) -> None:
+    source = tmp_path / "torch_mlp"
+    exported_model(source / "1" / "model.pt2", seed=2)
+    (source / "config.pbtxt").write_text('platform: "pytorch_libtorch"\nmax_batch_size: 8\ndynamic_batching { }\n')
+    output = tmp_path / "out"
+    result = optimize(str(source), "-o", str(output), "--candidates", "fp32,ort,int8-dynamic")
+    assert result.returncode == 0, result.stderr
+    candidates = record(output)
+    assert candidates["fp32"]["status"] == "passed", candidates["fp32"]["reason"]
+    # Validated against the original: the torch.export program, run by inferd's PyTorch runtime.
+    assert candidates[""]["reference"] == str(source)
+    config = (output / "torch_mlp" / "config.pbtxt").read_text()
+    assert 'platform: "onnxruntime_onnx"' in config and "max_batch_size: 8" in config
+
+
+def test_a_candidate_outside_its_tolerance_is_reported_and_not_written(tmp_path: Path) -> None:
+    mlp_model(tmp_path / "mlp" / "1" / "model.onnx", seed=4)
+    output = tmp_path / "out"
+    # No INT8 port keeps every element within 1e-9 of the original: the gate must say no.
+    result = optimize(str(tmp_path / "mlp"), "-o", str(output), "--candidates", "fp32,int8-dynamic",
+                      "--tolerance", "int8:atol=1e-9")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    candidates = record(output)
+    assert candidates["int8-dynamic"]["status"] == "rejected"
+    assert "|diff| max" in str(candidates["int8-dynamic"]["reason"])
+    assert not (output / "mlp-int8-dynamic").exists()
+    assert candidates[""]["winner"] == "fp32" and (output / "mlp" / "1" / "model.onnx").is_file()
+    # Nothing passes: exit 1, nothing written as the winner.
+    none = optimize(str(tmp_path / "mlp"), "-o", str(tmp_path / "none"), "--candidates", "int8-dynamic",
+                    "--tolerance", "int8:atol=1e-9")  # fmt: skip
+    assert none.returncode == 1 and "no candidate passed" in none.stdout
+    assert not (tmp_path / "none" / "mlp").exists()
+    # The same output again would overwrite the winner's version: refused, one line.
+    again = optimize(str(tmp_path / "mlp"), "-o", str(output), "--candidates", "fp32")
+    assert again.returncode == 1 and "exists: choose another --version" in again.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["missing.onnx"], "does not exist"),
+        (["MLP", "--candidates", "fp32,int4"], "unknown candidates ['int4']"),
+        (["MLP", "--tolerance", "int4:atol=1"], "PRECISION:key=value"),
+        (["MLP", "--calibration", "missing.npz", "--candidates", "int8-static"], "calibration file"),
+        (["MINILM"], "takes token ids"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(
+    arguments: list[str], message: str, tmp_path: Path, pipeline_repository: Path
+) -> None:
+    mlp_model(tmp_path / "mlp" / "1" / "model.onnx")
+    replaced = [
+        str(tmp_path / "mlp") if a == "MLP" else str(pipeline_repository / "minilm") if a == "MINILM" else a
+        for a in arguments
+    ]
+    result = optimize(*replaced, "-o", str(tmp_path / "out"))
+    assert result.returncode in (1, 2) and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
