@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from inferd import __version__
+from inferd.cli.analyze import analyze
 from inferd.cli.optimize import optimize
 from inferd.cli.perf import perf
 from inferd.cli.serve import serve
@@ -21,6 +22,7 @@ cli.add_command(serve)
 cli.add_command(perf)
 cli.add_command(validate)
 cli.add_command(optimize)
+cli.add_command(analyze)
 
 
 def main() -> None:
