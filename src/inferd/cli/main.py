@@ -8,6 +8,8 @@ from inferd import __version__
 from inferd.cli.analyze import analyze
 from inferd.cli.optimize import optimize
 from inferd.cli.perf import perf
+from inferd.cli.plan import plan
+from inferd.cli.profile import profile
 from inferd.cli.serve import serve
 from inferd.cli.validate import validate
 
@@ -23,6 +25,8 @@ cli.add_command(perf)
 cli.add_command(validate)
 cli.add_command(optimize)
 cli.add_command(analyze)
+cli.add_command(profile)
+cli.add_command(plan)
 
 
 def main() -> None:

@@ -138,7 +138,7 @@ def run_analyze(settings: AnalyzeSettings, events: Events | None = None) -> Anal
     results = [_analyze_model(path, settings, cache, memory_baseline, events) for path in settings.models]
     profile_path = settings.output / "profile.json"
     models = {r.name: p for r in results if (p := _profile(r, settings)) is not None}
-    profiles.write(profiles.Profile(profiles.Machine.this(), models), profile_path)
+    profiles.write(profiles.Profile(profiles.Machine.this(), models, server_memory_mb=memory_baseline), profile_path)
     report = AnalyzeReport(settings, results, profile_path, cache.path)
     from inferd.tools.analyze.report import write_html
 
@@ -355,8 +355,10 @@ def _profile(result: ModelResult, settings: AnalyzeSettings) -> profiles.ModelPr
     return profiles.ModelProfile(
         memory_mb=max(0.0, winner.rss_mb - result.memory_baseline_mb),
         cpu_cores=best.cpu_cores,
-        best=profiles.Operating(best.throughput, best.p50_ms, best.p99_ms, best.load, config),
-        batch1=profiles.Operating(single.throughput, single.p50_ms, single.p99_ms, single.load, config),
+        best=profiles.Operating(best.throughput, best.p50_ms, best.p99_ms, best.load, config, best.cpu_cores),
+        batch1=profiles.Operating(
+            single.throughput, single.p50_ms, single.p99_ms, single.load, config, single.cpu_cores
+        ),
     )
 
 
