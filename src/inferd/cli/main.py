@@ -6,6 +6,8 @@ import click
 
 from inferd import __version__
 from inferd.cli.analyze import analyze
+from inferd.cli.deploy import deploy
+from inferd.cli.health import health
 from inferd.cli.optimize import optimize
 from inferd.cli.perf import perf
 from inferd.cli.plan import plan
@@ -27,6 +29,8 @@ cli.add_command(optimize)
 cli.add_command(analyze)
 cli.add_command(profile)
 cli.add_command(plan)
+cli.add_command(health)
+cli.add_command(deploy)
 
 
 def main() -> None:

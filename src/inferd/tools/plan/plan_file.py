@@ -104,3 +104,30 @@ def read(path: Path) -> Plan:
         raise ValueError(f"{path}: not a valid inferd plan ({type(exc).__name__}: {exc})") from None
     return Plan(instances, models, summary, document.get("catalog", {}), document.get("settings", {}),
                 str(document.get("created", "")))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where requests for `models` go: any of `instances` (all of them hold every one of the models).
+    A model on one instance routes to that instance; models with the same set of instances share a
+    route, so a deployment needs one Service (or nginx upstream) per distinct set, not per model."""
+
+    name: str
+    instances: tuple[str, ...]
+    models: tuple[str, ...]
+
+
+def routes(plan: Plan) -> list[Route]:
+    by_holders: dict[tuple[str, ...], list[str]] = {}
+    for name, model in sorted(plan.models.items()):
+        by_holders.setdefault(tuple(sorted(model.instances)), []).append(name)
+    shared = 0
+    result = []
+    for holders, models in sorted(by_holders.items()):
+        if len(holders) == 1:
+            label = holders[0]
+        else:
+            label = f"route-{shared:02d}"
+            shared += 1
+        result.append(Route(label, holders, tuple(models)))
+    return result

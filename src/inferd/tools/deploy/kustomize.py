@@ -1,0 +1,175 @@
+"""`write_k8s`: the plan's objects as a Kustomize tree, and a KServe runtime beside it.
+
+    OUTPUT/base/                 kustomization.yaml, namespace.yaml, bin-NN.yaml (Deployment,
+                                 Service, HPA, PDB), routes.yaml, ingress.yaml, pipeline.yaml
+    OUTPUT/overlays/staging/     one pod a bin, autoscaling up to 2
+    OUTPUT/overlays/production/  two pods a bin at least, at most one down at a time
+    OUTPUT/kserve/               ServingRuntime "inferd" and an InferenceService that scales to
+                                 zero (KServe's serverless mode), with their kustomization
+
+`kubectl apply -k OUTPUT/overlays/production` deploys the fleet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferd.tools.deploy.k8s import METRICS, USER_ID, DeploySettings, Manifest, objects
+from inferd.tools.plan.plan_file import Plan
+
+KSERVE_HTTP, KSERVE_GRPC = 8080, 9000
+"""The ports KServe's v2 runtimes listen on (its predictor's container port is 8080)."""
+
+
+def write_k8s(plan: Plan, settings: DeploySettings, output: Path) -> list[Path]:
+    """Writes the tree; returns the kustomization folders a user applies."""
+    base = output / "base"
+    files = objects(plan, settings)
+    for name, manifests in files.items():
+        _dump(base / name, manifests)
+    _dump(base / "kustomization.yaml", [_kustomization(list(files), namespace=settings.namespace)])
+
+    staging = output / "overlays" / "staging"
+    _dump(
+        staging / "kustomization.yaml",
+        [
+            _kustomization(
+                ["../../base"],
+                patches=[
+                    _patch("HorizontalPodAutoscaler", [{"op": "replace", "path": "/spec/maxReplicas", "value": 2}]),
+                ],
+            )
+        ],
+    )
+    production = output / "overlays" / "production"
+    _dump(
+        production / "kustomization.yaml",
+        [
+            _kustomization(
+                ["../../base"],
+                patches=[
+                    # Two pods of every bin, so a node's loss or a rollout leaves each model served.
+                    _patch("Deployment", [{"op": "replace", "path": "/spec/replicas", "value": 2}]),
+                    _patch("HorizontalPodAutoscaler", [{"op": "replace", "path": "/spec/minReplicas", "value": 2}]),
+                    _patch(
+                        "PodDisruptionBudget",
+                        [
+                            {"op": "remove", "path": "/spec/maxUnavailable"},
+                            {"op": "add", "path": "/spec/minAvailable", "value": 1},
+                        ],
+                    ),
+                ],
+            )
+        ],
+    )
+
+    kserve = output / "kserve"
+    _dump(kserve / "servingruntime.yaml", [serving_runtime(settings)])
+    _dump(kserve / "inferenceservice.yaml", [inference_service(settings)])
+    _dump(
+        kserve / "kustomization.yaml",
+        [_kustomization(["servingruntime.yaml", "inferenceservice.yaml"], namespace=settings.namespace)],
+    )
+    return [base, staging, production, kserve]
+
+
+def serving_runtime(settings: DeploySettings) -> Manifest:
+    """inferd as a KServe ServingRuntime: the storage initializer puts the model repository (Triton's
+    layout) at /mnt/models; inferd serves KServe v2 on 8080 (HTTP) and 9000 (gRPC)."""
+    return {
+        "apiVersion": "serving.kserve.io/v1alpha1",
+        "kind": "ServingRuntime",
+        "metadata": {"name": "inferd", "annotations": {"serving.kserve.io/server-type": "inferd"}},
+        "spec": {
+            "annotations": {"prometheus.kserve.io/port": str(METRICS), "prometheus.kserve.io/path": "/metrics"},
+            "supportedModelFormats": [
+                {"name": "onnx", "version": "1", "autoSelect": True, "priority": 2},
+                {"name": "triton", "version": "2", "autoSelect": True, "priority": 2},
+                {"name": "pytorch", "version": "2", "autoSelect": False},
+            ],
+            "protocolVersions": ["v2", "grpc-v2"],
+            "multiModel": False,
+            "containers": [
+                {
+                    "name": "kserve-container",
+                    "image": settings.image,
+                    "args": [
+                        "serve",
+                        "--model-repository",
+                        "/mnt/models",
+                        "--http-port",
+                        str(KSERVE_HTTP),
+                        "--grpc-port",
+                        str(KSERVE_GRPC),
+                        "--metrics-port",
+                        str(METRICS),
+                        "--shutdown-timeout",
+                        f"{settings.shutdown_timeout_s:g}",
+                        "--log-format",
+                        "json",
+                    ],
+                    "env": [{"name": "HOME", "value": "/tmp"}],
+                    "ports": [{"containerPort": KSERVE_HTTP, "protocol": "TCP"}],
+                    "securityContext": {
+                        "runAsUser": USER_ID,
+                        "runAsNonRoot": True,
+                        "allowPrivilegeEscalation": False,
+                        "privileged": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                    "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
+                }
+            ],
+        },
+    }
+
+
+def inference_service(settings: DeploySettings) -> Manifest:
+    """A model served by the runtime in KServe's serverless mode: no pod while no request comes,
+    one started by the first (Knative's activator holds it meanwhile), up to four by concurrency."""
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {
+            "name": "minilm",
+            "annotations": {
+                "serving.kserve.io/deploymentMode": "Serverless",
+                "autoscaling.knative.dev/scale-to-zero-pod-retention-period": "5m",
+            },
+        },
+        "spec": {
+            "predictor": {
+                "minReplicas": 0,
+                "maxReplicas": 4,
+                "scaleMetric": "concurrency",
+                "scaleTarget": 8,
+                "model": {
+                    "modelFormat": {"name": "onnx"},
+                    "runtime": "inferd",
+                    "protocolVersion": "v2",
+                    "storageUri": settings.model_repository.rstrip("/"),
+                },
+            },
+        },
+    }
+
+
+def _kustomization(resources: list[str], namespace: str = "", patches: list[Manifest] | None = None) -> Manifest:
+    document: Manifest = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
+    if namespace:
+        document["namespace"] = namespace
+    document["resources"] = resources
+    if patches:
+        document["patches"] = patches
+    return document
+
+
+def _patch(kind: str, operations: list[dict[str, Any]]) -> Manifest:
+    return {"target": {"kind": kind}, "patch": yaml.safe_dump(operations, sort_keys=False)}
+
+
+def _dump(path: Path, documents: list[Manifest]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump_all(documents, sort_keys=False, width=120), encoding="utf-8")

@@ -1,0 +1,276 @@
+"""`inferd deploy k8s` through its CLI on a real plan: every overlay renders with `kubectl kustomize`,
+built-in kinds pass `kubernetes-validate --strict` (a kind without a schema fails), KServe's kinds
+pass its vendored CRD schema strictly, and the objects say what the plan says. The Dockerfile passes
+hadolint, copies only what exists, runs as non-root, and its CMD and HEALTHCHECK work against a
+real server."""
+
+from __future__ import annotations
+
+import fnmatch
+import gzip
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from inferd.testing.models import mlp_model
+from inferd.testing.models import write_config as write_model_config
+from inferd.testing.server import free_port
+from inferd.tools import profiles
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+KSERVE_SCHEMAS = ROOT / "tests" / "data" / "kserve"
+KUBERNETES_VERSION = "1.33.0"
+
+
+def inferd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "inferd", *args], capture_output=True, text=True, timeout=300,
+                          env=env)  # fmt: skip
+
+
+def render(folder: Path) -> list[dict[str, Any]]:
+    result = subprocess.run(["kubectl", "kustomize", str(folder)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def strict(schema: Any) -> Any:
+    """The schema with unknown fields refused where it lists the fields (as --validate=strict does)."""
+    if isinstance(schema, dict):
+        schema = {key: strict(value) for key, value in schema.items()}
+        if ("properties" in schema and "additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):  # fmt: skip
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [strict(item) for item in schema]
+    return schema
+
+
+def kserve_validator(kind: str, version: str) -> jsonschema.Draft7Validator:
+    record = json.loads(gzip.decompress((KSERVE_SCHEMAS / f"{kind}.schema.json.gz").read_bytes()))
+    schema = strict(record["versions"][version])
+    schema["properties"]["metadata"] = {"type": "object"}  # what the API server checks for every kind
+    return jsonschema.Draft7Validator(schema)
+
+
+def validate(document: dict[str, Any]) -> None:
+    group, _, version = document["apiVersion"].rpartition("/")
+    if group == "serving.kserve.io":
+        errors = list(kserve_validator(document["kind"], version).iter_errors(document))
+        assert not errors, f"{document['kind']}: {[(list(e.absolute_path), e.message) for e in errors[:3]]}"
+        return
+    # SchemaNotFoundError (a kind it cannot check) propagates: a failure, not a warning.
+    kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.fixture(scope="module")
+def plan_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """30 MiniLM-sized models, two replicas each, planned on small instances (a few bins)."""
+    folder = tmp_path_factory.mktemp("plan")
+    best = profiles.Operating(56.0, 40.0, 80.0, 8, cpu_cores=2.0)
+    model = profiles.ModelProfile(1500.0, 2.0, best, best)
+    profile = profiles.Profile(profiles.Machine("cpu A", 2, 24.0), {f"model-{i:02d}": model for i in range(30)},
+                               server_memory_mb=250.0)  # fmt: skip
+    profiles.write(profile, folder / "profile.json")
+    result = inferd("plan", str(folder / "profile.json"), "-o", str(folder), "--zipf-total", "30", "--replicas", "2",
+                    "--instance-types", "m6i.xlarge,m6i.2xlarge", "--time-limit", "10")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return folder / "plan.json"
+
+
+@pytest.mark.timeout(300)
+def test_manifests_render_validate_and_follow_the_plan(plan_path: Path, tmp_path: Path) -> None:
+    plan = json.loads(plan_path.read_text())
+    output = tmp_path / "k8s"
+    result = inferd("deploy", "k8s", str(plan_path), "-o", str(output), "--model-repository", "s3://models/fleet",
+                    "--image", "registry.example/inferd:1.0", "--shutdown-timeout", "20",
+                    "--pipeline-front", "s3://models/front", "--pipeline-model", "s3://models/model-side",
+                    "--pipeline-routes", "sentence_similarity")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "kubectl apply -k" in result.stdout
+
+    rendered = {name: render(output / name) for name in ("base", "overlays/staging", "overlays/production", "kserve")}
+    for documents in rendered.values():
+        for document in documents:
+            validate(document)
+
+    base = rendered["base"]
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for document in base:
+        by_kind.setdefault(document["kind"], []).append(document)
+        assert document["kind"] == "Namespace" or document["metadata"]["namespace"] == "inferd"
+    bins = {i["name"]: i for i in plan["instances"]}
+    deployments = {d["metadata"]["name"]: d for d in by_kind["Deployment"]}
+    assert set(deployments) == {f"inferd-{name}" for name in bins} | {"inferd-pipeline"}
+    pods = {}
+    for name, instance in bins.items():
+        deployment = deployments[f"inferd-{name}"]
+        pod = deployment["spec"]["template"]
+        pods[name] = pod["metadata"]["labels"]
+        container = pod["spec"]["containers"][0]
+        args = container["args"]
+        loaded = [args[i + 1] for i, arg in enumerate(args) if arg == "--load-model"]
+        assert sorted(loaded) == sorted(instance["models"])
+        assert args[:5] == ["serve", "--model-repository", "s3://models/fleet", "--model-control-mode", "explicit"]
+        assert container["image"] == "registry.example/inferd:1.0"
+        assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+        assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+        assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] >= 300
+        assert pod["spec"]["terminationGracePeriodSeconds"] > 20 + 5  # the drain plus the preStop pause
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        assert pod["spec"]["nodeSelector"]["node.kubernetes.io/instance-type"] == instance["type"]
+        assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+        requested = container["resources"]["requests"]
+        assert requested["memory"] == f"{instance['used']['memory_mb'] + 250 + 128}Mi"
+        assert requested["cpu"] == f"{max(100, instance['used']['cpu_milli'] + 100)}m"
+
+    # Every model's path goes to a Service whose pods are exactly the bins holding the model.
+    services = {s["metadata"]["name"]: s["spec"]["selector"] for s in by_kind["Service"]}
+    (ingress,) = by_kind["Ingress"]
+    paths = {p["path"]: p["backend"]["service"]["name"] for p in ingress["spec"]["rules"][0]["http"]["paths"]}
+    assert "non_idempotent" in ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-next-upstream"]
+    for name, model in plan["models"].items():
+        selector = services[paths[f"/v2/models/{name}"]]
+        selected = {b for b, labels in pods.items() if selector.items() <= labels.items()}
+        assert selected == set(model["instances"]), name
+    assert paths["/v2/models/sentence_similarity"] == "inferd-pipeline"
+    pipeline = deployments["inferd-pipeline"]["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in pipeline] == ["model", "front"]
+    assert "127.0.0.1" in pipeline[0]["args"] and "s3://models/front" in pipeline[1]["args"]
+    assert {h["spec"]["scaleTargetRef"]["name"] for h in by_kind["HorizontalPodAutoscaler"]} == {
+        f"inferd-{name}" for name in bins
+    }
+    assert all(p["spec"]["maxUnavailable"] == 1 for p in by_kind["PodDisruptionBudget"])
+
+    production = rendered["overlays/production"]
+    assert all(d["spec"]["replicas"] == 2 for d in production if d["kind"] == "Deployment")
+    assert all(h["spec"]["minReplicas"] == 2 for h in production if h["kind"] == "HorizontalPodAutoscaler")
+    assert all(p["spec"] == {"minAvailable": 1, "selector": p["spec"]["selector"]}
+               for p in production if p["kind"] == "PodDisruptionBudget")  # fmt: skip
+    assert all(h["spec"]["maxReplicas"] == 2 for h in rendered["overlays/staging"]
+               if h["kind"] == "HorizontalPodAutoscaler")  # fmt: skip
+
+    kinds = {d["kind"]: d for d in rendered["kserve"]}
+    assert kinds["InferenceService"]["spec"]["predictor"]["minReplicas"] == 0  # scales to zero
+    assert kinds["InferenceService"]["spec"]["predictor"]["model"]["runtime"] == "inferd"
+    assert "/mnt/models" in kinds["ServingRuntime"]["spec"]["containers"][0]["args"]
+
+
+def test_the_schema_checks_can_fail(plan_path: Path, tmp_path: Path) -> None:
+    output = tmp_path / "k8s"
+    assert inferd("deploy", "k8s", str(plan_path), "-o", str(output), "--model-repository", "s3://m").returncode == 0
+    service = yaml.safe_load((output / "kserve" / "inferenceservice.yaml").read_text())
+    service["spec"]["predictor"]["minReplica"] = 0  # a misspelt field
+    with pytest.raises(AssertionError, match="minReplica"):
+        validate(service)
+    deployment = next(yaml.safe_load_all((output / "base" / "bin-00.yaml").read_text()))
+    deployment["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(deployment)
+    with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+        validate({"apiVersion": "example.com/v1", "kind": "Unknown", "metadata": {"name": "x"}})
+
+
+def test_bad_deploy_arguments_are_one_line_errors(plan_path: Path, tmp_path: Path) -> None:
+    out = str(tmp_path / "k8s")
+    result = inferd("deploy", "k8s", str(plan_path), "-o", out, "--model-repository", "s3://m",
+                    "--pipeline-front", "s3://front")  # fmt: skip
+    assert result.returncode == 1 and "needs both --pipeline-front and --pipeline-model" in result.stderr
+    (tmp_path / "other.json").write_text('{"schema": "inferd.profile/1"}')
+    result = inferd("deploy", "k8s", str(tmp_path / "other.json"), "-o", out, "--model-repository", "s3://m")
+    assert result.returncode == 1 and "not an inferd plan" in result.stderr and "Traceback" not in result.stderr
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined, comments dropped."""
+    instructions, pending = [], ""
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        pending += line.rstrip("\\").strip() + " "
+        if not line.endswith("\\"):
+            keyword, _, rest = pending.strip().partition(" ")
+            instructions.append((keyword.upper(), rest.strip()))
+            pending = ""
+    return instructions
+
+
+def exec_form(arguments: str) -> list[str]:
+    value = json.loads(arguments)
+    assert isinstance(value, list), f"{arguments}: use the exec form"
+    return [str(part) for part in value]
+
+
+def test_the_dockerfile_lints_copies_what_exists_and_runs_as_non_root() -> None:
+    lint = subprocess.run([str(Path(sys.executable).with_name("hadolint")), str(ROOT / "Dockerfile")],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    instructions = dockerfile_instructions()
+    ignore = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]  # fmt: skip
+
+    def sent(path: str) -> bool:  # whether .dockerignore lets `path` into the build context
+        included = True
+        for pattern in ignore:
+            negated = pattern.startswith("!")
+            pattern = pattern.lstrip("!").rstrip("/")
+            if fnmatch.fnmatch(path, pattern) or path.startswith(pattern + "/"):
+                included = negated
+        return included
+
+    copies = [shlex.split(arguments) for keyword, arguments in instructions if keyword == "COPY"]
+    assert copies
+    for parts in copies:
+        if any(part.startswith("--from=") for part in parts):
+            continue
+        for source in parts[:-1]:
+            assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
+            assert sent(source.rstrip("/")), f"COPY {source}: .dockerignore leaves it out of the context"
+    users = [arguments for keyword, arguments in instructions if keyword == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+
+
+@pytest.mark.timeout(120)
+def test_the_images_cmd_serves_and_its_healthcheck_tells(tmp_path: Path) -> None:
+    instructions = dict(dockerfile_instructions())
+    entrypoint, cmd = exec_form(instructions["ENTRYPOINT"]), exec_form(instructions["CMD"])
+    options, _, check = instructions["HEALTHCHECK"].partition("CMD ")
+    assert "--interval" in options
+    health = exec_form(check)
+    repository = tmp_path / "models"
+    mlp_model(repository / "mlp" / "1" / "model.onnx", seed=1)
+    write_model_config(repository / "mlp", "max_batch_size: 8")
+    ports = {"INFERD_HTTP_PORT": free_port(), "INFERD_GRPC_PORT": free_port(), "INFERD_METRICS_PORT": free_port()}
+    # As the image runs it: its ENV (the repository at INFERD_MODEL_REPOSITORY), ports moved off the
+    # defaults so the test cannot collide with anything on this machine.
+    env = {**os.environ, "INFERD_MODEL_REPOSITORY": str(repository), **{k: str(v) for k, v in ports.items()}}
+    binaries = Path(sys.executable).parent
+    command = [str(binaries / entrypoint[0]), *entrypoint[1:], *cmd]
+    check_command = [str(binaries / health[0]), *health[1:]]
+    assert subprocess.run(check_command, env=env, capture_output=True, timeout=30).returncode == 1  # nothing yet
+    log = tmp_path / "server.log"
+    with log.open("wb") as sink:
+        server = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run(check_command, env=env, capture_output=True, timeout=30).returncode != 0:
+            assert server.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the image's CMD never became healthy"
+            time.sleep(0.5)
+        live = subprocess.run([*check_command, "--live"], env=env, capture_output=True, text=True, timeout=30)
+        assert live.returncode == 0 and "live" in live.stdout
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    assert subprocess.run(check_command, env=env, capture_output=True, timeout=30).returncode == 1
