@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXAMPLE_REPOSITORY := examples/model_repository
 
-.PHONY: serve test setup setup-example perf-analyzer tfserving-client example lint unit
+.PHONY: serve test setup setup-example perf-analyzer tfserving-client nginx example lint unit
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,11 +41,15 @@ perf-analyzer:
 tfserving-client:
 	scripts/install_tfserving_client.sh
 
+# nginx (Debian's), in front of the local fleet in the inferd fleet tests.
+nginx:
+	scripts/install_nginx.sh
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 # The tests serve PyTorch models too: torch (CPU build) comes with the example's requirements.
-test: setup setup-example perf-analyzer tfserving-client lint
+test: setup setup-example perf-analyzer tfserving-client nginx lint
 	$(BIN)/python -m pytest --durations=15

@@ -7,6 +7,7 @@ import click
 from inferd import __version__
 from inferd.cli.analyze import analyze
 from inferd.cli.deploy import deploy
+from inferd.cli.fleet import fleet
 from inferd.cli.health import health
 from inferd.cli.optimize import optimize
 from inferd.cli.perf import perf
@@ -31,6 +32,7 @@ cli.add_command(profile)
 cli.add_command(plan)
 cli.add_command(health)
 cli.add_command(deploy)
+cli.add_command(fleet)
 
 
 def main() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ import psutil
 from inferd.client import Client
 from inferd.errors import InferdError
 from inferd.tools import model_config
+from inferd.tools.ports import free_ports
 
 STARTUP_TIMEOUT_S = 120.0
 PORT_ATTEMPTS = 3
@@ -75,7 +75,7 @@ def serve(model_name: str, model_dir: Path | None, config: Any | None, extra_arg
 
 
 def _start(repository: Path, log_path: Path, extra_args: tuple[str, ...]) -> tuple[subprocess.Popen[bytes], str]:
-    http, grpc, metrics = _free_ports(3)
+    http, grpc, metrics = free_ports(3)
     command = [sys.executable, "-m", "inferd", "serve", "--model-repository", str(repository),
                "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
                "--host", "127.0.0.1", "--log-format", "text", *extra_args]  # fmt: skip
@@ -118,17 +118,6 @@ def _tail(log_path: Path, lines: int = 5) -> str:
     except OSError:
         return ""
     return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def copy_versions(model_dir: Path, target: Path) -> None:
