@@ -274,3 +274,18 @@ def test_the_images_cmd_serves_and_its_healthcheck_tells(tmp_path: Path) -> None
         server.terminate()
         server.wait(timeout=60)
     assert subprocess.run(check_command, env=env, capture_output=True, timeout=30).returncode == 1
+
+
+def test_the_queue_autoscaler_reads_inferds_queue_metric(plan_path: Path, tmp_path: Path) -> None:
+    output = tmp_path / "k8s"
+    result = inferd("deploy", "k8s", str(plan_path), "-o", str(output), "--model-repository", "s3://m",
+                    "--autoscale", "queue", "--queue-target", "6", "--max-replicas", "3")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    autoscalers = [d for d in render(output / "base") if d["kind"] == "HorizontalPodAutoscaler"]
+    assert autoscalers
+    for autoscaler in autoscalers:
+        validate(autoscaler)
+        (metric,) = autoscaler["spec"]["metrics"]
+        assert metric["pods"]["metric"]["name"] == "inferd_queue_depth"
+        assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": "6"}
+        assert autoscaler["spec"]["maxReplicas"] == 3
