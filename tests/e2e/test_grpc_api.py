@@ -60,3 +60,42 @@ def test_infer(client: grpcclient.InferenceServerClient) -> None:
     response = result.get_response()
     assert response.id == "grpc-7"
     assert response.model_version == "1"
+
+
+def test_contents_and_raw_input_contents_together_are_refused(server: ServerProcess) -> None:
+    """Triton refuses a request that sends one input in `contents` while using raw_input_contents;
+    inferd used to answer from the raw contents and ignore the typed ones."""
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc
+
+    request = pb.ModelInferRequest(model_name="add_sub")
+    for name in ("INPUT0", "INPUT1"):
+        tensor = request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
+        request.raw_input_contents.append(np.ones((1, 16), dtype=np.float32).tobytes())
+    tensor.contents.fp32_contents.extend([2.0] * 16)  # INPUT1 also typed: the mix
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.ModelInfer(request, timeout=10)
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert raised.value.details().startswith(
+            "contents field must not be specified when using raw_input_contents for 'INPUT1' for model 'add_sub'"
+        )
+        del request.inputs[1].contents.fp32_contents[:]  # the same request without the mix is answered
+        assert len(stub.ModelInfer(request, timeout=10).raw_output_contents) == 2
+
+
+def test_methods_inferd_does_not_serve_answer_unimplemented_by_name(
+    client: grpcclient.InferenceServerClient, server: ServerProcess
+) -> None:
+    from tritonclient.utils import InferenceServerException
+
+    for _ in range(2):
+        with pytest.raises(InferenceServerException) as raised:
+            client.get_cuda_shared_memory_status()
+        assert raised.value.status() == "StatusCode.UNIMPLEMENTED"
+        assert "inferd does not implement inference.GRPCInferenceService/CudaSharedMemoryStatus" in str(raised.value)
+    log = server.log()
+    assert "NotImplementedError" not in log and "Traceback" not in log
+    assert log.count("GRPCInferenceService/CudaSharedMemoryStatus, which inferd does not implement") == 1

@@ -318,10 +318,22 @@ def _decode_inputs(message: Any) -> tuple[Tensor, ...]:
         if any(d < 0 for d in shape):
             raise MalformedRequestError(f"input '{name}': shape {list(shape)} has a negative dimension", tensor=name)
         if raw:
+            if _has_contents(item):
+                # As Triton: one request carries its data one way, never both.
+                raise MalformedRequestError(
+                    f"contents field must not be specified when using raw_input_contents for '{name}' for model "
+                    f"'{message.model_name}': send every input in raw_input_contents, or every one in contents",
+                    tensor=name,
+                )
             tensors.append(tensor_from_bytes(name, datatype, shape, raw[index]))
         else:
             tensors.append(Tensor(name, datatype, shape, _typed_contents(name, datatype, shape, item.contents)))
     return tuple(tensors)
+
+
+def _has_contents(item: Any) -> bool:
+    contents = item.contents
+    return any(len(getattr(contents, field)) for field in set(_CONTENTS_FIELD.values()))
 
 
 def _typed_contents(name: str, datatype: DataType, shape: tuple[int, ...], contents: Any) -> np.ndarray[Any, Any]:

@@ -125,6 +125,30 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             current_request_id.reset(token)
 
 
+SERVICE = "inference.GRPCInferenceService"
+_reported_unimplemented: set[str] = set()
+
+
+def _unimplemented(method: str) -> Callable[..., Awaitable[None]]:
+    """A method of the service inferd does not serve: UNIMPLEMENTED naming it (not the generated
+    base's NotImplementedError, which grpc.aio turns into UNKNOWN and a traceback per call), logged
+    once."""
+
+    async def answer(self: InferenceServicer, request: Any, context: grpc.aio.ServicerContext) -> None:
+        if method not in _reported_unimplemented:
+            _reported_unimplemented.add(method)
+            logger.warning("a client called %s/%s, which inferd does not implement", SERVICE, method)
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"inferd does not implement {SERVICE}/{method}")
+
+    answer.__name__ = method
+    return answer
+
+
+for _method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
+    if _method.name not in InferenceServicer.__dict__:
+        setattr(InferenceServicer, _method.name, _unimplemented(_method.name))
+
+
 async def _call(context: grpc.aio.ServicerContext, method: str, build: Callable[[], T]) -> T:
     async def run() -> T:
         return build()
