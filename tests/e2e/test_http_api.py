@@ -73,7 +73,11 @@ def test_model_config_completed_from_file(client: httpclient.InferenceServerClie
     # No config.pbtxt at all: everything from the ONNX file; the dynamic first dim makes it batch.
     identity = client.get_model_config("identity_fp32")
     assert identity["max_batch_size"] == 4
-    assert identity["input"] == [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}]
+    # Triton's form: every scalar printed, at its default too.
+    assert identity["input"] == [
+        {"name": "INPUT0", "data_type": "TYPE_FP32", "format": "FORMAT_NONE", "dims": [-1], "is_shape_tensor": False,
+         "allow_ragged_batch": False, "optional": False, "is_non_linear_format_io": False}
+    ]  # fmt: skip
 
 
 def test_model_config_of_version(server: ServerProcess) -> None:

@@ -151,6 +151,7 @@ def _from_message(message: Any, pb: Any, *, model_name: str, source: str) -> Mod
         parameters={key: value.string_value for key, value in message.parameters.items()},
         ensemble=_ensemble(message, source),
         ignored_fields=tuple(_ignored_fields(message)),
+        written=message.SerializeToString(),
     )
 
 

@@ -163,6 +163,9 @@ class ModelConfig:
     ensemble: EnsembleConfig | None = None
     # Fields present in config.pbtxt that inferd does not act on, reported at load.
     ignored_fields: tuple[str, ...] = ()
+    # The configuration as written (Triton's ModelConfig message, serialized), so the configuration
+    # API can echo every field, those inferd does not act on included, as Triton does.
+    written: bytes = field(default=b"", repr=False, compare=False)
     _inputs_by_name: Mapping[str, TensorConfig] = field(init=False, repr=False, compare=False)
     _outputs_by_name: Mapping[str, TensorConfig] = field(init=False, repr=False, compare=False)
 

@@ -14,32 +14,32 @@ from inferd.config.model import ModelConfig, QueuePolicy, TensorConfig, VersionP
 
 
 def to_proto(config: ModelConfig) -> Any:
+    """The configuration as Triton reports it: every field of config.pbtxt (those inferd does not act
+    on included: an input's `format`, an output's `label_filename`, `optimization`, ...), with what
+    inferd completed or normalised (tensors from the model file, batching, instances) in place."""
     from tritonclient.grpc import model_config_pb2 as pb
 
-    message = pb.ModelConfig(
-        name=config.name,
-        platform=config.platform,
-        backend=config.backend,
-        max_batch_size=config.max_batch_size,
-        default_model_filename=config.default_model_filename,
-    )
-    for tensor in config.inputs:
-        item = message.input.add(name=tensor.name, data_type=_proto_datatype(pb, tensor), dims=tensor.dims)
-        item.optional = tensor.optional
-        if tensor.reshape is not None:
-            item.reshape.shape.extend(tensor.reshape)
-    for tensor in config.outputs:
-        item = message.output.add(name=tensor.name, data_type=_proto_datatype(pb, tensor), dims=tensor.dims)
-        if tensor.reshape is not None:
-            item.reshape.shape.extend(tensor.reshape)
-    for group in config.instance_groups:
-        message.instance_group.add(
-            name=config.name,
-            count=group.count,
-            kind=pb.ModelInstanceGroup.Kind.Value(group.kind.value),
-            gpus=group.gpus,
-        )
+    message = pb.ModelConfig.FromString(config.written) if config.written else pb.ModelConfig()
+    message.name = config.name
+    message.platform = config.platform
+    message.backend = config.backend
+    message.max_batch_size = config.max_batch_size
+    message.default_model_filename = config.default_model_filename
+    _set_tensors(pb, message.input, config.inputs, is_input=True)
+    _set_tensors(pb, message.output, config.outputs, is_input=False)
+    written_groups = list(message.instance_group)
+    del message.instance_group[:]
+    for index, group in enumerate(config.instance_groups):
+        item = message.instance_group.add()
+        if index < len(written_groups):
+            item.CopyFrom(written_groups[index])  # profile, host_policy, rate_limiter, ... as written
+        item.name = item.name or config.name
+        item.count = group.count
+        item.kind = pb.ModelInstanceGroup.Kind.Value(group.kind.value)
+        del item.gpus[:]
+        item.gpus.extend(group.gpus)
     versions = config.version_policy
+    message.ClearField("version_policy")
     if versions.kind is VersionPolicyKind.ALL:
         message.version_policy.all.SetInParent()
     elif versions.kind is VersionPolicyKind.SPECIFIC:
@@ -49,6 +49,7 @@ def to_proto(config: ModelConfig) -> Any:
     if config.dynamic_batching is not None:
         batching = config.dynamic_batching
         message.dynamic_batching.max_queue_delay_microseconds = batching.max_queue_delay_us
+        del message.dynamic_batching.preferred_batch_size[:]
         message.dynamic_batching.preferred_batch_size.extend(batching.preferred_batch_sizes)
         message.dynamic_batching.preserve_ordering = batching.preserve_ordering
         message.dynamic_batching.priority_levels = batching.priority_levels
@@ -61,6 +62,29 @@ def to_proto(config: ModelConfig) -> Any:
     return message
 
 
+def _set_tensors(pb: Any, field: Any, tensors: tuple[TensorConfig, ...], *, is_input: bool) -> None:
+    """`field` (the message's input or output list) as inferd has the tensors, each keeping the
+    fields it was written with that inferd does not act on (format, label_filename, ...)."""
+    written = {item.name: item for item in field}
+    messages = []
+    for tensor in tensors:
+        item = pb.ModelInput() if is_input else pb.ModelOutput()
+        if tensor.name in written:
+            item.CopyFrom(written[tensor.name])
+        item.name = tensor.name
+        item.data_type = _proto_datatype(pb, tensor)
+        del item.dims[:]
+        item.dims.extend(tensor.dims)
+        if is_input:
+            item.optional = tensor.optional
+        item.ClearField("reshape")
+        if tensor.reshape is not None:
+            item.reshape.shape.extend(tensor.reshape)
+        messages.append(item)
+    del field[:]
+    field.extend(messages)
+
+
 def _fill_queue_policy(pb: Any, message: Any, policy: QueuePolicy) -> None:
     message.max_queue_size = policy.max_queue_size
     message.default_timeout_microseconds = policy.default_timeout_us
@@ -69,12 +93,9 @@ def _fill_queue_policy(pb: Any, message: Any, policy: QueuePolicy) -> None:
 
 
 def to_json(config: ModelConfig) -> dict[str, Any]:
-    result: dict[str, Any] = _message_to_dict(to_proto(config))
-    # Triton always shows these, even at their zero defaults; clients read them unconditionally.
-    result.setdefault("max_batch_size", 0)
-    result.setdefault("input", [])
-    result.setdefault("output", [])
-    return result
+    """Triton's JSON form: every scalar, enum and list printed even at its default (clients read
+    them unconditionally), messages only when set, enums by name, integers as numbers."""
+    return _message_to_dict(to_proto(config))
 
 
 def _proto_datatype(pb: Any, tensor: TensorConfig) -> int:
@@ -83,14 +104,19 @@ def _proto_datatype(pb: Any, tensor: TensorConfig) -> int:
 
 def _message_to_dict(message: Any) -> dict[str, Any]:
     result: dict[str, Any] = {}
-    for descriptor, value in message.ListFields():
+    for descriptor in message.DESCRIPTOR.fields:
+        value = getattr(message, descriptor.name)
+        repeated = is_repeated(descriptor)
+        has_presence = descriptor.containing_oneof is not None or (descriptor.message_type is not None and not repeated)
+        if has_presence and not message.HasField(descriptor.name):
+            continue  # a message (or a oneof's member) is shown only when set
         if descriptor.message_type is not None and descriptor.message_type.GetOptions().map_entry:
             value_field = descriptor.message_type.fields_by_name["value"]
             result[descriptor.name] = {
                 key: _message_to_dict(item) if value_field.message_type is not None else item
                 for key, item in value.items()
             }
-        elif is_repeated(descriptor):
+        elif repeated:
             result[descriptor.name] = [_field_value(descriptor, item) for item in value]
         else:
             result[descriptor.name] = _field_value(descriptor, value)
