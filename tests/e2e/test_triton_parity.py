@@ -1,11 +1,17 @@
 """What Triton's own client programs rely on, through tritonclient (HTTP and gRPC) against a real
 `inferd serve`: the model-configuration API echoes every field of config.pbtxt, those inferd does
-not act on included."""
+not act on included; HTTP requests and responses compressed with gzip or deflate."""
 
 from __future__ import annotations
 
+import gzip
+import http.client
+import json
+import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -16,6 +22,7 @@ from inferd.testing.models import write_config as write_model_config
 from inferd.testing.server import ServerProcess, run_server
 
 pytestmark = pytest.mark.e2e
+MAX_REQUEST_BYTES = 1 << 20
 
 CLASSIFIER_CONFIG = """
 max_batch_size: 8
@@ -33,7 +40,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     mlp_model(repository / "classifier" / "1" / "model.onnx", seed=3)
     write_model_config(repository / "classifier", CLASSIFIER_CONFIG)
     (repository / "classifier" / "labels.txt").write_text("cat\ndog\nbird\nfish\n")
-    with run_server(repository, tmp_path_factory.mktemp("logs") / "server.log") as process:
+    log = tmp_path_factory.mktemp("logs") / "server.log"
+    with run_server(repository, log, "--max-request-bytes", str(MAX_REQUEST_BYTES)) as process:
         yield process
 
 
@@ -61,3 +69,76 @@ def test_the_configuration_api_echoes_every_field(server: ServerProcess) -> None
     # What inferd does not act on is still listed as ignored when the model loads.
     log = server.log()
     assert "config fields not supported and ignored" in log and "optimization" in log
+
+
+def classifier_input(rows: int = 2, binary: bool = True) -> tuple[list[httpclient.InferInput], np.ndarray]:
+    x = np.linspace(-1, 1, rows * 16, dtype=np.float32).reshape(rows, 16)
+    tensor = httpclient.InferInput("x", [rows, 16], "FP32")
+    tensor.set_data_from_numpy(x, binary_data=binary)
+    return [tensor], x
+
+
+@pytest.mark.parametrize("binary", [True, False])
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests_and_responses(server: ServerProcess, algorithm: str, binary: bool) -> None:
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        inputs, x = classifier_input(binary=binary)
+        outputs = [httpclient.InferRequestedOutput("y", binary_data=binary)]
+        plain = client.infer("classifier", inputs, outputs=outputs).as_numpy("y")
+        squeezed = client.infer("classifier", inputs, outputs=outputs, request_compression_algorithm=algorithm,
+                                response_compression_algorithm=algorithm)  # fmt: skip
+        np.testing.assert_array_equal(squeezed.as_numpy("y"), plain)
+    # On the wire: the response really is compressed, and says so.
+    body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 16], "data": x.ravel().tolist()}]})
+    packed = gzip.compress(body.encode()) if algorithm == "gzip" else zlib.compress(body.encode())
+    reply = http_post(server, "/v2/models/classifier/infer", packed,
+                      {"Content-Encoding": algorithm, "Accept-Encoding": f"identity;q=0.5, {algorithm}"})  # fmt: skip
+    assert reply.status == 200 and reply.headers.get("content-encoding") == algorithm
+    answer = json.loads(zlib.decompress(reply.body, 15 | 32))
+    np.testing.assert_allclose(np.array(answer["outputs"][0]["data"]).reshape(2, 4), plain, rtol=1e-6)
+
+
+def test_bad_compressed_bodies_are_the_clients_errors(server: ServerProcess) -> None:
+    body = b'{"inputs": []}'
+    reply = http_post(server, "/v2/models/classifier/infer", body, {"Content-Encoding": "br"})
+    assert reply.status == 415 and "Unsupported compression type" in reply.body.decode()
+    reply = http_post(server, "/v2/models/classifier/infer", b"not gzip at all", {"Content-Encoding": "gzip"})
+    assert reply.status == 400 and "cannot be decompressed" in reply.body.decode()
+    reply = http_post(server, "/v2/models/classifier/infer", gzip.compress(body)[:-8], {"Content-Encoding": "gzip"})
+    assert reply.status == 400 and "truncated" in reply.body.decode()
+    # A small body that inflates past --max-request-bytes (a "zip bomb") is refused at the limit.
+    bomb = gzip.compress(b"0" * (MAX_REQUEST_BYTES + 1024))
+    assert len(bomb) < MAX_REQUEST_BYTES
+    reply = http_post(server, "/v2/models/classifier/infer", bomb, {"Content-Encoding": "gzip"})
+    assert reply.status == 413 and "decompresses to more than" in reply.body.decode()
+    reply = http_post(server, "/v2/models/classifier/infer", gzip.compress(body), {"Content-Encoding": "gzip",
+                      "Accept-Encoding": "gzip"})  # fmt: skip
+    assert reply.status == 400 and reply.headers.get("content-encoding") is None  # errors are never compressed
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def http_post(server: ServerProcess, path: str, body: bytes, headers: dict[str, str]) -> Reply:
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+    try:
+        connection.request("POST", path, body=body, headers={"Content-Type": "application/json", **headers})
+        response = connection.getresponse()
+        return Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, response.read())
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_grpc_compression_keeps_working(server: ServerProcess, algorithm: str) -> None:
+    x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(2, 16)
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        tensor = grpcclient.InferInput("x", [2, 16], "FP32")
+        tensor.set_data_from_numpy(x)
+        plain = client.infer("classifier", [tensor]).as_numpy("y")
+        squeezed = client.infer("classifier", [tensor], compression_algorithm=algorithm).as_numpy("y")
+    np.testing.assert_array_equal(squeezed, plain)

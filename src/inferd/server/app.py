@@ -99,7 +99,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
     http_server = HttpServer(http_app, limits)
     management_server = None
     if settings.torchserve_management_port is not None:
-        management = TorchServeDoor(service, KServeDoor(service)).management_routes()
+        management = TorchServeDoor(service, KServeDoor(service, settings.max_request_bytes)).management_routes()
         management_app = HttpApp(
             Router([management], fallback=management), max_request_bytes=settings.max_request_bytes
         )
@@ -176,7 +176,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
 
 def build_router(service: InferenceService, settings: ServerSettings) -> Router:
     """Every REST door on the HTTP port."""
-    kserve, tfserving = KServeDoor(service), TfServingDoor(service)
+    kserve, tfserving = KServeDoor(service, settings.max_request_bytes), TfServingDoor(service)
     sagemaker = SageMakerDoor(
         service,
         kserve,

@@ -8,7 +8,7 @@ from typing import Any
 
 from inferd.core.service import InferenceService
 from inferd.errors import MalformedRequestError
-from inferd.protocol import json_v2, model_config
+from inferd.protocol import http_compression, json_v2, model_config
 from inferd.server.http import deadline, json_response, kserve_error, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.logging import current_request_id
@@ -19,8 +19,10 @@ _JSON_HEADERS = [(b"content-type", json_v2.JSON_CONTENT_TYPE)]
 
 
 class KServeDoor:
-    def __init__(self, service: InferenceService) -> None:
+    def __init__(self, service: InferenceService, max_request_bytes: int = 64 * 2**20) -> None:
         self._service = service
+        # A compressed body may not inflate past the limit the server holds uncompressed ones to.
+        self._max_request_bytes = max_request_bytes
 
     def routes(self) -> RouteGroup:
         get = self._get
@@ -58,8 +60,10 @@ class KServeDoor:
         Inference-Header-Content-Length (SageMaker's content type)."""
         headers = http_request.headers
         decode_started = time.perf_counter()
+        body = http_compression.decode_body(http_request.body, headers.get(b"content-encoding"),
+                                            self._max_request_bytes)  # fmt: skip
         request = json_v2.decode_request(
-            http_request.body,
+            body,
             model_name=model,
             model_version=version,
             header_length=_header_length(headers) if header_length is None else header_length,
@@ -82,6 +86,10 @@ class KServeDoor:
         else:
             answer_headers.append((b"content-type", json_v2.BINARY_CONTENT_TYPE))
             answer_headers.append((_HEADER_LENGTH, str(json_length).encode()))
+        encoding = http_compression.response_encoding(headers.get(b"accept-encoding"))
+        if encoding is not None:
+            payload = http_compression.encode_body(payload, encoding)
+            answer_headers.append((b"content-encoding", encoding.encode()))
         return HttpResponse(200, payload, answer_headers)
 
     async def _infer(self, request: HttpRequest, params: Params) -> HttpResponse:
