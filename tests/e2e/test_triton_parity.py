@@ -1,6 +1,7 @@
 """What Triton's own client programs rely on, through tritonclient (HTTP and gRPC) against a real
 `inferd serve`: the model-configuration API echoes every field of config.pbtxt, those inferd does
-not act on included; HTTP requests and responses compressed with gzip or deflate."""
+not act on included; HTTP requests and responses compressed with gzip or deflate; the
+classification extension."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.utils import InferenceServerException
 
-from inferd.testing.models import mlp_model
+from inferd.testing.models import identity_model, mlp_model
 from inferd.testing.models import write_config as write_model_config
 from inferd.testing.server import ServerProcess, run_server
+from inferd.types import DataType
 
 pytestmark = pytest.mark.e2e
 MAX_REQUEST_BYTES = 1 << 20
@@ -34,12 +37,25 @@ dynamic_batching { max_queue_delay_microseconds: 100 }
 """
 
 
+WHOLE_CONFIG = """
+max_batch_size: 0
+input [{ name: "x", data_type: TYPE_FP32, dims: [2, 16] }]
+output [{ name: "y", data_type: TYPE_FP32, dims: [2, 4], label_filename: "labels.txt" }]
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repository = tmp_path_factory.mktemp("repository")
     mlp_model(repository / "classifier" / "1" / "model.onnx", seed=3)
     write_model_config(repository / "classifier", CLASSIFIER_CONFIG)
     (repository / "classifier" / "labels.txt").write_text("cat\ndog\nbird\nfish\n")
+    # Not batching: the classes are ranked over the whole [2, 4] output (flat indices 0..7).
+    mlp_model(repository / "whole" / "1" / "model.onnx", seed=4)
+    write_model_config(repository / "whole", WHOLE_CONFIG)
+    (repository / "whole" / "labels.txt").write_text("a\nb\nc\nd")  # no newline at the end: 4 labels
+    identity_model(repository / "halves" / "1" / "model.onnx", DataType.FP16, ["batch", 4])
+    write_model_config(repository / "halves", "max_batch_size: 8")
     log = tmp_path_factory.mktemp("logs") / "server.log"
     with run_server(repository, log, "--max-request-bytes", str(MAX_REQUEST_BYTES)) as process:
         yield process
@@ -142,3 +158,55 @@ def test_grpc_compression_keeps_working(server: ServerProcess, algorithm: str) -
         plain = client.infer("classifier", [tensor]).as_numpy("y")
         squeezed = client.infer("classifier", [tensor], compression_algorithm=algorithm).as_numpy("y")
     np.testing.assert_array_equal(squeezed, plain)
+
+
+def expected_classes(scores: np.ndarray, count: int, labels: list[str]) -> list[list[str]]:
+    """Triton's answer computed here: per row the top `count` as "%f:index[:label]"."""
+    rows = []
+    for row in scores.reshape(scores.shape[0], -1):
+        order = sorted(range(row.size), key=lambda i: -row[i])[:count]
+        rows.append([f"{row[i]:f}:{i}" + (f":{labels[i]}" if i < len(labels) else "") for i in order])
+    return rows
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_classification_over_http(server: ServerProcess, binary: bool) -> None:
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        inputs, _ = classifier_input(rows=3, binary=binary)
+        scores = client.infer("classifier", inputs).as_numpy("y")
+        outputs = [httpclient.InferRequestedOutput("y", binary_data=binary, class_count=2)]
+        result = client.infer("classifier", inputs, outputs=outputs)
+        classes = result.as_numpy("y")
+        assert result.get_output("y")["datatype"] == "BYTES" and classes.shape == (3, 2)
+        expected = expected_classes(scores, 2, ["cat", "dog", "bird", "fish"])
+        # JSON data comes back as str, binary data as bytes.
+        assert [[c.decode() if isinstance(c, bytes) else c for c in row] for row in classes] == expected
+        # More classes asked for than there are: all of them.
+        many = client.infer("classifier", inputs, outputs=[httpclient.InferRequestedOutput("y", class_count=10)])
+        assert many.as_numpy("y").shape == (3, 4)
+
+
+def test_classification_over_grpc_and_unbatched(server: ServerProcess) -> None:
+    x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(2, 16)
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        tensor = grpcclient.InferInput("x", [2, 16], "FP32")
+        tensor.set_data_from_numpy(x)
+        scores = client.infer("whole", [tensor]).as_numpy("y")
+        result = client.infer("whole", [tensor], outputs=[grpcclient.InferRequestedOutput("y", class_count=3)])
+    classes = result.as_numpy("y")
+    assert classes.shape == (3,)  # one ranking over the whole output, flat indices
+    expected = expected_classes(scores.reshape(1, -1), 3, ["a", "b", "c", "d"])[0]
+    assert [c.decode() for c in classes] == expected
+
+
+def test_classification_of_what_is_not_scores_is_refused(server: ServerProcess) -> None:
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        tensor = httpclient.InferInput("INPUT0", [1, 4], "FP16")
+        tensor.set_data_from_numpy(np.ones((1, 4), dtype=np.float16))
+        with pytest.raises(InferenceServerException, match="class result not available for output due to "
+                                                           "unsupported type 'FP16'"):  # fmt: skip
+            client.infer("halves", [tensor], outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=1)])
+    body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16], "data": [0.0] * 16}],
+                       "outputs": [{"name": "y", "parameters": {"classification": -2}}]})  # fmt: skip
+    reply = http_post(server, "/v2/models/classifier/infer", body.encode(), {})
+    assert reply.status == 400 and "invalid value for the 'classification' parameter" in reply.body.decode()

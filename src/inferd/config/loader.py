@@ -79,7 +79,7 @@ _SUPPORTED_FIELDS: dict[str, frozenset[str]] = {
     "ModelEnsembling": frozenset({"step"}),
     "Step": frozenset({"model_name", "model_version", "input_map", "output_map"}),
     "ModelInput": frozenset({"name", "data_type", "dims", "reshape", "optional"}),
-    "ModelOutput": frozenset({"name", "data_type", "dims", "reshape"}),
+    "ModelOutput": frozenset({"name", "data_type", "dims", "reshape", "label_filename"}),
     "ModelInstanceGroup": frozenset({"name", "count", "kind", "gpus"}),
     "ModelDynamicBatching": frozenset(
         {
@@ -255,6 +255,7 @@ def _tensor(message: Any, pb: Any, source: str, *, is_input: bool) -> TensorConf
         dims=dims,
         reshape=reshape,
         optional=bool(getattr(message, "optional", False)),
+        label_filename="" if is_input else message.label_filename,
     )
 
 

@@ -21,6 +21,10 @@ class TensorConfig:
     # The shape the runtime receives instead of `dims` (Triton's `reshape`), None when equal.
     reshape: tuple[int, ...] | None = None
     optional: bool = False
+    # An output's class labels (Triton's label_filename, relative to the model's folder), one a line;
+    # `labels` is filled when a version loads and read by the classification extension.
+    label_filename: str = ""
+    labels: tuple[str, ...] = field(default=(), compare=False)
 
 
 class InstanceKind(enum.Enum):

@@ -18,6 +18,7 @@ from pathlib import Path
 from inferd.config.loader import complete_config
 from inferd.config.model import InstanceGroup, ModelConfig
 from inferd.core.batcher import DynamicBatcher
+from inferd.core.classification import with_labels
 from inferd.core.executor import InstancePool, intra_op_threads_per_instance
 from inferd.core.handle import ModelHandle
 from inferd.core.metrics import Metrics
@@ -55,6 +56,7 @@ def load_version(
                 instances.append(load_runtime(config, version_dir, options))
         kind = runtime_kind(config, version_dir)
         completed = complete_config(config, instances[0].signature, platform=kind.platform, backend=kind.backend)
+        completed = with_labels(completed, model_dir)
         label = str(version)
         pool = InstancePool(
             instances,

@@ -11,6 +11,7 @@ from inferd import __version__
 from inferd.config.loader import parse_model_config_json
 from inferd.config.model import ModelConfig, TensorConfig
 from inferd.config.server import ModelControlMode
+from inferd.core import classification
 from inferd.core.registry import ModelRegistry, ModelState
 from inferd.core.repository import LinkedModels
 from inferd.core.statistics import ServingStatistics
@@ -128,10 +129,13 @@ class InferenceService:
         started = time.perf_counter()
         handle = None
         try:
+            classes = classification.requested_counts(request) if request.outputs else {}
             handle = self._registry.lookup(request.model_name, request.model_version)
             if handle is None:  # not serving: load on demand, or the error that says why
                 handle = await self._registry.lease(request.model_name, request.model_version)
             response = await handle.infer(request)
+            if classes:
+                response = classification.classify(response, classes, handle.config)
         except InferdError as exc:
             exc.request_id = exc.request_id or request.request_id
             if handle is None:

@@ -534,10 +534,6 @@ def _decode_outputs(raw_outputs: Any) -> tuple[RequestedOutput, ...]:
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
             raise MalformedRequestError(f"outputs[{index}] must be an object with a 'name'")
         parameters = _parameters(raw.get("parameters"), f"output '{raw['name']}'")
-        if "classification" in parameters:
-            raise MalformedRequestError(
-                f"output '{raw['name']}': the classification extension is not supported", tensor=raw["name"]
-            )
         requested.append(RequestedOutput(name=raw["name"], parameters=parameters))
     return tuple(requested)
 
