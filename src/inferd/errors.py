@@ -72,6 +72,12 @@ class ErrorCode(enum.Enum):
     INTERNAL = "INTERNAL"
 
 
+def with_triton_phrase(phrase: str, message: str) -> str:
+    """Triton's words for the same condition first (client programs written for Triton match on
+    them: "Request for unknown model", ...), then inferd's own message. The README's table lists them."""
+    return f"{phrase}: {message}"
+
+
 class InferdError(Exception):
     code: ClassVar[ErrorCode] = ErrorCode.INTERNAL
 

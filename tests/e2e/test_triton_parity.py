@@ -1,7 +1,7 @@
 """What Triton's own client programs rely on, through tritonclient (HTTP and gRPC) against a real
 `inferd serve`: the model-configuration API echoes every field of config.pbtxt, those inferd does
 not act on included; HTTP requests and responses compressed with gzip or deflate; the
-classification extension."""
+classification extension; errors that begin with Triton's phrase for the same condition."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing.models import identity_model, mlp_model
+from inferd.testing.models import add_sub_model, identity_model, mlp_model
 from inferd.testing.models import write_config as write_model_config
 from inferd.testing.server import ServerProcess, run_server
 from inferd.types import DataType
@@ -54,6 +55,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     mlp_model(repository / "whole" / "1" / "model.onnx", seed=4)
     write_model_config(repository / "whole", WHOLE_CONFIG)
     (repository / "whole" / "labels.txt").write_text("a\nb\nc\nd")  # no newline at the end: 4 labels
+    add_sub_model(repository / "add_sub" / "1" / "model.onnx")
     identity_model(repository / "halves" / "1" / "model.onnx", DataType.FP16, ["batch", 4])
     write_model_config(repository / "halves", "max_batch_size: 8")
     log = tmp_path_factory.mktemp("logs") / "server.log"
@@ -210,3 +212,55 @@ def test_classification_of_what_is_not_scores_is_refused(server: ServerProcess) 
                        "outputs": [{"name": "y", "parameters": {"classification": -2}}]})  # fmt: skip
     reply = http_post(server, "/v2/models/classifier/infer", body.encode(), {})
     assert reply.status == 400 and "invalid value for the 'classification' parameter" in reply.body.decode()
+
+
+def fp32(name: str, array: np.ndarray, module: Any) -> Any:
+    tensor = module.InferInput(name, list(array.shape), module.np_to_triton_dtype(array.dtype))
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+# (model, version, inputs, requested outputs) -> the phrase Triton begins its message with
+CASES = [
+    ("nope", "", [("x", np.zeros((1, 16), np.float32))], [], "Request for unknown model: 'nope' is not found"),
+    ("classifier", "9", [("x", np.zeros((1, 16), np.float32))], [],
+     "Request for unknown model: 'classifier' version 9 is not found"),
+    ("classifier", "", [("z", np.zeros((1, 16), np.float32))], [],
+     "unexpected inference input 'z' for model 'classifier'"),
+    ("classifier", "", [("x", np.zeros((1, 16), np.float32))], ["q"],
+     "unexpected inference output 'q' for model 'classifier'"),
+    ("classifier", "", [("x", np.zeros((1, 16), np.float64))], [],
+     "inference input 'x' data-type is 'FP64', but model 'classifier' expects 'FP32'"),
+    ("classifier", "", [("x", np.zeros((2, 15), np.float32))], [],
+     "unexpected shape for input 'x' for model 'classifier'. Expected [-1,16], got [2,15]"),
+    ("classifier", "", [("x", np.zeros((9, 16), np.float32))], [],
+     "inference request batch-size must be <= 8 for 'classifier'"),
+    ("add_sub", "", [("INPUT0", np.zeros((1, 16), np.float32))], [],
+     "expected 2 inputs but got 1 inputs for model 'add_sub', missing required input(s) ['INPUT1']"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize(("model", "version", "inputs", "outputs", "phrase"), CASES, ids=[c[4][:40] for c in CASES])
+def test_errors_begin_with_tritons_phrase(
+    server: ServerProcess, protocol: str, model: str, version: str, inputs: list[Any], outputs: list[str], phrase: str
+) -> None:
+    module: Any = httpclient if protocol == "http" else grpcclient
+    url = server.http_url if protocol == "http" else server.grpc_url
+    with module.InferenceServerClient(url) as client:
+        tensors = [fp32(name, array, module) for name, array in inputs]
+        requested = [module.InferRequestedOutput(name) for name in outputs]
+        with pytest.raises(InferenceServerException) as raised:
+            client.infer(model, tensors, model_version=version, outputs=requested or None)
+    assert raised.value.message().startswith(phrase), raised.value.message()
+    assert len(raised.value.message()) > len(phrase) + 10  # inferd's own explanation follows
+
+
+def test_unparsable_versions_and_json_carry_tritons_phrase(server: ServerProcess) -> None:
+    with grpcclient.InferenceServerClient(server.grpc_url) as client, pytest.raises(InferenceServerException) as raised:
+        client.infer("classifier", [fp32("x", np.zeros((1, 16), np.float32), grpcclient)], model_version="abc")
+    assert raised.value.message().startswith("failed to get model version from specified version string 'abc'")
+    reply = http_post(server, "/v2/models/classifier/infer", b"{not json", {})
+    error = json.loads(reply.body)
+    assert reply.status == 400 and error["error"].startswith("failed to parse the request JSON buffer")
+    assert error["code"] == "MALFORMED_REQUEST"  # the machine-readable fields as they were

@@ -65,6 +65,7 @@ from inferd.errors import (
     ModelNotReadyError,
     ModelTooLargeError,
     VersionNotFoundError,
+    with_triton_phrase,
 )
 from inferd.runtimes import estimate_memory_bytes, needs_files
 from inferd.types import InferRequest, InferResponse, LoadTimings
@@ -231,7 +232,10 @@ class ModelRegistry:
     def record(self, name: str) -> ModelRecord:
         record = self._snapshot.models.get(name)
         if record is None:
-            raise ModelNotFoundError(f"model '{name}' is not loaded or not in the repository")
+            raise ModelNotFoundError(
+                with_triton_phrase(f"Request for unknown model: '{name}' is not found",
+                                   f"model '{name}' is not loaded or not in the repository")
+            )  # fmt: skip
         return record
 
     def version_record(self, name: str, version: str) -> VersionRecord:
@@ -240,15 +244,23 @@ class ModelRegistry:
         if not version:
             default = record.default_version()
             if default is None:
-                raise ModelNotReadyError(_not_ready_message(record))
+                raise ModelNotReadyError(
+                    with_triton_phrase(f"Request for unknown model: '{name}' has no available versions",
+                                       _not_ready_message(record))
+                )  # fmt: skip
             return default
         if not version.isdigit():
-            raise VersionNotFoundError(f"model '{name}' version '{version}' is not a positive integer")
+            raise VersionNotFoundError(
+                with_triton_phrase(f"failed to get model version from specified version string '{version}'",
+                                   f"model '{name}' version '{version}' is not a positive integer")
+            )  # fmt: skip
         found = record.versions.get(int(version))
         if found is None:
             raise VersionNotFoundError(
-                f"model '{name}' has no version {version}; loaded versions: {sorted(record.versions)}"
-            )
+                with_triton_phrase(f"Request for unknown model: '{name}' version {version} is not found",
+                                   f"model '{name}' has no version {version}; loaded versions: "
+                                   f"{sorted(record.versions)}")
+            )  # fmt: skip
         return found
 
     def handle(self, name: str, version: str) -> Handle:
@@ -261,7 +273,10 @@ class ModelRegistry:
         version_record = self.version_record(name, version)
         reason = f": {version_record.reason}" if version_record.reason else ""
         raise ModelNotReadyError(
-            f"model '{name}' version {version_record.version} is not ready ({version_record.state.value}){reason}"
+            with_triton_phrase(
+                f"Request for unknown model: '{name}' version {version_record.version} is not at ready state",
+                f"model '{name}' version {version_record.version} is not ready ({version_record.state.value}){reason}",
+            )
         )
 
     def lookup(self, name: str, version: str) -> Handle | None:

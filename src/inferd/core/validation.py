@@ -19,6 +19,7 @@ from inferd.errors import (
     ModelOutputError,
     ShapeMismatchError,
     UnknownTensorError,
+    with_triton_phrase,
 )
 from inferd.types import InferRequest, Tensor
 
@@ -34,7 +35,11 @@ def prepare_inputs(config: ModelConfig, request: InferRequest) -> tuple[dict[str
         spec = config.input(tensor.name)
         if spec is None:
             raise UnknownTensorError(
-                f"model '{config.name}' has no input '{tensor.name}'; its inputs are {[t.name for t in config.inputs]}",
+                with_triton_phrase(
+                    f"unexpected inference input '{tensor.name}' for model '{config.name}'",
+                    f"model '{config.name}' has no input '{tensor.name}'; its inputs are "
+                    f"{[t.name for t in config.inputs]}",
+                ),
                 tensor=tensor.name,
             )
         _check_datatype(config, spec, tensor)
@@ -43,8 +48,11 @@ def prepare_inputs(config: ModelConfig, request: InferRequest) -> tuple[dict[str
             batch_size, batch_source = tensor_batch, tensor.name
         elif tensor_batch != batch_size:
             raise BatchSizeError(
-                f"input '{tensor.name}' has batch size {tensor_batch} but input '{batch_source}' has "
-                f"{batch_size}; all inputs of one request must share the batch dimension",
+                with_triton_phrase(
+                    f"input '{tensor.name}' batch size does not match other inputs for '{config.name}'",
+                    f"input '{tensor.name}' has batch size {tensor_batch} but input '{batch_source}' has "
+                    f"{batch_size}; all inputs of one request must share the batch dimension",
+                ),
                 tensor=tensor.name,
                 expected=str(batch_size),
                 actual=str(tensor_batch),
@@ -52,8 +60,13 @@ def prepare_inputs(config: ModelConfig, request: InferRequest) -> tuple[dict[str
         feeds[tensor.name] = _reshaped(config, spec, tensor, tensor_batch)
     missing = [t.name for t in config.inputs if not t.optional and t.name not in feeds]
     if missing:
+        required = sum(1 for t in config.inputs if not t.optional)
         raise MissingInputError(
-            f"model '{config.name}' needs input(s) {missing}, which the request does not carry",
+            with_triton_phrase(
+                f"expected {required} inputs but got {len(feeds)} inputs for model '{config.name}', missing "
+                f"required input(s) {missing}",
+                f"model '{config.name}' needs input(s) {missing}, which the request does not carry",
+            ),
             tensor=missing[0],
         )
     return feeds, batch_size or 1
@@ -67,8 +80,11 @@ def output_names(config: ModelConfig, request: InferRequest) -> list[str]:
     for requested in request.outputs:
         if config.output(requested.name) is None:
             raise UnknownTensorError(
-                f"model '{config.name}' has no output '{requested.name}'; its outputs are "
-                f"{[t.name for t in config.outputs]}",
+                with_triton_phrase(
+                    f"unexpected inference output '{requested.name}' for model '{config.name}'",
+                    f"model '{config.name}' has no output '{requested.name}'; its outputs are "
+                    f"{[t.name for t in config.outputs]}",
+                ),
                 tensor=requested.name,
             )
         names.append(requested.name)
@@ -78,8 +94,12 @@ def output_names(config: ModelConfig, request: InferRequest) -> list[str]:
 def _check_datatype(config: ModelConfig, spec: TensorConfig, tensor: Tensor) -> None:
     if tensor.datatype is not spec.datatype:
         raise DatatypeMismatchError(
-            f"input '{tensor.name}' of model '{config.name}' has datatype {tensor.datatype.value}, "
-            f"expected {spec.datatype.value}",
+            with_triton_phrase(
+                f"inference input '{tensor.name}' data-type is '{tensor.datatype.value}', but model "
+                f"'{config.name}' expects '{spec.datatype.value}'",
+                f"input '{tensor.name}' of model '{config.name}' has datatype {tensor.datatype.value}, "
+                f"expected {spec.datatype.value}",
+            ),
             tensor=tensor.name,
             expected=spec.datatype.value,
             actual=tensor.datatype.value,
@@ -99,9 +119,12 @@ def _check_shape(config: ModelConfig, spec: TensorConfig, tensor: Tensor) -> int
     expected = list(config.full_shape(spec))
     if len(shape) == len(dims) and _dims_match(shape, dims):
         raise BatchSizeError(
-            f"input '{tensor.name}' has shape {list(shape)}, which lacks the batch dimension: model "
-            f"'{config.name}' batches (max_batch_size {config.max_batch_size}), so the shape must be "
-            f"{expected} with the batch size first, e.g. {[1, *shape]}",
+            with_triton_phrase(
+                _triton_shape(config, tensor, expected),
+                f"input '{tensor.name}' has shape {list(shape)}, which lacks the batch dimension: model "
+                f"'{config.name}' batches (max_batch_size {config.max_batch_size}), so the shape must be "
+                f"{expected} with the batch size first, e.g. {[1, *shape]}",
+            ),
             tensor=tensor.name,
             expected=str(expected),
             actual=str(list(shape)),
@@ -110,8 +133,11 @@ def _check_shape(config: ModelConfig, spec: TensorConfig, tensor: Tensor) -> int
         raise _shape_error(config, spec, tensor, " (the first dimension is the batch size)")
     batch = shape[0]
     raise BatchSizeError(
-        f"input '{tensor.name}' has batch size {batch} (the first dimension of shape {list(shape)}), "
-        f"but model '{config.name}' accepts 1 to max_batch_size {config.max_batch_size}",
+        with_triton_phrase(
+            f"inference request batch-size must be <= {config.max_batch_size} for '{config.name}'",
+            f"input '{tensor.name}' has batch size {batch} (the first dimension of shape {list(shape)}), "
+            f"but model '{config.name}' accepts 1 to max_batch_size {config.max_batch_size}",
+        ),
         tensor=tensor.name,
         expected=f"1..{config.max_batch_size}",
         actual=str(batch),
@@ -127,11 +153,24 @@ def _dims_match(actual: tuple[int, ...], declared: tuple[int, ...]) -> bool:
 def _shape_error(config: ModelConfig, spec: TensorConfig, tensor: Tensor, note: str) -> ShapeMismatchError:
     expected = list(config.full_shape(spec))
     return ShapeMismatchError(
-        f"input '{tensor.name}' of model '{config.name}' has shape {list(tensor.shape)}, expected "
-        f"{expected}{note}; -1 means any size",
+        with_triton_phrase(
+            _triton_shape(config, tensor, expected),
+            f"input '{tensor.name}' of model '{config.name}' has shape {list(tensor.shape)}, expected "
+            f"{expected}{note}; -1 means any size",
+        ),
         tensor=tensor.name,
         expected=str(expected),
         actual=str(list(tensor.shape)),
+    )
+
+
+def _triton_shape(config: ModelConfig, tensor: Tensor, expected: list[int]) -> str:
+    def compact(shape: Any) -> str:  # Triton writes shapes as [a,b]
+        return "[" + ",".join(str(d) for d in shape) + "]"
+
+    return (
+        f"unexpected shape for input '{tensor.name}' for model '{config.name}'. Expected {compact(expected)}, "
+        f"got {compact(tensor.shape)}"
     )
 
 

@@ -433,7 +433,9 @@ def load_json(body: bytes) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise MalformedRequestError(f"request body is not valid JSON: {exc}") from None
+        raise MalformedRequestError(
+            f"failed to parse the request JSON buffer: request body is not valid JSON: {exc}"
+        ) from None
 
 
 def _load_header(header: bytes) -> Any:
@@ -443,10 +445,15 @@ def _load_header(header: bytes) -> Any:
             return orjson.loads(header)
         return _load_large_header(header)
     except (orjson.JSONDecodeError, ValueError) as exc:
-        raise MalformedRequestError(f"request body is not valid JSON: {exc}") from None
+        raise MalformedRequestError(
+            f"failed to parse the request JSON buffer: request body is not valid JSON: {exc}"
+        ) from None
     except RuntimeError as exc:
         # simdjson's DEPTH_ERROR: both parsers stop, without recursing, at 1024 levels of nesting.
-        raise MalformedRequestError(f"request body is not valid JSON: nested deeper than 1024 levels ({exc})") from None
+        raise MalformedRequestError(
+            f"failed to parse the request JSON buffer: request body is not valid JSON: nested deeper than 1024 "
+            f"levels ({exc})"
+        ) from None
 
 
 def _load_large_header(header: bytes) -> Any:
