@@ -41,6 +41,8 @@ EXTENSIONS = (
     "statistics",
     "model_repository",
     "model_repository(unload_dependents)",
+    "system_shared_memory",
+    "classification",
 )
 
 

@@ -14,7 +14,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from inferd.config.model import ModelConfig
 from inferd.errors import InferdError, MalformedRequestError, TensorDataError
-from inferd.protocol import model_config
+from inferd.protocol import model_config, shared_memory
 from inferd.protocol.request_id import REQUEST_ID_HEADER, check_request_id
 from inferd.protocol.status import error_from_grpc
 from inferd.protocol.tensor_bytes import tensor_from_bytes, tensor_to_bytes
@@ -65,11 +65,17 @@ _FIELD_DTYPES = {
 }
 
 
-def decode_request(message: Any, *, request_id: str = "", deadline_s: float | None = None) -> InferRequest:
+def decode_request(
+    message: Any,
+    *,
+    request_id: str = "",
+    deadline_s: float | None = None,
+    regions: shared_memory.RegionAccess | None = None,
+) -> InferRequest:
     check_request_id(message.id, "'id'")
     request_id = request_id or message.id or new_request_id()
     try:
-        inputs = _decode_inputs(message)
+        inputs = _decode_inputs(message, regions)
         outputs = tuple(
             RequestedOutput(name=o.name, parameters=parameters_to_dict(o.parameters)) for o in message.outputs
         )
@@ -90,13 +96,27 @@ def decode_request(message: Any, *, request_id: str = "", deadline_s: float | No
     )
 
 
-def encode_response(response: InferResponse) -> Any:
+def encode_response(
+    response: InferResponse, request: InferRequest | None = None, regions: shared_memory.RegionAccess | None = None
+) -> Any:
+    """Outputs the request placed in shared memory are written there; their entries carry the
+    region's parameters and an empty raw_output_contents (which stays aligned with outputs)."""
     message = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
+    wishes = {o.name: o.parameters for o in request.outputs} if request is not None else {}
+    placed = shared_memory.write_outputs(response.outputs, wishes, regions) if wishes else {}
     for tensor in response.outputs:
-        message.outputs.add(name=tensor.name, datatype=tensor.datatype.value, shape=tensor.shape)
-        message.raw_output_contents.append(tensor_to_bytes(tensor))
+        entry = message.outputs.add(name=tensor.name, datatype=tensor.datatype.value, shape=tensor.shape)
+        if tensor.name in placed:
+            for key, value in placed[tensor.name].items():
+                if isinstance(value, str):
+                    entry.parameters[key].string_param = value
+                else:
+                    entry.parameters[key].int64_param = value
+            message.raw_output_contents.append(b"")
+        else:
+            message.raw_output_contents.append(tensor_to_bytes(tensor))
     return message
 
 
@@ -294,15 +314,19 @@ def parameters_to_dict(parameters: Any) -> dict[str, Any]:
     return result
 
 
-def _decode_inputs(message: Any) -> tuple[Tensor, ...]:
+def _decode_inputs(message: Any, regions: shared_memory.RegionAccess | None) -> tuple[Tensor, ...]:
     if not message.inputs:
         raise MalformedRequestError("request has no inputs")
     raw = message.raw_input_contents
-    if raw and len(raw) != len(message.inputs):
+    placements = [shared_memory.placement(parameters_to_dict(item.parameters), item.name) for item in message.inputs]
+    # raw_input_contents carries, in order, every input that is not in shared memory (as tritonclient sends it).
+    expected_raw = sum(place is None for place in placements)
+    if raw and len(raw) != expected_raw:
         raise MalformedRequestError(
-            f"raw_input_contents has {len(raw)} entries for {len(message.inputs)} inputs; when used, it "
-            "must carry every input, in order"
+            f"raw_input_contents has {len(raw)} entries for {expected_raw} inputs not in shared memory; when "
+            "used, it must carry every such input, in order"
         )
+    next_raw = 0
     tensors = []
     for index, item in enumerate(message.inputs):
         name = item.name
@@ -317,7 +341,17 @@ def _decode_inputs(message: Any) -> tuple[Tensor, ...]:
         shape = tuple(int(d) for d in item.shape)
         if any(d < 0 for d in shape):
             raise MalformedRequestError(f"input '{name}': shape {list(shape)} has a negative dimension", tensor=name)
-        if raw:
+        place = placements[index]
+        if place is not None:
+            if _has_contents(item):
+                raise MalformedRequestError(
+                    f"unexpected 'content' provided when using shared memory for input tensor '{name}' for model "
+                    f"'{message.model_name}'",
+                    tensor=name,
+                )
+            data = shared_memory.read_input(place, regions, name)
+            tensors.append(tensor_from_bytes(name, datatype, shape, memoryview(data)))
+        elif raw:
             if _has_contents(item):
                 # As Triton: one request carries its data one way, never both.
                 raise MalformedRequestError(
@@ -325,7 +359,8 @@ def _decode_inputs(message: Any) -> tuple[Tensor, ...]:
                     f"'{message.model_name}': send every input in raw_input_contents, or every one in contents",
                     tensor=name,
                 )
-            tensors.append(tensor_from_bytes(name, datatype, shape, raw[index]))
+            tensors.append(tensor_from_bytes(name, datatype, shape, raw[next_raw]))
+            next_raw += 1
         else:
             tensors.append(Tensor(name, datatype, shape, _typed_contents(name, datatype, shape, item.contents)))
     return tuple(tensors)

@@ -20,6 +20,7 @@ import orjson
 import simdjson
 
 from inferd.errors import InferdError, MalformedRequestError, TensorDataError
+from inferd.protocol import shared_memory
 from inferd.protocol.request_id import check_request_id
 from inferd.protocol.status import error_from_http
 from inferd.protocol.tensor_bytes import tensor_from_bytes, tensor_to_bytes
@@ -56,6 +57,7 @@ def decode_request(
     request_id: str = "",
     deadline_s: float | None = None,
     protocol: str = "kserve_http",
+    regions: shared_memory.RegionAccess | None = None,
 ) -> InferRequest:
     """Parse an infer request. `request_id` (from X-Request-ID) wins over the v2 `id`; else one is made.
     `protocol`: the door it came by (a v2 body reaches SageMaker's /invocations too)."""
@@ -69,7 +71,7 @@ def decode_request(
     check_request_id(v2_id, "'id'")
     request_id = request_id or v2_id or new_request_id()
     try:
-        inputs = _decode_inputs(document.get("inputs"), binary)
+        inputs = _decode_inputs(document.get("inputs"), binary, regions)
         outputs = _decode_outputs(document.get("outputs"))
         parameters = _parameters(document.get("parameters"), "request")
     except InferdError as exc:
@@ -88,17 +90,29 @@ def decode_request(
     )
 
 
-def encode_response(response: InferResponse, request: InferRequest) -> tuple[bytes, int | None]:
-    """The response body and, when it carries binary tensors, the length of its JSON header."""
+def encode_response(
+    response: InferResponse, request: InferRequest, regions: shared_memory.RegionAccess | None = None
+) -> tuple[bytes, int | None]:
+    """The response body and, when it carries binary tensors, the length of its JSON header.
+    Outputs the request placed in shared memory are written there, their entries without data."""
     binary_default = bool(request.parameters.get("binary_data_output", False))
     wishes = {o.name: o.parameters for o in request.outputs}
-    outputs, binary_parts = _tensor_entries(
-        response.outputs, lambda name: bool(wishes.get(name, {}).get("binary_data", binary_default))
+    placed = shared_memory.write_outputs(response.outputs, wishes, regions) if wishes else {}
+    inline = tuple(t for t in response.outputs if t.name not in placed) if placed else response.outputs
+    entries, binary_parts = _tensor_entries(
+        inline, lambda name: bool(wishes.get(name, {}).get("binary_data", binary_default))
     )
+    if placed:
+        by_name = {entry["name"]: entry for entry in entries}
+        entries = [
+            {"name": t.name, "datatype": t.datatype.value, "shape": list(t.shape), "parameters": placed[t.name]}
+            if t.name in placed else by_name[t.name]
+            for t in response.outputs
+        ]  # fmt: skip
     document: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         document["id"] = response.id
-    document["outputs"] = outputs
+    document["outputs"] = entries
     return _body(document, binary_parts)
 
 
@@ -485,13 +499,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _decode_inputs(raw_inputs: Any, binary: memoryview) -> tuple[Tensor, ...]:
+def _decode_inputs(
+    raw_inputs: Any, binary: memoryview, regions: shared_memory.RegionAccess | None
+) -> tuple[Tensor, ...]:
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise MalformedRequestError("request must have a non-empty 'inputs' list")
-    return _decode_tensors(raw_inputs, binary, "input")
+    return _decode_tensors(raw_inputs, binary, "input", regions)
 
 
-def _decode_tensors(raw_tensors: list[Any], binary: memoryview, kind: str) -> tuple[Tensor, ...]:
+def _decode_tensors(
+    raw_tensors: list[Any], binary: memoryview, kind: str, regions: shared_memory.RegionAccess | None = None
+) -> tuple[Tensor, ...]:
     """A request's inputs or a response's outputs (`kind`): JSON data or binary_data_size bytes."""
     offset = 0
     tensors = []
@@ -507,6 +525,17 @@ def _decode_tensors(raw_tensors: list[Any], binary: memoryview, kind: str) -> tu
         size = None
         if parameters is not None:
             size = _parameters(parameters, f"{kind} '{name}'").get("binary_data_size")
+            place = shared_memory.placement(parameters, name) if kind == "input" else None
+            if place is not None:
+                if size is not None or "data" in raw:
+                    raise MalformedRequestError(
+                        f"Input must set only one of the following fields: 'data', 'binary_data_size' in "
+                        f"'parameters', 'shared_memory_region' in 'parameters': input '{name}' sets more than one",
+                        tensor=name,
+                    )
+                data = shared_memory.read_input(place, regions, name)
+                tensors.append(tensor_from_bytes(name, datatype, shape, memoryview(data)))
+                continue
         if size is not None:
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
                 raise MalformedRequestError(f"{kind} '{name}': binary_data_size must be a non-negative integer")

@@ -28,6 +28,7 @@ from inferd.server.openai import OpenAiDoor
 from inferd.server.prometheus import serve_metrics
 from inferd.server.routes import Router
 from inferd.server.sagemaker import SageMakerDoor
+from inferd.server.shared_memory import SharedMemoryRegions
 from inferd.server.tfserving import TfServingDoor
 from inferd.server.tfserving_grpc import add_tfserving_servicers
 from inferd.server.torchserve import TorchServeDoor
@@ -88,7 +89,9 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
         linked=linked,
     )
 
-    http_app = HttpApp(build_router(service, settings), max_request_bytes=settings.max_request_bytes)
+    # Regions registered by local clients, read and written by the KServe doors (HTTP and gRPC).
+    regions = SharedMemoryRegions()
+    http_app = HttpApp(build_router(service, settings, regions), max_request_bytes=settings.max_request_bytes)
     limits = HttpLimits(
         max_request_bytes=settings.max_request_bytes,
         keep_alive_s=settings.keep_alive_timeout_s,
@@ -104,7 +107,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
             Router([management], fallback=management), max_request_bytes=settings.max_request_bytes
         )
         management_server = HttpServer(management_app, limits)
-    grpc_server = build_grpc_server(service, max_message_bytes=settings.max_request_bytes)
+    grpc_server = build_grpc_server(service, max_message_bytes=settings.max_request_bytes, regions=regions)
     grpc_server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
     tfserving_server = None
     if settings.tfserving_grpc_port is not None:
@@ -170,13 +173,16 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
         *([tfserving_server.stop(grace=settings.shutdown_timeout_s)] if tfserving_server is not None else []),
     )
     metrics_server.shutdown()
+    regions.close()
     await registry.close()
     logger.info("stopped")
 
 
-def build_router(service: InferenceService, settings: ServerSettings) -> Router:
+def build_router(
+    service: InferenceService, settings: ServerSettings, regions: SharedMemoryRegions | None = None
+) -> Router:
     """Every REST door on the HTTP port."""
-    kserve, tfserving = KServeDoor(service, settings.max_request_bytes), TfServingDoor(service)
+    kserve, tfserving = KServeDoor(service, settings.max_request_bytes, regions), TfServingDoor(service)
     sagemaker = SageMakerDoor(
         service,
         kserve,

@@ -18,11 +18,12 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from inferd.core.service import InferenceService
-from inferd.errors import InferdError, InternalError, UnavailableError
-from inferd.protocol import grpc_v2, server_timing
+from inferd.errors import InferdError, InternalError, UnavailableError, UnsupportedError
+from inferd.protocol import grpc_v2, server_timing, shared_memory
 from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
 from inferd.protocol.status import grpc_status
 from inferd.server.logging import current_request_id
+from inferd.server.shared_memory import SharedMemoryRegions
 from inferd.types import new_request_id
 
 logger = logging.getLogger("inferd.grpc")
@@ -31,8 +32,9 @@ T = TypeVar("T")
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    def __init__(self, service: InferenceService) -> None:
+    def __init__(self, service: InferenceService, regions: SharedMemoryRegions | None = None) -> None:
         self._service = service
+        self._regions = regions
 
     async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await _call(context, "ServerLive", lambda: pb.ServerLiveResponse(live=self._service.live()))
@@ -95,6 +97,32 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
         return await call_async(context, "RepositoryModelUnload", unload)
 
+    def _shared_memory(self) -> SharedMemoryRegions:
+        if self._regions is None:
+            raise UnsupportedError("system shared memory is not served on this port")
+        return self._regions
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await _call(
+            context,
+            "SystemSharedMemoryStatus",
+            lambda: shared_memory.status_proto(self._shared_memory().status(request.name or None)),
+        )
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        def register() -> Any:
+            self._shared_memory().register(request.name, request.key, request.offset, request.byte_size)
+            return pb.SystemSharedMemoryRegisterResponse()
+
+        return await _call(context, "SystemSharedMemoryRegister", register)
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        def unregister() -> Any:
+            self._shared_memory().unregister(request.name or None)
+            return pb.SystemSharedMemoryUnregisterResponse()
+
+        return await _call(context, "SystemSharedMemoryUnregister", unregister)
+
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         metadata = dict(context.invocation_metadata() or ())
         request_id = str(metadata.get(REQUEST_ID_HEADER, ""))
@@ -103,13 +131,15 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             decode_started = time.perf_counter()
             remaining_s = context.time_remaining()
             deadline_s = time.monotonic() + remaining_s if remaining_s is not None else None
-            decoded = grpc_v2.decode_request(request, request_id=request_id, deadline_s=deadline_s)
+            decoded = grpc_v2.decode_request(
+                request, request_id=request_id, deadline_s=deadline_s, regions=self._regions
+            )
             decoded.timing.decode_s = time.perf_counter() - decode_started
             request_id = decoded.request_id
             current_request_id.set(request_id)
             response = await self._service.infer(decoded)
             encode_started = time.perf_counter()
-            message = grpc_v2.encode_response(response)
+            message = grpc_v2.encode_response(response, decoded, self._regions)
             decoded.timing.encode_s = time.perf_counter() - encode_started
             self._service.response_encoded(response, decoded.timing.encode_s)
             trailers = [(REQUEST_ID_HEADER, header_value(request_id))]
@@ -194,9 +224,11 @@ def _metadata_request_id(context: grpc.aio.ServicerContext) -> str:
     return ""
 
 
-def build_grpc_server(service: InferenceService, *, max_message_bytes: int) -> grpc.aio.Server:
+def build_grpc_server(
+    service: InferenceService, *, max_message_bytes: int, regions: SharedMemoryRegions | None = None
+) -> grpc.aio.Server:
     server = new_grpc_server(max_message_bytes)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service), server)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service, regions), server)
     return server
 
 

@@ -7,20 +7,24 @@ from collections.abc import Callable
 from typing import Any
 
 from inferd.core.service import InferenceService
-from inferd.errors import MalformedRequestError
-from inferd.protocol import http_compression, json_v2, model_config
+from inferd.errors import MalformedRequestError, UnsupportedError
+from inferd.protocol import http_compression, json_v2, model_config, shared_memory
 from inferd.server.http import deadline, json_response, kserve_error, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.logging import current_request_id
 from inferd.server.routes import READ, Params, Route, RouteGroup
+from inferd.server.shared_memory import SharedMemoryRegions
 
 _HEADER_LENGTH = json_v2.HEADER_LENGTH_HEADER.encode()
 _JSON_HEADERS = [(b"content-type", json_v2.JSON_CONTENT_TYPE)]
 
 
 class KServeDoor:
-    def __init__(self, service: InferenceService, max_request_bytes: int = 64 * 2**20) -> None:
+    def __init__(
+        self, service: InferenceService, max_request_bytes: int = 64 * 2**20, regions: SharedMemoryRegions | None = None
+    ) -> None:
         self._service = service
+        self._regions = regions
         # A compressed body may not inflate past the limit the server holds uncompressed ones to.
         self._max_request_bytes = max_request_bytes
 
@@ -49,6 +53,11 @@ class KServeDoor:
                 Route("/v2/repository/index", ("POST",), self._repository_index),
                 Route("/v2/repository/models/{model}/load", ("POST",), self._load),
                 Route("/v2/repository/models/{model}/unload", ("POST",), self._unload),
+                Route("/v2/systemsharedmemory/status", READ, self._shm_status),
+                Route("/v2/systemsharedmemory/region/{region}/status", READ, self._shm_status),
+                Route("/v2/systemsharedmemory/region/{region}/register", ("POST",), self._shm_register),
+                Route("/v2/systemsharedmemory/unregister", ("POST",), self._shm_unregister),
+                Route("/v2/systemsharedmemory/region/{region}/unregister", ("POST",), self._shm_unregister),
             ),
         )
 
@@ -70,6 +79,7 @@ class KServeDoor:
             request_id=current_request_id.get(),
             deadline_s=deadline(headers),
             protocol=protocol,
+            regions=self._regions,
         )
         request.timing.decode_s = time.perf_counter() - decode_started
         current_request_id.set(request.request_id)
@@ -77,7 +87,7 @@ class KServeDoor:
         # queued in a batcher is then dropped unrun.
         response = await self._service.infer(request)
         encode_started = time.perf_counter()
-        payload, json_length = json_v2.encode_response(response, request)
+        payload, json_length = json_v2.encode_response(response, request, self._regions)
         request.timing.encode_s = time.perf_counter() - encode_started
         self._service.response_encoded(response, request.timing.encode_s)
         answer_headers = response_headers(http_request, request)
@@ -125,6 +135,23 @@ class KServeDoor:
     async def _unload(self, request: HttpRequest, params: Params) -> HttpResponse:
         dependents = json_v2.decode_unload_request(request.body)
         await self._service.unload_model(params["model"], unload_dependents=dependents)
+        return HttpResponse(200, b"", list(_JSON_HEADERS))
+
+    def _shared_memory(self) -> SharedMemoryRegions:
+        if self._regions is None:
+            raise UnsupportedError("system shared memory is not served on this port")
+        return self._regions
+
+    async def _shm_status(self, request: HttpRequest, params: Params) -> HttpResponse:
+        return json_response(shared_memory.status_json(self._shared_memory().status(params.get("region"))))
+
+    async def _shm_register(self, request: HttpRequest, params: Params) -> HttpResponse:
+        key, offset, byte_size = shared_memory.register_body(json_v2.load_json(request.body))
+        self._shared_memory().register(params["region"], key, offset, byte_size)
+        return HttpResponse(200, b"", list(_JSON_HEADERS))
+
+    async def _shm_unregister(self, request: HttpRequest, params: Params) -> HttpResponse:
+        self._shared_memory().unregister(params.get("region"))
         return HttpResponse(200, b"", list(_JSON_HEADERS))
 
     @staticmethod
