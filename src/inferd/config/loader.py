@@ -74,8 +74,10 @@ _SUPPORTED_FIELDS: dict[str, frozenset[str]] = {
             "model_warmup",
             "parameters",
             "ensemble_scheduling",
+            "model_transaction_policy",
         }
     ),
+    "ModelTransactionPolicy": frozenset({"decoupled"}),
     "ModelEnsembling": frozenset({"step"}),
     "Step": frozenset({"model_name", "model_version", "input_map", "output_map"}),
     "ModelInput": frozenset({"name", "data_type", "dims", "reshape", "optional"}),
@@ -150,6 +152,7 @@ def _from_message(message: Any, pb: Any, *, model_name: str, source: str) -> Mod
         warmup=tuple(_warmup(w, pb, source) for w in message.model_warmup),
         parameters={key: value.string_value for key, value in message.parameters.items()},
         ensemble=_ensemble(message, source),
+        decoupled=message.model_transaction_policy.decoupled,
         ignored_fields=tuple(_ignored_fields(message)),
         written=message.SerializeToString(),
     )

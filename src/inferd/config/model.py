@@ -165,6 +165,9 @@ class ModelConfig:
     parameters: Mapping[str, str] = field(default_factory=dict)
     # Present when the model is an ensemble (platform "ensemble"): the models it chains.
     ensemble: EnsembleConfig | None = None
+    # Triton's model_transaction_policy { decoupled: true }: any number of responses a request, sent
+    # as the model makes them (over gRPC's ModelStreamInfer).
+    decoupled: bool = False
     # Fields present in config.pbtxt that inferd does not act on, reported at load.
     ignored_fields: tuple[str, ...] = ()
     # The configuration as written (Triton's ModelConfig message, serialized), so the configuration

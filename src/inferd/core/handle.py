@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,10 @@ class Handle:
             if self._idle is not None and not self.in_flight:
                 self._idle.set()
 
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """The request's responses as they come: a decoupled model's, or the one of any other."""
+        yield await self.infer(request)
+
     async def drain(self) -> None:
         """Let the requests inside finish, then close. Call once no new request can find the handle."""
         if self.state is not HandleState.READY:
@@ -93,6 +97,50 @@ class ModelHandle(Handle):
     @property
     def queued(self) -> int:
         return self.batcher.queued if self.batcher is not None else 0
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        if not self.config.decoupled:
+            yield await self.infer(request)
+            return
+        if self.state is HandleState.CLOSED:
+            raise ModelNotReadyError(f"model '{self.config.name}' version {self.version} was unloaded")
+        # A decoupled request runs alone (no batching) on one instance, its responses handed over
+        # from the worker thread as the model yields them.
+        feeds, batch_size = prepare_inputs(self.config, request)
+        names = output_names(self.config, request)
+        request.timing.rows = batch_size
+        self.in_flight += 1
+        instance = await self.pool.acquire()
+        loop = asyncio.get_running_loop()
+        responses: asyncio.Queue[dict[str, np.ndarray[Any, Any]] | None] = asyncio.Queue()
+        stream = getattr(instance, "execute_stream", None)
+        if stream is None:
+            raise ModelOutputError(f"model '{self.config.name}' is decoupled, but its runtime cannot stream")
+
+        def run() -> None:
+            try:
+                stream(feeds, names, lambda outputs: loop.call_soon_threadsafe(responses.put_nowait, outputs))
+            finally:
+                loop.call_soon_threadsafe(responses.put_nowait, None)
+
+        worker = asyncio.ensure_future(asyncio.to_thread(run))
+        try:
+            while (outputs := await responses.get()) is not None:
+                yield InferResponse(
+                    model_name=self.config.name,
+                    model_version=str(self.version),
+                    request_id=request.request_id,
+                    outputs=tuple(self._output_tensor(n, outputs.get(n), batch_size) for n in names),
+                    id=request.id,
+                )
+            await worker  # the model's error, if it raised
+        finally:
+            if not worker.done():
+                await asyncio.wait([worker])
+            self.pool.release(instance)
+            self.in_flight -= 1
+            if self._idle is not None and not self.in_flight:
+                self._idle.set()
 
     async def _close(self) -> None:
         if self.batcher is not None:

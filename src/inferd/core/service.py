@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 from inferd import __version__
@@ -135,6 +135,12 @@ class InferenceService:
             handle = self._registry.lookup(request.model_name, request.model_version)
             if handle is None:  # not serving: load on demand, or the error that says why
                 handle = await self._registry.lease(request.model_name, request.model_version)
+            if handle.config.decoupled:
+                raise UnsupportedError(
+                    f"HTTP end point doesn't support models with decoupled transaction policy: model "
+                    f"'{request.model_name}' answers a request with a stream of responses; call it over gRPC's "
+                    "ModelStreamInfer (tritonclient's start_stream and async_stream_infer)"
+                )
             response = await handle.infer(request)
             if classes:
                 response = classification.classify(response, classes, handle.config)
@@ -168,6 +174,32 @@ class InferenceService:
             request.timing,
         )
         return response
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """A request's responses as the model makes them (a decoupled model's several, any other's
+        one), counted in the statistics once, when the last is sent or an error ends them."""
+        started = time.perf_counter()
+        handle = None
+        outcome = "success"
+        try:
+            handle = self._registry.lookup(request.model_name, request.model_version)
+            if handle is None:
+                handle = await self._registry.lease(request.model_name, request.model_version)
+            async for response in handle.infer_stream(request):
+                yield response
+        except InferdError as exc:
+            exc.request_id = exc.request_id or request.request_id
+            outcome = exc.code.value
+            if handle is None:
+                self._statistics.request_unresolved(request.protocol, outcome)
+            raise
+        finally:
+            if handle is not None:
+                elapsed_s = time.perf_counter() - started + request.timing.decode_s
+                self._statistics.request_finished(
+                    request.model_name, str(handle.version), request.protocol, outcome, elapsed_s,
+                    request.timing.rows, request.timing,
+                )  # fmt: skip
 
     # -- the repository extension ------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ import inspect
 import itertools
 import logging
 import traceback
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -95,6 +95,13 @@ class PythonRuntime:
                 raise
             raise ModelLoadError(f"{self._path}: initialize failed: {_describe(exc, self._path)}") from exc
         self._execute = self._model.execute
+        # A generator `execute` yields a request's responses one by one: a decoupled model.
+        self.streams = inspect.isgeneratorfunction(self._execute) or inspect.isasyncgenfunction(self._execute)
+        if self.streams and not config.decoupled:
+            raise ModelLoadError(
+                f"{self._path}: execute yields its responses, which only a decoupled model may do: add "
+                "model_transaction_policy { decoupled: true } to config.pbtxt"
+            )
         self.may_run_inline = getattr(model_class, "may_run_inline", False) is True and not (
             inspect.iscoroutinefunction(self._execute)  # a coroutine runs on the loop: never from it
         )
@@ -120,6 +127,44 @@ class PythonRuntime:
                 "not a dict of output name to array"
             )
         return {name: self._output(name, returned.get(name)) for name in output_names}
+
+    def execute_stream(
+        self,
+        inputs: Mapping[str, np.ndarray[Any, Any]],
+        output_names: Sequence[str],
+        emit: Callable[[dict[str, np.ndarray[Any, Any]]], None],
+    ) -> None:
+        """A decoupled model's responses to one request, each passed to `emit` as the model yields it
+        (on a worker thread; an async generator runs on the server's loop meanwhile)."""
+        if not self.streams:  # a decoupled model may still answer once, with a dict
+            emit(self.execute(inputs, output_names))
+            return
+        try:
+            produced = self._execute(dict(inputs))
+            if inspect.isasyncgen(produced):
+
+                async def drain() -> None:
+                    async for item in produced:
+                        emit(self._response(item, output_names))
+
+                self._run_coroutine(drain())
+            else:
+                for item in produced:
+                    emit(self._response(item, output_names))
+        except InferdError:
+            raise
+        except Exception as exc:
+            raise ModelRaisedError(
+                f"model '{self._name}' version {self._version} raised {_describe(exc, self._path)}"
+            ) from exc
+
+    def _response(self, item: Any, output_names: Sequence[str]) -> dict[str, np.ndarray[Any, Any]]:
+        if not isinstance(item, Mapping):
+            raise ModelOutputError(
+                f"model '{self._name}' version {self._version}: execute yielded {type(item).__name__}, "
+                "not a dict of output name to array"
+            )
+        return {name: self._output(name, item.get(name)) for name in output_names}
 
     def close(self) -> None:
         finalize = getattr(self._model, "finalize", None)

@@ -7,10 +7,11 @@ request id and the error code.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -123,6 +124,57 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
         return await _call(context, "SystemSharedMemoryUnregister", unregister)
 
+    async def ModelStreamInfer(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        """Bidirectional stream: each request's responses (a decoupled model's several, any other
+        model's one) as they are made, requests served concurrently. An error is sent in the stream
+        (`error_message`) and the stream goes on, as Triton does."""
+        answers: asyncio.Queue[Any] = asyncio.Queue()
+        running: set[asyncio.Task[None]] = set()
+
+        async def serve(message: Any) -> None:
+            try:
+                decoded = grpc_v2.decode_request(message, regions=self._regions)
+                final = not self._service_decoupled(decoded.model_name, decoded.model_version)
+                async for response in self._service.infer_stream(decoded):
+                    encoded = grpc_v2.encode_response(response, decoded, self._regions)
+                    encoded.parameters[FINAL_RESPONSE].bool_param = final
+                    await answers.put(pb.ModelStreamInferResponse(infer_response=encoded))
+                if not final and decoded.parameters.get("triton_enable_empty_final_response"):
+                    empty = pb.ModelInferResponse(model_name=message.model_name, model_version=message.model_version,
+                                                  id=message.id)  # fmt: skip
+                    empty.parameters[FINAL_RESPONSE].bool_param = True
+                    await answers.put(pb.ModelStreamInferResponse(infer_response=empty))
+            except InferdError as exc:
+                logger.warning("ModelStreamInfer -> %s: %s", exc.code.value, exc.message)
+                await answers.put(pb.ModelStreamInferResponse(error_message=exc.message))
+            except Exception:
+                logger.exception("unexpected error in ModelStreamInfer")
+                await answers.put(pb.ModelStreamInferResponse(error_message="internal error; see the server log"))
+
+        async def read() -> None:
+            async for message in requests:
+                task = asyncio.ensure_future(serve(message))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            while running:
+                await asyncio.wait(set(running))
+            await answers.put(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (answer := await answers.get()) is not None:
+                yield answer
+        finally:
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
+
+    def _service_decoupled(self, model: str, version: str) -> bool:
+        try:
+            return self._service.model_config(model, version).decoupled
+        except InferdError:
+            return False  # infer_stream says what is wrong
+
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         metadata = dict(context.invocation_metadata() or ())
         request_id = str(metadata.get(REQUEST_ID_HEADER, ""))
@@ -156,6 +208,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
 
 SERVICE = "inference.GRPCInferenceService"
+FINAL_RESPONSE = "triton_final_response"
 _reported_unimplemented: set[str] = set()
 
 
