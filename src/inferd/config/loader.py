@@ -16,6 +16,7 @@ from typing import Any
 from inferd.config.model import (
     ENSEMBLE_PLATFORM,
     LATEST_VERSION,
+    ControlKind,
     DynamicBatchingConfig,
     EnsembleConfig,
     EnsembleStep,
@@ -24,6 +25,8 @@ from inferd.config.model import (
     ModelConfig,
     ModelSignature,
     QueuePolicy,
+    SequenceBatchingConfig,
+    SequenceControl,
     TensorConfig,
     TensorSpec,
     VersionPolicy,
@@ -75,8 +78,14 @@ _SUPPORTED_FIELDS: dict[str, frozenset[str]] = {
             "parameters",
             "ensemble_scheduling",
             "model_transaction_policy",
+            "sequence_batching",
         }
     ),
+    "ModelSequenceBatching": frozenset({"direct", "oldest", "max_sequence_idle_microseconds", "control_input"}),
+    "StrategyDirect": frozenset({"max_queue_delay_microseconds"}),
+    "StrategyOldest": frozenset({"preferred_batch_size", "max_queue_delay_microseconds"}),
+    "ControlInput": frozenset({"name", "control"}),
+    "Control": frozenset({"kind", "int32_false_true", "fp32_false_true", "bool_false_true", "data_type"}),
     "ModelTransactionPolicy": frozenset({"decoupled"}),
     "ModelEnsembling": frozenset({"step"}),
     "Step": frozenset({"model_name", "model_version", "input_map", "output_map"}),
@@ -153,6 +162,7 @@ def _from_message(message: Any, pb: Any, *, model_name: str, source: str) -> Mod
         parameters={key: value.string_value for key, value in message.parameters.items()},
         ensemble=_ensemble(message, source),
         decoupled=message.model_transaction_policy.decoupled,
+        sequence_batching=_sequence_batching(message, pb, source) if message.HasField("sequence_batching") else None,
         ignored_fields=tuple(_ignored_fields(message)),
         written=message.SerializeToString(),
     )
@@ -331,6 +341,38 @@ def _dynamic_batching(message: Any, pb: Any) -> DynamicBatchingConfig:
         priority_queue_policies={
             int(level): _queue_policy(policy, pb) for level, policy in batching.priority_queue_policy.items()
         },
+    )
+
+
+def _sequence_batching(message: Any, pb: Any, source: str) -> SequenceBatchingConfig:
+    batching = message.sequence_batching
+    strategy = batching.WhichOneof("strategy_choice") or "direct"
+    chosen = getattr(batching, strategy)
+    controls = []
+    for control_input in batching.control_input:
+        for control in control_input.control:
+            kind = ControlKind(pb.ModelSequenceBatching.Control.Kind.Name(control.kind))
+            where = f"{source}: sequence_batching control input '{control_input.name}'"
+            if kind is ControlKind.CORRID:
+                datatype = _datatype(control.data_type, pb, where) if control.data_type else DataType.UINT64
+                controls.append(SequenceControl(control_input.name, kind, datatype))
+                continue
+            pairs = [(DataType.INT32, list(control.int32_false_true)), (DataType.FP32, list(control.fp32_false_true)),
+                     (DataType.BOOL, list(control.bool_false_true))]  # fmt: skip
+            given = [(datatype, values) for datatype, values in pairs if values]
+            if len(given) != 1 or len(given[0][1]) != 2:
+                raise ModelConfigError(
+                    f"{where}: a {kind.value} control needs exactly one of int32_false_true, fp32_false_true, "
+                    "bool_false_true, with two values (false, true)"
+                )
+            datatype, (false_value, true_value) = given[0]
+            controls.append(SequenceControl(control_input.name, kind, datatype, false_value, true_value))
+    return SequenceBatchingConfig(
+        strategy=strategy,
+        max_idle_us=int(batching.max_sequence_idle_microseconds) or 1_000_000,
+        controls=tuple(controls),
+        max_queue_delay_us=int(chosen.max_queue_delay_microseconds),
+        preferred_batch_sizes=tuple(int(s) for s in getattr(chosen, "preferred_batch_size", ())),
     )
 
 

@@ -75,6 +75,39 @@ class QueuePolicy:
     allow_timeout_override: bool = False
 
 
+class ControlKind(enum.Enum):
+    START = "CONTROL_SEQUENCE_START"
+    READY = "CONTROL_SEQUENCE_READY"
+    END = "CONTROL_SEQUENCE_END"
+    CORRID = "CONTROL_SEQUENCE_CORRID"
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceControl:
+    """An input the sequence batcher fills for the model: a flag (false and true values in the
+    input's datatype) or the correlation id."""
+
+    input: str
+    kind: ControlKind
+    datatype: DataType
+    false_value: float | int | bool = 0
+    true_value: float | int | bool = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceBatchingConfig:
+    """Triton's sequence_batching: a stateful model's requests grouped by correlation id."""
+
+    strategy: str = "direct"
+    """"direct": each sequence keeps one batch slot (row) from START to END; "oldest": batches of the
+    oldest sequences' next requests, one request a sequence."""
+    max_idle_us: int = 1_000_000
+    """A sequence without a request this long is ended (max_sequence_idle_microseconds)."""
+    controls: tuple[SequenceControl, ...] = ()
+    max_queue_delay_us: int = 0
+    preferred_batch_sizes: tuple[int, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class DynamicBatchingConfig:
     max_queue_delay_us: int = 0
@@ -168,6 +201,7 @@ class ModelConfig:
     # Triton's model_transaction_policy { decoupled: true }: any number of responses a request, sent
     # as the model makes them (over gRPC's ModelStreamInfer).
     decoupled: bool = False
+    sequence_batching: SequenceBatchingConfig | None = None
     # Fields present in config.pbtxt that inferd does not act on, reported at load.
     ignored_fields: tuple[str, ...] = ()
     # The configuration as written (Triton's ModelConfig message, serialized), so the configuration

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ import numpy as np
 from inferd.config.model import ModelConfig
 from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import Arrays, InstancePool
+from inferd.core.sequence import SequenceBatcher
 from inferd.core.validation import check_output_rows, output_names, prepare_inputs
 from inferd.errors import DeadlineUnreachableError, InvalidRequestError, ModelNotReadyError, ModelOutputError
 from inferd.types import DataType, InferRequest, InferResponse, RequestTiming, Tensor
@@ -93,6 +94,8 @@ class ModelHandle(Handle):
     pool: InstancePool
     # Present when the config asks for dynamic batching (and the model batches).
     batcher: DynamicBatcher | None = None
+    # Present for a stateful model (sequence_batching): its requests go by correlation id.
+    sequencer: SequenceBatcher | None = None
 
     @property
     def queued(self) -> int:
@@ -114,12 +117,17 @@ class ModelHandle(Handle):
         loop = asyncio.get_running_loop()
         responses: asyncio.Queue[dict[str, np.ndarray[Any, Any]] | None] = asyncio.Queue()
         stream = getattr(instance, "execute_stream", None)
-        if stream is None:
-            raise ModelOutputError(f"model '{self.config.name}' is decoupled, but its runtime cannot stream")
+        if stream is None:  # a runtime without streams answers a decoupled request once
+
+            def stream(feeds: Arrays, names: list[str], emit: Callable[[Arrays], None]) -> None:
+                emit(instance.execute(feeds, names))
+
+        def emit(outputs: Arrays) -> None:
+            loop.call_soon_threadsafe(responses.put_nowait, outputs)
 
         def run() -> None:
             try:
-                stream(feeds, names, lambda outputs: loop.call_soon_threadsafe(responses.put_nowait, outputs))
+                stream(feeds, names, emit)
             finally:
                 loop.call_soon_threadsafe(responses.put_nowait, None)
 
@@ -145,6 +153,8 @@ class ModelHandle(Handle):
     async def _close(self) -> None:
         if self.batcher is not None:
             await self.batcher.close()
+        if self.sequencer is not None:
+            await self.sequencer.close()
         self.state = HandleState.CLOSED
         await asyncio.to_thread(self.pool.close)
 
@@ -161,7 +171,9 @@ class ModelHandle(Handle):
             timeout_deadline_s = time.monotonic() + timeout_us / 1e6
             deadline_s = timeout_deadline_s if deadline_s is None else min(deadline_s, timeout_deadline_s)
         batcher = self.batcher
-        if batcher is None:
+        if self.sequencer is not None:
+            results = await self.sequencer.submit(request, feeds, batch_size, names)
+        elif batcher is None:
             if deadline_s is not None:
                 self._check_deadline(deadline_s)
             results = await self._run_unbatched(feeds, batch_size, names, request.timing, deadline_s)

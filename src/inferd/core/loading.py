@@ -22,6 +22,7 @@ from inferd.core.classification import with_labels
 from inferd.core.executor import InstancePool, intra_op_threads_per_instance
 from inferd.core.handle import ModelHandle
 from inferd.core.metrics import Metrics
+from inferd.core.sequence import SequenceBatcher
 from inferd.core.warmup import probe_inputs, run_warmup
 from inferd.errors import InferdError
 from inferd.runtimes import Runtime, RuntimeOptions, load_runtime, runtime_kind
@@ -67,7 +68,8 @@ def load_version(
         sessions_ready = time.perf_counter()
         # Warm-up runs before the version is ready, outside the metrics (it is not traffic).
         run_warmup(completed, pool, model_dir)
-        execute_s = _calibrate(completed, pool)
+        # A stateful model is never run outside a sequence (a probe would disturb its state).
+        execute_s = _calibrate(completed, pool) if completed.sequence_batching is None else 0.0
     except BaseException:
         if pool is not None:
             pool.close()
@@ -77,7 +79,8 @@ def load_version(
         raise
     timings = LoadTimings(session_s=sessions_ready - started, warmup_s=time.perf_counter() - sessions_ready)
     batcher = None
-    if completed.dynamic_batching is not None and completed.max_batch_size > 0:
+    sequencer = SequenceBatcher(completed, pool) if completed.sequence_batching is not None else None
+    if sequencer is None and completed.dynamic_batching is not None and completed.max_batch_size > 0:
         batcher = DynamicBatcher(
             config.name, pool, max_batch_size=completed.max_batch_size, config=completed.dynamic_batching
         )
@@ -97,7 +100,8 @@ def load_version(
         execute_s * 1e6,
         extra={"model": config.name, "version": version},
     )
-    return ModelHandle(config=completed, version=version, pool=pool, batcher=batcher), timings
+    handle = ModelHandle(config=completed, version=version, pool=pool, batcher=batcher, sequencer=sequencer)
+    return handle, timings
 
 
 def _calibrate(config: ModelConfig, pool: InstancePool) -> float:
