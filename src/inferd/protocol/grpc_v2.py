@@ -99,22 +99,17 @@ def decode_request(
 def encode_response(
     response: InferResponse, request: InferRequest | None = None, regions: shared_memory.RegionAccess | None = None
 ) -> Any:
-    """Outputs the request placed in shared memory are written there; their entries carry the
-    region's parameters and an empty raw_output_contents (which stays aligned with outputs)."""
+    """Outputs the request placed in shared memory are written there; their raw_output_contents
+    entry is empty (it stays, so entries line up with outputs)."""
     message = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
     wishes = {o.name: o.parameters for o in request.outputs} if request is not None else {}
     placed = shared_memory.write_outputs(response.outputs, wishes, regions) if wishes else {}
     for tensor in response.outputs:
-        entry = message.outputs.add(name=tensor.name, datatype=tensor.datatype.value, shape=tensor.shape)
+        message.outputs.add(name=tensor.name, datatype=tensor.datatype.value, shape=tensor.shape)
         if tensor.name in placed:
-            for key, value in placed[tensor.name].items():
-                if isinstance(value, str):
-                    entry.parameters[key].string_param = value
-                else:
-                    entry.parameters[key].int64_param = value
-            message.raw_output_contents.append(b"")
+            message.raw_output_contents.append(b"")  # as Triton: an empty entry keeps the indices aligned
         else:
             message.raw_output_contents.append(tensor_to_bytes(tensor))
     return message

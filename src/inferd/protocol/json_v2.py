@@ -105,7 +105,7 @@ def encode_response(
     if placed:
         by_name = {entry["name"]: entry for entry in entries}
         entries = [
-            {"name": t.name, "datatype": t.datatype.value, "shape": list(t.shape), "parameters": placed[t.name]}
+            {"name": t.name, "datatype": t.datatype.value, "shape": list(t.shape)}  # as Triton: no data, no size
             if t.name in placed else by_name[t.name]
             for t in response.outputs
         ]  # fmt: skip

@@ -56,8 +56,8 @@ def read_input(place: Placement, regions: RegionAccess | None, tensor: str) -> b
 def write_outputs(
     outputs: Sequence[Tensor], wishes: Mapping[str, Mapping[str, Any]], regions: RegionAccess | None
 ) -> dict[str, dict[str, Any]]:
-    """Writes each output a request placed in shared memory; returns, by output name, the
-    parameters its response entry carries instead of data."""
+    """Writes each output a request placed in shared memory; returns those outputs by name, with the
+    region, the bytes written and the offset (the response entry then carries no data, as Triton's)."""
     placed: dict[str, dict[str, Any]] = {}
     for tensor in outputs:
         place = placement(wishes.get(tensor.name, {}), tensor.name)
