@@ -113,7 +113,11 @@ class ModelHandle(Handle):
         names = output_names(self.config, request)
         request.timing.rows = batch_size
         self.in_flight += 1
-        instance = await self.pool.acquire()
+        try:
+            instance = await self.pool.acquire()
+        except BaseException:
+            self._left()
+            raise
         loop = asyncio.get_running_loop()
         responses: asyncio.Queue[dict[str, np.ndarray[Any, Any]] | None] = asyncio.Queue()
         stream = getattr(instance, "execute_stream", None)
@@ -146,9 +150,13 @@ class ModelHandle(Handle):
             if not worker.done():
                 await asyncio.wait([worker])
             self.pool.release(instance)
-            self.in_flight -= 1
-            if self._idle is not None and not self.in_flight:
-                self._idle.set()
+            self._left()
+
+    def _left(self) -> None:
+        """A request inside `infer_stream` is done: a drain waiting for the last one may go on."""
+        self.in_flight -= 1
+        if self._idle is not None and not self.in_flight:
+            self._idle.set()
 
     async def _close(self) -> None:
         if self.batcher is not None:
