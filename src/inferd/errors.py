@@ -13,7 +13,7 @@ gRPC statuses in exactly two tables, so no layer below the wire knows about stat
     │   ├── MethodNotAllowedError        wrong HTTP method for the path (405)
     │   ├── LoadRequestError             a repository load asked for could not be done (the reason attached)
     │   ├── UnsupportedError             a request the server's configuration does not allow (model control mode)
-    │   ├── UnsupportedMediaTypeError    a Content-Type the door does not read (415)
+    │   ├── UnsupportedMediaTypeError    a Content-Type (or Content-Encoding) the door does not read (415)
     │   ├── NotAcceptableError           an Accept the door cannot answer (406)
     │   ├── AlreadyExistsError           a name taken already (409)
     │   └── ModelRaisedError             a model's code raised on this request's rows (Python models)
@@ -164,6 +164,14 @@ class UnsupportedMediaTypeError(InvalidRequestError):
     """A body in a Content-Type the door does not read (415)."""
 
     code = ErrorCode.UNSUPPORTED_MEDIA_TYPE
+
+
+class UnsupportedEncodingError(UnsupportedMediaTypeError):
+    """A body in a Content-Encoding the server does not read (415, with the Accept-Encoding it does)."""
+
+    def __init__(self, message: str, *, accepted: str) -> None:
+        super().__init__(message)
+        self.accepted = accepted
 
 
 class NotAcceptableError(InvalidRequestError):

@@ -120,6 +120,7 @@ def test_bad_compressed_bodies_are_the_clients_errors(server: ServerProcess) -> 
     body = b'{"inputs": []}'
     reply = http_post(server, "/v2/models/classifier/infer", body, {"Content-Encoding": "br"})
     assert reply.status == 415 and "Unsupported compression type" in reply.body.decode()
+    assert reply.headers["accept-encoding"] == "gzip, deflate"  # what the server reads, as Triton says
     reply = http_post(server, "/v2/models/classifier/infer", b"not gzip at all", {"Content-Encoding": "gzip"})
     assert reply.status == 400 and "cannot be decompressed" in reply.body.decode()
     reply = http_post(server, "/v2/models/classifier/infer", gzip.compress(body)[:-8], {"Content-Encoding": "gzip"})

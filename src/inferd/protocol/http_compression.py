@@ -9,10 +9,10 @@ from __future__ import annotations
 import gzip
 import zlib
 
-from inferd.errors import MalformedRequestError, RequestTooLargeError, UnsupportedMediaTypeError
+from inferd.errors import MalformedRequestError, RequestTooLargeError, UnsupportedEncodingError
 
 ENCODINGS = ("gzip", "deflate")
-ACCEPTED = b"gzip, deflate"
+ACCEPTED = "gzip, deflate"
 """What a 415 for an unknown Content-Encoding advertises (its Accept-Encoding header)."""
 _GZIP_OR_ZLIB = 15 | 32  # zlib's window bits: detect either wrapper from the header
 
@@ -24,8 +24,9 @@ def decode_body(body: bytes, content_encoding: bytes | None, limit: int) -> byte
     if encoding in ("", "identity"):
         return body
     if encoding not in ENCODINGS:
-        raise UnsupportedMediaTypeError(
-            f"Unsupported compression type: Content-Encoding '{encoding}'; inferd reads gzip, deflate or identity"
+        raise UnsupportedEncodingError(
+            f"Unsupported compression type: Content-Encoding '{encoding}'; inferd reads gzip, deflate or identity",
+            accepted=ACCEPTED,
         )
     inflater = zlib.decompressobj(_GZIP_OR_ZLIB)
     try:

@@ -21,6 +21,7 @@ from inferd.errors import (
     MethodNotAllowedError,
     RequestTooLargeError,
     UnavailableError,
+    UnsupportedEncodingError,
 )
 from inferd.protocol import json_v2, server_timing
 from inferd.protocol.request_id import REQUEST_ID_HEADER as _REQUEST_ID_HEADER
@@ -98,6 +99,8 @@ class HttpApp:
             headers.append((b"retry-after", str(max(1, math.ceil(error.retry_after_s))).encode()))
         elif isinstance(error, MethodNotAllowedError):
             headers.append((b"allow", ", ".join(error.allowed).encode()))
+        elif isinstance(error, UnsupportedEncodingError):
+            headers.append((b"accept-encoding", error.accepted.encode()))
         return HttpResponse(status, body, headers)
 
 
