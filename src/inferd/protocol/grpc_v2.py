@@ -313,7 +313,13 @@ def _decode_inputs(message: Any, regions: shared_memory.RegionAccess | None) -> 
     if not message.inputs:
         raise MalformedRequestError("request has no inputs")
     raw = message.raw_input_contents
-    placements = [shared_memory.placement(parameters_to_dict(item.parameters), item.name) for item in message.inputs]
+    # Most requests carry no shared memory: the parameters are converted only for inputs that name a region.
+    placements = [
+        shared_memory.placement(parameters_to_dict(item.parameters), item.name)
+        if shared_memory.REGION in item.parameters
+        else None
+        for item in message.inputs
+    ]
     # raw_input_contents carries, in order, every input that is not in shared memory (as tritonclient sends it).
     expected_raw = sum(place is None for place in placements)
     if raw and len(raw) != expected_raw:
