@@ -17,6 +17,8 @@ gRPC statuses in exactly two tables, so no layer below the wire knows about stat
     │   ├── NotAcceptableError           an Accept the door cannot answer (406)
     │   ├── AlreadyExistsError           a name taken already (409)
     │   └── ModelRaisedError             a model's code raised on this request's rows (Python models)
+    ├── UnauthenticatedError         no credentials, or credentials the server does not know (401)
+    ├── PermissionDeniedError        known credentials that do not cover the operation (403)
     ├── RequestTooLargeError         body above the server's limit (413 / RESOURCE_EXHAUSTED)
     ├── ModelTooLargeError           a model cannot fit the memory budget even after eviction (507)
     ├── NotFoundError                (404 / NOT_FOUND)
@@ -56,6 +58,8 @@ class ErrorCode(enum.Enum):
     UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
     NOT_ACCEPTABLE = "NOT_ACCEPTABLE"
     ALREADY_EXISTS = "ALREADY_EXISTS"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
     REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
     MODEL_TOO_LARGE = "MODEL_TOO_LARGE"
     MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
@@ -184,6 +188,18 @@ class AlreadyExistsError(InvalidRequestError):
     """A name taken already: a model loaded under it (409)."""
 
     code = ErrorCode.ALREADY_EXISTS
+
+
+class UnauthenticatedError(InferdError):
+    """No credentials where the server asks for them, or a token it does not hold (401)."""
+
+    code = ErrorCode.UNAUTHENTICATED
+
+
+class PermissionDeniedError(InferdError):
+    """A token the server holds, for another scope: an inference token on a management route (403)."""
+
+    code = ErrorCode.PERMISSION_DENIED
 
 
 class RequestTooLargeError(InferdError):

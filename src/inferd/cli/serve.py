@@ -6,6 +6,7 @@ import os
 from typing import ClassVar
 
 import click
+import pydantic
 
 from inferd.config.server import (
     DEFAULT_MAX_REQUEST_BYTES,
@@ -277,6 +278,45 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     envvar="INFERD_SAGEMAKER_MODEL_ROOT",
     help="With --sagemaker: the folder the 'url' of every POST /models must lie under.",
 )
+@click.option(
+    "--tls-cert",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    envvar="INFERD_TLS_CERT",
+    help="A PEM certificate (chain): every port (HTTP, gRPC, TF Serving gRPC, TorchServe management, metrics) "
+    "serves TLS with it and --tls-key. TLS 1.2 at least; HTTP/1.1 only.",
+)
+@click.option(
+    "--tls-key",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    envvar="INFERD_TLS_KEY",
+    help="The PEM private key of --tls-cert.",
+)
+@click.option(
+    "--tls-client-ca",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    envvar="INFERD_TLS_CLIENT_CA",
+    help="Mutual TLS: a PEM CA bundle; every client must present a certificate it signed, on every port.",
+)
+@click.option(
+    "--management-tokens-file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    envvar="INFERD_MANAGEMENT_TOKENS_FILE",
+    help="Bearer tokens (one a line, # comments) that the management API (repository load/unload, shared-memory "
+    "registration) asks for, as 'Authorization: Bearer TOKEN' over HTTP and gRPC metadata; INFERD_MANAGEMENT_TOKENS "
+    "(comma-separated) adds more. Open without either.",
+)
+@click.option(
+    "--inference-tokens-file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    envvar="INFERD_INFERENCE_TOKENS_FILE",
+    help="Bearer tokens that inference and every other data-plane route ask for (health stays open; management "
+    "tokens are accepted too); INFERD_INFERENCE_TOKENS adds more. Open without either.",
+)
 def serve(**options: object) -> None:
     """Serve the models of a model repository over KServe v2 REST and gRPC, TF Serving's REST API,
     SageMaker's /invocations and OpenAI-compatible embeddings.
@@ -288,7 +328,11 @@ def serve(**options: object) -> None:
     if options["sagemaker"]:
         options.update(sagemaker_ports(options))
         options["sagemaker_default_model"] = os.environ.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", "")
-    run(ServerSettings.model_validate(options))
+    try:
+        settings = ServerSettings.model_validate(options)
+    except pydantic.ValidationError as error:
+        raise click.UsageError("; ".join(str(e["msg"]).removeprefix("Value error, ") for e in error.errors())) from None
+    run(settings)
 
 
 def sagemaker_ports(options: dict[str, object]) -> dict[str, int]:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import enum
+from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class LogFormat(enum.Enum):
@@ -91,3 +92,21 @@ class ServerSettings(BaseModel):
     """The model /invocations serves without X-Amzn-SageMaker-Target-Model (SAGEMAKER_TRITON_DEFAULT_MODEL_NAME)."""
     max_connections: int = Field(default=4096, gt=0)
     """HTTP: open connections at most; one more is answered 503 and closed (default 4096)."""
+    tls_cert: str | None = None
+    """A PEM certificate (chain): every listener (HTTP, gRPC, metrics) serves TLS with it and `tls_key`."""
+    tls_key: str | None = None
+    """The certificate's PEM private key."""
+    tls_client_ca: str | None = None
+    """With TLS: a PEM CA bundle; clients must present a certificate it signed (mutual TLS)."""
+    management_tokens_file: str | None = None
+    """Bearer tokens (one a line) for the management API; INFERD_MANAGEMENT_TOKENS adds more."""
+    inference_tokens_file: str | None = None
+    """Bearer tokens (one a line) for the data plane; INFERD_INFERENCE_TOKENS adds more."""
+
+    @model_validator(mode="after")
+    def _tls_files_come_together(self) -> Self:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key go together: give both or neither")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS first)")
+        return self

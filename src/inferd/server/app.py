@@ -13,12 +13,15 @@ import signal
 import tempfile
 from pathlib import Path
 
+import grpc
+
 from inferd.config.server import IntraOpPools, ModelControlMode, ServerSettings
 from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import LinkedModels, open_repositories
 from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
 from inferd.protocol.tfserving_batching import read_batching_parameters
+from inferd.server.auth import AccessPolicy, read_tokens
 from inferd.server.grpc import build_grpc_server, new_grpc_server
 from inferd.server.http import HttpApp
 from inferd.server.http11 import HttpLimits, HttpServer
@@ -31,6 +34,7 @@ from inferd.server.sagemaker import SageMakerDoor
 from inferd.server.shared_memory import SharedMemoryRegions
 from inferd.server.tfserving import TfServingDoor
 from inferd.server.tfserving_grpc import add_tfserving_servicers
+from inferd.server.tls import TlsFiles
 from inferd.server.torchserve import TorchServeDoor
 
 logger = logging.getLogger("inferd.server")
@@ -91,7 +95,12 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
 
     # Regions registered by local clients, read and written by the KServe doors (HTTP and gRPC).
     regions = SharedMemoryRegions()
-    http_app = HttpApp(build_router(service, settings, regions), max_request_bytes=settings.max_request_bytes)
+    access = access_policy(settings)
+    tls = tls_files(settings)
+    http_tls = tls.http_context() if tls is not None else None
+    http_app = HttpApp(
+        build_router(service, settings, regions), max_request_bytes=settings.max_request_bytes, access=access
+    )
     limits = HttpLimits(
         max_request_bytes=settings.max_request_bytes,
         keep_alive_s=settings.keep_alive_timeout_s,
@@ -104,16 +113,18 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
     if settings.torchserve_management_port is not None:
         management = TorchServeDoor(service, KServeDoor(service, settings.max_request_bytes)).management_routes()
         management_app = HttpApp(
-            Router([management], fallback=management), max_request_bytes=settings.max_request_bytes
+            Router([management], fallback=management), max_request_bytes=settings.max_request_bytes, access=access
         )
         management_server = HttpServer(management_app, limits)
-    grpc_server = build_grpc_server(service, max_message_bytes=settings.max_request_bytes, regions=regions)
-    grpc_server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
+    grpc_server = build_grpc_server(
+        service, max_message_bytes=settings.max_request_bytes, regions=regions, access=access
+    )
+    _listen(grpc_server, f"{settings.host}:{settings.grpc_port}", tls)
     tfserving_server = None
     if settings.tfserving_grpc_port is not None:
-        tfserving_server = new_grpc_server(settings.max_request_bytes)
+        tfserving_server = new_grpc_server(settings.max_request_bytes, access)
         add_tfserving_servicers(service, tfserving_server)
-        tfserving_server.add_insecure_port(f"{settings.host}:{settings.tfserving_grpc_port}")
+        _listen(tfserving_server, f"{settings.host}:{settings.tfserving_grpc_port}", tls)
     metrics_server = serve_metrics(
         statistics,
         service.model_states,
@@ -122,6 +133,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
         settings.host,
         settings.metrics_port,
         budget_bytes=settings.model_memory_budget_bytes,
+        tls=tls,
     )
 
     # Listeners come up before models load: liveness answers at once, readiness once loading is done.
@@ -129,16 +141,17 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
     if tfserving_server is not None:
         await tfserving_server.start()
         logger.info("TF Serving gRPC API on %s:%d", settings.host, settings.tfserving_grpc_port)
-    await http_server.start(settings.host, settings.http_port)
+    await http_server.start(settings.host, settings.http_port, tls=http_tls)
     if management_server is not None and settings.torchserve_management_port is not None:
-        await management_server.start(settings.host, settings.torchserve_management_port)
+        await management_server.start(settings.host, settings.torchserve_management_port, tls=http_tls)
         logger.info("TorchServe management API on %s:%d", settings.host, settings.torchserve_management_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     logger.info(
-        "listening: HTTP %s:%d, gRPC %s:%d, metrics %s:%d",
+        "listening: HTTP%s %s:%d, gRPC %s:%d, metrics %s:%d",
+        "S (TLS on every port%s)" % (", clients need certificates" if settings.tls_client_ca else "") if tls else "",
         settings.host,
         settings.http_port,
         settings.host,
@@ -176,6 +189,39 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
     regions.close()
     await registry.close()
     logger.info("stopped")
+
+
+def access_policy(settings: ServerSettings) -> AccessPolicy | None:
+    """The tokens the server asks for, from the files named and INFERD_*_TOKENS; None if there are none."""
+    management = read_tokens(settings.management_tokens_file, "INFERD_MANAGEMENT_TOKENS")
+    data = read_tokens(settings.inference_tokens_file, "INFERD_INFERENCE_TOKENS")
+    if management is None and data is None:
+        return None
+    logger.info(
+        "tokens: %d for the management API, %s",
+        len(management.digests) if management is not None else 0,
+        f"{len(data.digests)} for the data plane" if data is not None else "the data plane open",
+    )
+    if settings.sagemaker:
+        logger.warning(
+            "--sagemaker: /invocations and the multi-model routes (/models...) take no tokens; the SageMaker "
+            "platform calls them after authenticating its callers with IAM"
+        )
+    return AccessPolicy(management=management, data=data)
+
+
+def tls_files(settings: ServerSettings) -> TlsFiles | None:
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    client_ca = Path(settings.tls_client_ca) if settings.tls_client_ca is not None else None
+    return TlsFiles(Path(settings.tls_cert), Path(settings.tls_key), client_ca)
+
+
+def _listen(server: grpc.aio.Server, address: str, tls: TlsFiles | None) -> None:
+    if tls is None:
+        server.add_insecure_port(address)
+    else:
+        server.add_secure_port(address, tls.grpc_credentials())
 
 
 def build_router(

@@ -23,6 +23,7 @@ from inferd.errors import InferdError, InternalError, UnavailableError, Unsuppor
 from inferd.protocol import grpc_v2, server_timing, shared_memory
 from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
 from inferd.protocol.status import grpc_status
+from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy
 from inferd.server.logging import current_request_id
 from inferd.server.shared_memory import SharedMemoryRegions
 from inferd.types import new_request_id
@@ -278,19 +279,92 @@ def _metadata_request_id(context: grpc.aio.ServicerContext) -> str:
 
 
 def build_grpc_server(
-    service: InferenceService, *, max_message_bytes: int, regions: SharedMemoryRegions | None = None
+    service: InferenceService,
+    *,
+    max_message_bytes: int,
+    regions: SharedMemoryRegions | None = None,
+    access: AccessPolicy | None = None,
 ) -> grpc.aio.Server:
-    server = new_grpc_server(max_message_bytes)
+    server = new_grpc_server(max_message_bytes, access)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service, regions), server)
     return server
 
 
-def new_grpc_server(max_message_bytes: int) -> grpc.aio.Server:
-    """A gRPC server with inferd's limits, for any door's services."""
+def new_grpc_server(max_message_bytes: int, access: AccessPolicy | None = None) -> grpc.aio.Server:
+    """A gRPC server with inferd's limits, for any door's services; `access`: tokens it asks for."""
     return grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),
-        ]
+        ],
+        # No interceptor without tokens: every call would pay for one.
+        interceptors=[TokenInterceptor(access)] if access is not None else None,
+    )
+
+
+# Methods by access (any service's, by method name); the rest are DATA. Health needs no token, as
+# over HTTP; whatever changes the server's state (Triton's trace and log settings included) is
+# management, as is TF Serving's ModelService/HandleReloadConfigRequest.
+_GRPC_ACCESS = {
+    **dict.fromkeys(("ServerLive", "ServerReady", "ModelReady", "Check", "Watch"), Access.PUBLIC),
+    **dict.fromkeys(
+        (
+            "RepositoryModelLoad",
+            "RepositoryModelUnload",
+            "SystemSharedMemoryRegister",
+            "SystemSharedMemoryUnregister",
+            "CudaSharedMemoryRegister",
+            "CudaSharedMemoryUnregister",
+            "TraceSetting",
+            "LogSettings",
+            "HandleReloadConfigRequest",
+        ),
+        Access.MANAGEMENT,
+    ),
+}
+
+
+class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Checks the `authorization` metadata of each call against the access its method needs; a call
+    without the right token is aborted UNAUTHENTICATED or PERMISSION_DENIED before its method runs."""
+
+    def __init__(self, access: AccessPolicy) -> None:
+        self._access = access
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        method = details.method.rpartition("/")[2]
+        authorization = None
+        for key, value in details.invocation_metadata or ():
+            if key == AUTHORIZATION_HEADER:
+                authorization = value.encode() if isinstance(value, str) else value
+        try:
+            self._access.check(_GRPC_ACCESS.get(method, Access.DATA), authorization)
+        except InferdError as error:
+            return _refusing(await continuation(details), method, error)
+        return await continuation(details)
+
+
+def _refusing(handler: grpc.RpcMethodHandler | None, method: str, error: InferdError) -> grpc.RpcMethodHandler | None:
+    """A handler of the same kind as `handler` that aborts with `error` (the method never runs)."""
+    if handler is None:  # an unknown method: grpc answers UNIMPLEMENTED itself
+        return None
+
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+        await abort(context, method, error, _metadata_request_id(context) or new_request_id())
+
+    if handler.request_streaming and handler.response_streaming:
+        make = grpc.stream_stream_rpc_method_handler
+    elif handler.request_streaming:
+        make = grpc.stream_unary_rpc_method_handler
+    elif handler.response_streaming:
+        make = grpc.unary_stream_rpc_method_handler
+    else:
+        make = grpc.unary_unary_rpc_method_handler
+    return make(
+        refuse, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
     )

@@ -20,6 +20,7 @@ from inferd.errors import (
     MalformedRequestError,
     MethodNotAllowedError,
     RequestTooLargeError,
+    UnauthenticatedError,
     UnavailableError,
     UnsupportedEncodingError,
 )
@@ -27,6 +28,7 @@ from inferd.protocol import json_v2, server_timing
 from inferd.protocol.request_id import REQUEST_ID_HEADER as _REQUEST_ID_HEADER
 from inferd.protocol.request_id import check_request_id, header_value
 from inferd.protocol.status import HTTP_STATUS
+from inferd.server.auth import AUTHORIZATION_HEADER, WWW_AUTHENTICATE, AccessPolicy
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.logging import current_request_id
 from inferd.server.routes import RouteGroup, Router
@@ -38,6 +40,7 @@ REQUEST_ID_HEADER = _REQUEST_ID_HEADER.encode()
 # How long the client will wait, in milliseconds; a request that cannot make it is refused at once.
 TIMEOUT_HEADER = json_v2.TIMEOUT_HEADER.encode()
 _JSON_HEADERS = [(b"content-type", json_v2.JSON_CONTENT_TYPE)]
+_AUTHORIZATION = AUTHORIZATION_HEADER.encode()
 _SERVER_TIMING_REQUEST = server_timing.REQUEST_HEADER.encode()
 _SERVER_TIMING_RESPONSE = server_timing.RESPONSE_HEADER.encode()
 
@@ -46,9 +49,11 @@ class HttpApp:
     """Every front door on one port: `server.http11.HttpServer` hands each complete request to
     `__call__`, which finds its route in the `Router` and answers errors in its door's shape."""
 
-    def __init__(self, router: Router, *, max_request_bytes: int) -> None:
+    def __init__(self, router: Router, *, max_request_bytes: int, access: AccessPolicy | None = None) -> None:
         self._router = router
         self._max_request_bytes = max_request_bytes
+        # None when no tokens are configured: then no request pays for the check.
+        self._access = access
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         request_id = ""
@@ -63,6 +68,8 @@ class HttpApp:
             if request.oversized:
                 raise self._too_large(request.oversized)
             route, params = group.match(request, parts)
+            if self._access is not None:
+                self._access.check(route.access, request.headers.get(_AUTHORIZATION))
             return await route.handler(request, params)
         except InferdError as exc:
             return self._error(request, group, exc, exc.request_id or request_id or new_request_id())
@@ -101,6 +108,8 @@ class HttpApp:
             headers.append((b"allow", ", ".join(error.allowed).encode()))
         elif isinstance(error, UnsupportedEncodingError):
             headers.append((b"accept-encoding", error.accepted.encode()))
+        elif isinstance(error, UnauthenticatedError):
+            headers.append((b"www-authenticate", WWW_AUTHENTICATE.encode()))
         return HttpResponse(status, body, headers)
 
 

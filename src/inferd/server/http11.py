@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 import urllib.parse
 from collections import deque
@@ -137,10 +138,18 @@ class HttpServer:
         self._all_closed = asyncio.Event()
         self.stopping = False
 
-    async def start(self, host: str, port: int, *, backlog: int = 2048) -> None:
+    async def start(self, host: str, port: int, *, backlog: int = 2048, tls: ssl.SSLContext | None = None) -> None:
+        """`tls`: serve HTTPS. A handshake must end within `read_timeout_s` (a client that stalls in
+        it is dropped); only then is the connection counted and served."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Connection(self), host, port, backlog=backlog, reuse_address=True
+            lambda: _Connection(self),
+            host,
+            port,
+            backlog=backlog,
+            reuse_address=True,
+            ssl=tls,
+            ssl_handshake_timeout=self.limits.read_timeout_s if tls is not None else None,
         )
         self._sweeper = loop.create_task(self._sweep())
 

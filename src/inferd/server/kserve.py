@@ -9,6 +9,7 @@ from typing import Any
 from inferd.core.service import InferenceService
 from inferd.errors import MalformedRequestError, UnsupportedError
 from inferd.protocol import http_compression, json_v2, model_config, shared_memory
+from inferd.server.auth import Access
 from inferd.server.http import deadline, json_response, kserve_error, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.logging import current_request_id
@@ -37,27 +38,34 @@ class KServeDoor:
             encode_error=kserve_error,
             routes=(
                 Route("/v2", READ, get(lambda _: json_v2.server_metadata_json(service.server_metadata()))),
-                Route("/v2/health/live", READ, self._live),
-                Route("/v2/health/ready", READ, self._ready),
+                Route("/v2/health/live", READ, self._live, Access.PUBLIC),
+                Route("/v2/health/ready", READ, self._ready, Access.PUBLIC),
                 Route("/v2/models/stats", READ, get(lambda _: json_v2.statistics_json(service.model_statistics()))),
                 Route("/v2/models/{model}", READ, get(self._metadata)),
                 Route("/v2/models/{model}/versions/{version}", READ, get(self._metadata)),
                 Route("/v2/models/{model}/infer", ("POST",), self._infer),
                 Route("/v2/models/{model}/versions/{version}/infer", ("POST",), self._infer),
-                Route("/v2/models/{model}/ready", READ, self._model_ready),
-                Route("/v2/models/{model}/versions/{version}/ready", READ, self._model_ready),
+                Route("/v2/models/{model}/ready", READ, self._model_ready, Access.PUBLIC),
+                Route("/v2/models/{model}/versions/{version}/ready", READ, self._model_ready, Access.PUBLIC),
                 Route("/v2/models/{model}/stats", READ, get(self._statistics)),
                 Route("/v2/models/{model}/versions/{version}/stats", READ, get(self._statistics)),
                 Route("/v2/models/{model}/config", READ, get(self._config)),
                 Route("/v2/models/{model}/versions/{version}/config", READ, get(self._config)),
                 Route("/v2/repository/index", ("POST",), self._repository_index),
-                Route("/v2/repository/models/{model}/load", ("POST",), self._load),
-                Route("/v2/repository/models/{model}/unload", ("POST",), self._unload),
+                Route("/v2/repository/models/{model}/load", ("POST",), self._load, Access.MANAGEMENT),
+                Route("/v2/repository/models/{model}/unload", ("POST",), self._unload, Access.MANAGEMENT),
                 Route("/v2/systemsharedmemory/status", READ, self._shm_status),
                 Route("/v2/systemsharedmemory/region/{region}/status", READ, self._shm_status),
-                Route("/v2/systemsharedmemory/region/{region}/register", ("POST",), self._shm_register),
-                Route("/v2/systemsharedmemory/unregister", ("POST",), self._shm_unregister),
-                Route("/v2/systemsharedmemory/region/{region}/unregister", ("POST",), self._shm_unregister),
+                Route(
+                    "/v2/systemsharedmemory/region/{region}/register", ("POST",), self._shm_register, Access.MANAGEMENT
+                ),
+                Route("/v2/systemsharedmemory/unregister", ("POST",), self._shm_unregister, Access.MANAGEMENT),
+                Route(
+                    "/v2/systemsharedmemory/region/{region}/unregister",
+                    ("POST",),
+                    self._shm_unregister,
+                    Access.MANAGEMENT,
+                ),
             ),
         )
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ from prometheus_client.registry import Collector
 
 from inferd.core.registry import ModelState
 from inferd.core.statistics import Histogram, ServingStatistics, VersionStatistics
+from inferd.server.tls import TlsFiles
 
 ModelStates = Callable[[], list[tuple[str, str, ModelState]]]
 Load = Callable[[], list[tuple[str, str, int, int]]]
@@ -67,11 +69,25 @@ def serve_metrics(
     port: int,
     *,
     budget_bytes: int | None = None,
+    tls: TlsFiles | None = None,
 ) -> Any:
-    """Start the /metrics listener on a daemon thread; returns the server (has `.shutdown()`)."""
+    """Start the /metrics listener on a daemon thread; returns the server (has `.shutdown()`).
+    With `tls`, HTTPS (and client certificates when it names a client CA), as the other ports."""
     registry = CollectorRegistry()
     registry.register(_Exposition(statistics, model_states, load, memory, budget_bytes))
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+    if tls is None:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+        return server
+    server, _thread = start_http_server(
+        port,
+        addr=host,
+        registry=registry,
+        certfile=str(tls.cert),
+        keyfile=str(tls.key),
+        client_cafile=str(tls.client_ca) if tls.client_ca is not None else None,
+        client_auth_required=tls.client_ca is not None,
+        tls_min_version=ssl.TLSVersion.TLSv1_2,
+    )
     return server
 
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from inferd.errors import InferdError, MethodNotAllowedError, NotFoundError
+from inferd.server.auth import Access
 from inferd.server.http11 import HttpRequest, HttpResponse
 
 Params = Mapping[str, str]
@@ -35,6 +36,8 @@ class Route:
     pattern: str
     methods: tuple[str, ...]
     handler: Handler
+    # Which credentials it needs when tokens are configured (server.auth).
+    access: Access = Access.DATA
     segments: tuple[str, ...] = field(init=False)
     verb: str = field(init=False)
     # (position, segment) of the literal segments, and (position, name) of the placeholders.

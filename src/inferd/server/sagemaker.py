@@ -26,6 +26,7 @@ from inferd.errors import (
     TensorDataError,
 )
 from inferd.protocol import json_v2, sagemaker, tfserving_json
+from inferd.server.auth import Access
 from inferd.server.http import door_request, json_response, kserve_error, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.kserve import KServeDoor
@@ -59,17 +60,20 @@ class SageMakerDoor:
         self._default_model = default_model
 
     def routes(self) -> RouteGroup:
+        # As a SageMaker container (--sagemaker), the platform calls these routes without tokens
+        # once IAM has let its caller in; elsewhere /invocations is one more inference route.
+        invocations = Access.PLATFORM if self._multi_model else Access.DATA
         routes = [
-            Route("/ping", READ, self._ping),
-            Route("/invocations", ("POST",), self._invocations),
+            Route("/ping", READ, self._ping, Access.PUBLIC),
+            Route("/invocations", ("POST",), self._invocations, invocations),
         ]
         roots: tuple[str, ...] = ("ping", "invocations")
         if self._multi_model:
             routes += [
-                Route("/endpoints/{endpoint}/invocations", ("POST",), self._invocations),
-                Route("/models", ("GET", "HEAD", "POST"), self._models),
-                Route("/models/{model}", ("GET", "HEAD", "DELETE"), self._model),
-                Route("/models/{model}/invoke", ("POST",), self._invoke),
+                Route("/endpoints/{endpoint}/invocations", ("POST",), self._invocations, Access.PLATFORM),
+                Route("/models", ("GET", "HEAD", "POST"), self._models, Access.PLATFORM),
+                Route("/models/{model}", ("GET", "HEAD", "DELETE"), self._model, Access.PLATFORM),
+                Route("/models/{model}/invoke", ("POST",), self._invoke, Access.PLATFORM),
             ]
             roots += ("endpoints", "models")
         # Errors are KServe-shaped JSON: SageMaker passes a container's error body to the caller as it is.

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -52,13 +53,16 @@ class ServerProcess:
             return self.process.wait()
 
 
-def wait_ready(http_port: int, process: subprocess.Popen[bytes], timeout_s: float) -> None:
+def wait_ready(
+    http_port: int, process: subprocess.Popen[bytes], timeout_s: float, tls: ssl.SSLContext | None = None
+) -> None:
+    """`tls`: the client's context for a server that serves HTTPS."""
     deadline = time.monotonic() + timeout_s
-    url = f"http://127.0.0.1:{http_port}/v2/health/ready"
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{http_port}/v2/health/ready"
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"inferd serve exited with {process.returncode} before becoming ready")
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as response:
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1, context=tls) as response:
             if response.status == 200:
                 return
         time.sleep(0.05)
@@ -72,9 +76,11 @@ def run_server(
     *extra_args: str,
     ports: tuple[int, int, int] | None = None,
     env: dict[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Iterator[ServerProcess]:
     """Start `inferd serve` on free ports (or `ports`: HTTP, gRPC, metrics), with `env` added to
-    the environment; wait on its own readiness endpoint, stop it after."""
+    the environment; wait on its own readiness endpoint (over HTTPS with `tls`, a client context
+    for a server given --tls-cert), stop it after."""
     # A port free when picked may be taken (by another socket's ephemeral port) before the server
     # binds it: with ports of its own choosing, a server that could not bind starts again on others.
     attempts = 1 if ports else 3
@@ -82,7 +88,7 @@ def run_server(
         chosen = ports or (free_port(), free_port(), free_port())
         server = _start(repository, log_path, chosen, extra_args, env)
         try:
-            wait_ready(chosen[0], server.process, STARTUP_TIMEOUT_S)
+            wait_ready(chosen[0], server.process, STARTUP_TIMEOUT_S, tls)
         except RuntimeError:
             server.terminate()
             if attempt + 1 < attempts and "address already in use" in server.log():

@@ -1,0 +1,109 @@
+"""Who may call what: bearer tokens for the management surface and, optionally, the data plane.
+
+Every route and gRPC method has an `Access`: PUBLIC (health: probes carry no credentials), DATA
+(inference and reading), MANAGEMENT (anything that changes the server's state: repository load and
+unload, shared-memory registration) or PLATFORM (SageMaker's routes, which the SageMaker platform
+calls without tokens after authenticating its callers with IAM; see the README).
+
+With management tokens configured, MANAGEMENT needs one of them; with inference tokens configured,
+DATA needs one of either set (a management token may do everything), and so does MANAGEMENT when
+there are no management tokens (nothing is left less protected than the data plane). A request without a token where
+one is needed is a 401 (with `WWW-Authenticate: Bearer`); a token the server does not hold is a 401;
+an inference token on a management route is a 403. Tokens come as `Authorization: Bearer TOKEN`
+(what OpenAI's, TorchServe's and most HTTP clients send) over HTTP and as `authorization` metadata
+over gRPC. They are held as SHA-256 digests and compared in constant time against every known one,
+so neither the comparison nor which token matched leaks through timing; they are never logged.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from inferd.errors import PermissionDeniedError, UnauthenticatedError
+
+AUTHORIZATION_HEADER = "authorization"
+# What a 401 tells the client to send (RFC 6750).
+WWW_AUTHENTICATE = 'Bearer realm="inferd"'
+
+
+class Access(enum.Enum):
+    PUBLIC = "public"
+    DATA = "data"
+    MANAGEMENT = "management"
+    PLATFORM = "platform"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenSet:
+    """Tokens as digests: what a heap dump or a repr shows is not a usable token."""
+
+    digests: tuple[bytes, ...]
+
+    @classmethod
+    def of(cls, tokens: Iterable[str]) -> TokenSet:
+        return cls(tuple(_digest(token.encode()) for token in tokens))
+
+    def holds(self, token: bytes) -> bool:
+        presented = _digest(token)
+        found = False
+        for digest in self.digests:  # every one compared, whichever matches
+            found |= hmac.compare_digest(presented, digest)
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class AccessPolicy:
+    management: TokenSet | None
+    data: TokenSet | None
+
+    def check(self, access: Access, authorization: bytes | None) -> None:
+        """Return if the credentials (an Authorization value) cover `access`; else raise 401 or 403."""
+        if access is Access.PUBLIC or access is Access.PLATFORM:
+            return
+        if access is Access.DATA and self.data is None:
+            return
+        if self.management is None and self.data is None:
+            return
+        token = _bearer_token(authorization)
+        if self.management is not None and self.management.holds(token):
+            return
+        if self.data is not None and self.data.holds(token):
+            # Without management tokens, the management API is as protected as the data plane.
+            if access is Access.DATA or self.management is None:
+                return
+            raise PermissionDeniedError("an inference token cannot call the management API; use a management token")
+        raise UnauthenticatedError(f"the {access.value} API needs a valid token: the one sent is not known")
+
+
+def _bearer_token(authorization: bytes | None) -> bytes:
+    if not authorization:
+        raise UnauthenticatedError("this API needs a token: send 'Authorization: Bearer TOKEN'")
+    scheme, _, token = authorization.strip().partition(b" ")
+    token = token.strip()
+    if scheme.lower() != b"bearer" or not token:
+        raise UnauthenticatedError("send the token as 'Authorization: Bearer TOKEN'")
+    return token
+
+
+def _digest(token: bytes) -> bytes:
+    return hashlib.sha256(token).digest()
+
+
+def read_tokens(file: str | None, environment_variable: str) -> TokenSet | None:
+    """Tokens from a file (one a line; blank lines and # comments skipped) and from an environment
+    variable (comma-separated): several at once let a token be rotated without a gap. None if neither
+    names any."""
+    tokens: list[str] = []
+    if file is not None:
+        for line in Path(file).read_text(encoding="utf-8").splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                tokens.append(line)
+    tokens.extend(token.strip() for token in os.environ.get(environment_variable, "").split(",") if token.strip())
+    return TokenSet.of(tokens) if tokens else None
