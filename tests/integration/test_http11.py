@@ -181,6 +181,32 @@ async def test_declared_length_over_the_limit_is_refused_at_once_without_reading
     await wait_until(lambda: not server.connections)
 
 
+async def test_a_refused_client_that_keeps_streaming_is_held_back_by_tcp(
+    served: tuple[HttpServer, EchoHandler],
+) -> None:
+    """After a refusal the server drops what still arrives at a bounded rate (a burst, then
+    `discard_bytes_per_s`), not as fast as a client can send: an oversized-body flood costs it
+    almost nothing, and the client still reads its 413."""
+    server, _ = served
+    reader, writer = await connect(server)
+    writer.write(b"POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (300 << 20))
+    loop = asyncio.get_running_loop()
+    written, chunk = 0, b"x" * 65536
+    deadline = loop.time() + 0.8  # within the linger time
+    while loop.time() < deadline and not writer.transport.is_closing():
+        if writer.transport.get_write_buffer_size() < (1 << 20):
+            writer.write(chunk)
+            written += len(chunk)
+        await asyncio.sleep(0)
+    # What left this side's buffer is in the kernel's socket buffers or read by the server: a few
+    # MiB at most, where an unthrottled server reads hundreds of MiB in this time.
+    taken = written - writer.transport.get_write_buffer_size()
+    assert taken < 24 << 20, f"the server took {taken >> 20} MiB"
+    status, _, body = await read_response(reader)
+    assert (status, body) == (413, b"too large %d" % (300 << 20))
+    await wait_until(lambda: not server.connections)
+
+
 async def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
     """Polls `condition` (bounded): for state the server changes on its own clock."""
     deadline = asyncio.get_running_loop().time() + timeout_s

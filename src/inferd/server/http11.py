@@ -72,6 +72,10 @@ class HttpLimits:
     """Requests parsed and not yet answered on one connection at most."""
     linger_s: float = 2.0
     """After a refusal, how long unread request bytes are still read and dropped before closing."""
+    discard_bytes_per_s: float = 1024 * 1024
+    """How fast bytes are read and dropped after a refusal (past a first `DISCARD_BURST_BYTES`):
+    enough for what a client had in flight; a client streaming a huge body is held back by TCP
+    instead of costing the server a core of reads (an oversized-body flood's whole cost)."""
 
 
 @dataclass(slots=True)
@@ -124,6 +128,7 @@ def _status_line(status: int) -> bytes:
 _STATUS_LINES = {status.value: _status_line(status.value) for status in HTTPStatus}
 _TEXT_HEADERS = ((b"content-type", b"text/plain; charset=utf-8"),)
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+DISCARD_BURST_BYTES = 256 * 1024
 
 
 class HttpServer:
@@ -227,6 +232,10 @@ class _Connection(asyncio.Protocol):
         self._discarding = False
         self._linger = False
         self._linger_until: float | None = None
+        # Bytes dropped since discarding began, and when it began: the discard rate's budget.
+        self._discarded = 0
+        self._discard_started_at = 0.0
+        self._discard_paused = False
 
     @property
     def idle(self) -> bool:
@@ -252,6 +261,7 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._discarding or self._closing:
+            self._discard(len(data))
             return
         self.last_active = time.monotonic()
         started_at = self._started_at
@@ -469,6 +479,26 @@ class _Connection(asyncio.Protocol):
     def _write(self, data: bytes) -> None:
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
+
+    def _discard(self, size: int) -> None:
+        """Drop `size` bytes; past the budget (a burst, then `discard_bytes_per_s`), stop reading
+        until it allows more, so that TCP, not the server, holds the sender back."""
+        now = time.monotonic()
+        if self._discarded == 0:
+            self._discard_started_at = now
+        self._discarded += size
+        allowed = DISCARD_BURST_BYTES + (now - self._discard_started_at) * self._limits.discard_bytes_per_s
+        transport = self._transport
+        if self._discarded > allowed and not self._discard_paused and transport is not None:
+            self._discard_paused = True
+            transport.pause_reading()
+            self._loop.call_later((self._discarded - allowed) / self._limits.discard_bytes_per_s, self._resume_discard)
+
+    def _resume_discard(self) -> None:
+        self._discard_paused = False
+        if not self._transport_gone():
+            assert self._transport is not None
+            self._transport.resume_reading()
 
     def _reject(self, status: int, message: str, *, linger: bool = True) -> None:
         """Answer a request that could not be read, after those before it, and close.

@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""Hostile connections on the serving port cost the good clients nothing: the tiny model served at a
+steady rate by wrk while, on the same port, 500 slowloris connections trickle their heads a byte a
+second, a pipelining flood sends requests it never reads the answers of, and an oversized-body
+stream declares 300 MB bodies and keeps sending. Quiet and attacked runs alternate (`--rounds`);
+the table gives the good clients' throughput and p99 in each, the attackers' counts, and the
+server's RSS, open file descriptors and threads before and after.
+
+    .venv/bin/python benchmarks/abuse.py [--seconds 20] [--rounds 2] [--slowloris 500]
+
+Targets (issue "Hardening", part 4): attacked throughput >= 0.9x quiet, p99 within 2x, and RSS and
+file descriptors back near their start once the attack ends. The server runs with its defaults
+(`--max-connections 4096`, `--read-timeout 10`, `--write-timeout 30`), every feature on.
+
+Good load: wrk (C), closed loop with a per-request pause (`delay()` in its Lua script) so that the
+server runs at about `--load` of the rate it sustains flat out (measured first), not saturated:
+an attack's cost shows as lost throughput or a longer tail rather than hiding in a saturated queue.
+The attackers run in their own process (asyncio), at their own pace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import multiprocessing
+import multiprocessing.synchronize
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serving import Measurement, Setup, _wait_until_quiet, _wrk_latency_us, build_repository, run_wrk, tiny_model
+
+from inferd.testing.server import run_server
+
+console = Console()
+OVERSIZED_BYTES = 300 * 1024 * 1024
+
+
+# -- the attackers ------------------------------------------------------------------------------
+
+
+@dataclass
+class AttackCounts:
+    slowloris_opened: int = 0
+    slowloris_closed_by_server: int = 0
+    pipelined_sent: int = 0
+    flood_connections: int = 0
+    oversized_refused: int = 0
+    oversized_bytes_sent: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+async def _slowloris(port: int, stop: asyncio.Event, counts: AttackCounts) -> None:
+    """One connection at a time that sends a request head one byte a second; reopened when closed."""
+    head = b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 10_000
+    while not stop.is_set():
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError as error:
+            counts.errors[type(error).__name__] = counts.errors.get(type(error).__name__, 0) + 1
+            await asyncio.sleep(1)
+            continue
+        counts.slowloris_opened += 1
+        try:
+            for byte in head:
+                if stop.is_set() or reader.at_eof():
+                    break
+                writer.write(bytes([byte]))
+                await writer.drain()
+                with contextlib.suppress(TimeoutError):
+                    if await asyncio.wait_for(reader.read(65536), 1.0) == b"":
+                        break  # the server closed it
+            else:
+                continue
+            if not stop.is_set():
+                counts.slowloris_closed_by_server += 1
+        except (ConnectionError, OSError):
+            counts.slowloris_closed_by_server += 1
+        finally:
+            writer.close()
+
+
+async def _pipelining_flood(port: int, stop: asyncio.Event, counts: AttackCounts) -> None:
+    """Pipelined requests as fast as the socket takes them, no answer ever read; reopened when closed."""
+    request = b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n" * 64
+    while not stop.is_set():
+        try:
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(1)
+            continue
+        counts.flood_connections += 1
+        try:
+            while not stop.is_set():
+                writer.write(request)
+                counts.pipelined_sent += 64
+                await asyncio.wait_for(writer.drain(), 1.0)
+        except (TimeoutError, ConnectionError, OSError):
+            await asyncio.sleep(0.1)  # blocked or closed: the server stopped reading us; start over
+        finally:
+            writer.close()
+
+
+async def _oversized(port: int, stop: asyncio.Event, counts: AttackCounts) -> None:
+    """A 300 MB Content-Length, then body bytes as fast as the server takes them, the 413 or not."""
+    head = f"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {OVERSIZED_BYTES}\r\n\r\n".encode()
+    chunk = b"\0" * 65536
+    while not stop.is_set():
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(1)
+            continue
+        answer = asyncio.create_task(reader.read(64))
+        try:
+            writer.write(head)
+            while not stop.is_set() and not writer.is_closing():
+                writer.write(chunk)
+                counts.oversized_bytes_sent += len(chunk)
+                await asyncio.wait_for(writer.drain(), 1.0)
+        except (TimeoutError, ConnectionError, OSError):
+            pass  # the server stopped reading or closed: open another
+        finally:
+            with contextlib.suppress(TimeoutError, ConnectionError, OSError, asyncio.CancelledError):
+                if (await asyncio.wait_for(answer, 1.0)).startswith(b"HTTP/1.1 413"):
+                    counts.oversized_refused += 1
+            writer.close()
+
+
+ATTACKS = ("slowloris", "flood", "oversized")
+
+
+def attack(
+    port: int,
+    attacks: tuple[str, ...],
+    slowloris: int,
+    seconds: float,
+    ready: multiprocessing.synchronize.Event,
+    queue: object,
+) -> None:
+    """The attackers' process: the `attacks` for `seconds`, then their counts on `queue`."""
+
+    async def run() -> AttackCounts:
+        counts = AttackCounts()
+        stop = asyncio.Event()
+        slowloris_count = slowloris if "slowloris" in attacks else 0
+        tasks = [asyncio.create_task(_slowloris(port, stop, counts)) for _ in range(slowloris_count)]
+        if "flood" in attacks:
+            tasks += [asyncio.create_task(_pipelining_flood(port, stop, counts)) for _ in range(4)]
+        if "oversized" in attacks:
+            tasks += [asyncio.create_task(_oversized(port, stop, counts)) for _ in range(4)]
+        deadline = time.monotonic() + 10
+        while counts.slowloris_opened < slowloris_count and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        ready.set()
+        await asyncio.sleep(seconds)
+        stop.set()
+        await asyncio.wait(tasks, timeout=5)
+        for task in tasks:
+            task.cancel()
+        return counts
+
+    queue.put(asyncio.run(run()))  # type: ignore[attr-defined]
+
+
+# -- the good clients ---------------------------------------------------------------------------
+
+
+def good_load(url: str, body: bytes, rate: float, seconds: float, scratch: Path, connections: int = 16) -> Measurement:
+    """wrk with a pause before each request so that `connections` send about `rate` a second."""
+    pause_ms = 0 if rate <= 0 else max(0, round(1000 * connections / rate - 0.3))
+    script = scratch / f"steady-{pause_ms}.lua"
+    script.write_text(
+        'wrk.method = "POST"\n'
+        f"wrk.body = [[{body.decode()}]]\n"
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        + (f"function delay() return {pause_ms} end\n" if pause_ms else "")
+    )
+    output = run_wrk(url, script, connections, seconds)
+    errors = ("Non-2xx" in output) or ("Socket errors" in output)
+    if errors:
+        console.print(f"[red]wrk saw errors:[/red]\n{output}")
+    return Measurement(
+        throughput=float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),  # type: ignore[union-attr]
+        p50_us=_wrk_latency_us(output, "50%"),
+        p99_us=_wrk_latency_us(output, "99%"),
+    )
+
+
+@dataclass
+class ServerUse:
+    rss_mb: float
+    fds: int
+    threads: int
+    connections: int
+
+    @classmethod
+    def of(cls, pid: int) -> ServerUse:
+        process = psutil.Process(pid)
+        return cls(
+            process.memory_info().rss / 2**20,
+            process.num_fds(),
+            process.num_threads(),
+            len(process.net_connections(kind="tcp")),
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=20.0, help="each quiet or attacked run (default 20)")
+    parser.add_argument("--rounds", type=int, default=2, help="quiet/attacked pairs, alternated (default 2)")
+    parser.add_argument("--slowloris", type=int, default=500, help="slowloris connections (default 500)")
+    parser.add_argument(
+        "--attacks", default=",".join(ATTACKS), help=f"which, comma-separated (default {','.join(ATTACKS)})"
+    )
+    parser.add_argument("--load", type=float, default=0.5, help="good load as a share of the flat-out rate (0.5)")
+    args = parser.parse_args()
+    attacks = tuple(name.strip() for name in args.attacks.split(",") if name.strip())
+    if unknown := set(attacks) - set(ATTACKS):
+        parser.error(f"unknown attacks {sorted(unknown)}; choose from {', '.join(ATTACKS)}")
+
+    model = tiny_model()
+    body = model.v2_json()
+    with tempfile.TemporaryDirectory(prefix="inferd-abuse-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        repository = build_repository(scratch / "repository", model, None, Setup(batching=True))
+        with run_server(repository, scratch / "server.log") as server:
+            url = f"http://127.0.0.1:{server.http_port}/v2/models/tiny/infer"
+            good_load(url, body, 0, 3, scratch)  # warm up
+            flat_out = good_load(url, body, 0, args.seconds / 2, scratch).throughput
+            rate = flat_out * args.load
+            console.print(f"flat out {flat_out:,.0f} req/s; good clients held at about {rate:,.0f} req/s")
+            before = ServerUse.of(server.process.pid)
+            quiet: list[Measurement] = []
+            attacked: list[Measurement] = []
+            counts: list[AttackCounts] = []
+            during: list[ServerUse] = []
+            for round_number in range(args.rounds):
+                _wait_until_quiet()
+                quiet.append(good_load(url, body, rate, args.seconds, scratch))
+                console.print(f"round {round_number + 1}: quiet {quiet[-1].throughput:,.0f} req/s")
+                context = multiprocessing.get_context("spawn")
+                ready, results = context.Event(), context.Queue()
+                attacker = context.Process(
+                    target=attack,
+                    args=(server.http_port, attacks, args.slowloris, args.seconds + 4, ready, results),
+                )
+                attacker.start()
+                ready.wait(30)
+                time.sleep(2)  # the slowloris connections are all open and trickling
+                attacked.append(good_load(url, body, rate, args.seconds, scratch))
+                during.append(ServerUse.of(server.process.pid))
+                counts.append(results.get(timeout=args.seconds + 60))
+                attacker.join(30)
+                console.print(f"round {round_number + 1}: attacked {attacked[-1].throughput:,.0f} req/s")
+            # What the attack left: connections close by their own timeouts (read 10 s, linger 2 s).
+            deadline = time.monotonic() + 30
+            after = ServerUse.of(server.process.pid)
+            while after.connections > before.connections + 2 and time.monotonic() < deadline:
+                time.sleep(1)
+                after = ServerUse.of(server.process.pid)
+            alive = server.process.poll() is None
+    report(args, flat_out, quiet, attacked, counts, before, during, after, alive)
+    return 0
+
+
+def report(
+    args: argparse.Namespace,
+    flat_out: float,
+    quiet: list[Measurement],
+    attacked: list[Measurement],
+    counts: list[AttackCounts],
+    before: ServerUse,
+    during: list[ServerUse],
+    after: ServerUse,
+    alive: bool,
+) -> None:
+    def median(values: list[float]) -> float:
+        return statistics.median(values)
+
+    def spread(values: list[float], scale: float = 1.0, fmt: str = ",.0f") -> str:
+        return f"{min(values) / scale:{fmt}}-{max(values) / scale:{fmt}}"
+
+    table = Table(title=f"Good clients (wrk, 16 connections, ~{args.load:.0%} of {flat_out:,.0f} req/s flat out)")
+    for column in ("run", "req/s (median)", "range", "p50 ms", "p99 ms (median)", "p99 range"):
+        table.add_column(column, justify="right")
+    for label, runs in (("quiet", quiet), ("attacked", attacked)):
+        table.add_row(
+            label,
+            f"{median([m.throughput for m in runs]):,.0f}",
+            spread([m.throughput for m in runs]),
+            f"{median([m.p50_us for m in runs]) / 1000:.2f}",
+            f"{median([m.p99_us for m in runs]) / 1000:.2f}",
+            spread([m.p99_us for m in runs], 1000, ".2f"),
+        )
+    console.print(table)
+    throughput_ratio = median([m.throughput for m in attacked]) / median([m.throughput for m in quiet])
+    p99_ratio = median([m.p99_us for m in attacked]) / median([m.p99_us for m in quiet])
+    console.print(
+        f"attacked / quiet: throughput {throughput_ratio:.3f}x (target >= 0.9), p99 {p99_ratio:.2f}x (target <= 2)"
+    )
+
+    attacks = Table(title="Attackers (per attacked run)")
+    for column in ("round", "slowloris opened", "closed by server", "pipelined sent", "flood conns",
+                   "oversized 413s", "oversized MB sent"):  # fmt: skip
+        attacks.add_column(column, justify="right")
+    for number, count in enumerate(counts, 1):
+        attacks.add_row(
+            str(number),
+            f"{count.slowloris_opened:,}",
+            f"{count.slowloris_closed_by_server:,}",
+            f"{count.pipelined_sent:,}",
+            f"{count.flood_connections:,}",
+            f"{count.oversized_refused:,}",
+            f"{count.oversized_bytes_sent / 2**20:,.0f}",
+        )
+    console.print(attacks)
+
+    use = Table(title="Server")
+    for column in ("when", "RSS MiB", "open fds", "threads", "TCP connections"):
+        use.add_column(column, justify="right")
+    use.add_row("before", f"{before.rss_mb:.0f}", str(before.fds), str(before.threads), str(before.connections))
+    for number, point in enumerate(during, 1):
+        use.add_row(
+            f"attack {number}", f"{point.rss_mb:.0f}", str(point.fds), str(point.threads), str(point.connections)
+        )
+    use.add_row("after", f"{after.rss_mb:.0f}", str(after.fds), str(after.threads), str(after.connections))
+    console.print(use)
+    console.print(f"server alive after: {alive}; pid {os.getpid()} done")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
