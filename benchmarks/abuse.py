@@ -26,7 +26,6 @@ import contextlib
 import multiprocessing
 import multiprocessing.synchronize
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -39,11 +38,11 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serving import Measurement, Setup, _wait_until_quiet, _wrk_latency_us, build_repository, run_wrk, tiny_model
+from serving import Measurement, Setup, _wait_until_quiet, build_repository, paced_wrk, tiny_model
 
 from inferd.testing.server import run_server
 
-console = Console()
+console = Console(width=150)
 OVERSIZED_BYTES = 300 * 1024 * 1024
 
 
@@ -177,27 +176,6 @@ def attack(
 # -- the good clients ---------------------------------------------------------------------------
 
 
-def good_load(url: str, body: bytes, rate: float, seconds: float, scratch: Path, connections: int = 16) -> Measurement:
-    """wrk with a pause before each request so that `connections` send about `rate` a second."""
-    pause_ms = 0 if rate <= 0 else max(0, round(1000 * connections / rate - 0.3))
-    script = scratch / f"steady-{pause_ms}.lua"
-    script.write_text(
-        'wrk.method = "POST"\n'
-        f"wrk.body = [[{body.decode()}]]\n"
-        'wrk.headers["Content-Type"] = "application/json"\n'
-        + (f"function delay() return {pause_ms} end\n" if pause_ms else "")
-    )
-    output = run_wrk(url, script, connections, seconds)
-    errors = ("Non-2xx" in output) or ("Socket errors" in output)
-    if errors:
-        console.print(f"[red]wrk saw errors:[/red]\n{output}")
-    return Measurement(
-        throughput=float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),  # type: ignore[union-attr]
-        p50_us=_wrk_latency_us(output, "50%"),
-        p99_us=_wrk_latency_us(output, "99%"),
-    )
-
-
 @dataclass
 class ServerUse:
     rss_mb: float
@@ -237,8 +215,8 @@ def main() -> int:
         repository = build_repository(scratch / "repository", model, None, Setup(batching=True))
         with run_server(repository, scratch / "server.log") as server:
             url = f"http://127.0.0.1:{server.http_port}/v2/models/tiny/infer"
-            good_load(url, body, 0, 3, scratch)  # warm up
-            flat_out = good_load(url, body, 0, args.seconds / 2, scratch).throughput
+            paced_wrk(url, body, 0, 3, scratch)  # warm up
+            flat_out = paced_wrk(url, body, 0, args.seconds / 2, scratch).throughput
             rate = flat_out * args.load
             console.print(f"flat out {flat_out:,.0f} req/s; good clients held at about {rate:,.0f} req/s")
             before = ServerUse.of(server.process.pid)
@@ -248,7 +226,7 @@ def main() -> int:
             during: list[ServerUse] = []
             for round_number in range(args.rounds):
                 _wait_until_quiet()
-                quiet.append(good_load(url, body, rate, args.seconds, scratch))
+                quiet.append(paced_wrk(url, body, rate, args.seconds, scratch))
                 console.print(f"round {round_number + 1}: quiet {quiet[-1].throughput:,.0f} req/s")
                 context = multiprocessing.get_context("spawn")
                 ready, results = context.Event(), context.Queue()
@@ -259,7 +237,7 @@ def main() -> int:
                 attacker.start()
                 ready.wait(30)
                 time.sleep(2)  # the slowloris connections are all open and trickling
-                attacked.append(good_load(url, body, rate, args.seconds, scratch))
+                attacked.append(paced_wrk(url, body, rate, args.seconds, scratch))
                 during.append(ServerUse.of(server.process.pid))
                 counts.append(results.get(timeout=args.seconds + 60))
                 attacker.join(30)
@@ -293,7 +271,7 @@ def report(
         return f"{min(values) / scale:{fmt}}-{max(values) / scale:{fmt}}"
 
     table = Table(title=f"Good clients (wrk, 16 connections, ~{args.load:.0%} of {flat_out:,.0f} req/s flat out)")
-    for column in ("run", "req/s (median)", "range", "p50 ms", "p99 ms (median)", "p99 range"):
+    for column in ("run", "req/s (median)", "range", "p50 ms", "p99 ms (median)", "p99 range", "failed"):
         table.add_column(column, justify="right")
     for label, runs in (("quiet", quiet), ("attacked", attacked)):
         table.add_row(
@@ -303,6 +281,7 @@ def report(
             f"{median([m.p50_us for m in runs]) / 1000:.2f}",
             f"{median([m.p99_us for m in runs]) / 1000:.2f}",
             spread([m.p99_us for m in runs], 1000, ".2f"),
+            str(sum(m.failures for m in runs)),
         )
     console.print(table)
     throughput_ratio = median([m.throughput for m in attacked]) / median([m.throughput for m in quiet])

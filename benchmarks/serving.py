@@ -116,6 +116,8 @@ class Measurement:
     p50_us: float = 0.0
     p99_us: float = 0.0
     p90_us: float = 0.0
+    # Answers other than 2xx, and socket errors (paced_wrk counts them; the others raise).
+    failures: int = 0
 
 
 # -- model repositories -------------------------------------------------------------------------
@@ -286,6 +288,33 @@ def wrk(url: str, body: bytes, concurrency: int, seconds: float, scratch: Path) 
         p50_us=_wrk_latency_us(output, "50%"),
         p99_us=_wrk_latency_us(output, "99%"),
         p90_us=_wrk_latency_us(output, "90%"),
+    )
+
+
+def paced_wrk(url: str, body: bytes, rate: float, seconds: float, scratch: Path, connections: int = 16) -> Measurement:
+    """wrk at about `rate` requests a second (flat out when 0): each of `connections` pauses before
+    each request (Lua `delay()`), so the server runs below saturation and a cost shows as lost
+    throughput or a longer tail. Failures are counted, not raised."""
+    pause_ms = 0 if rate <= 0 else max(0, round(1000 * connections / rate - 0.3))
+    script = scratch / f"paced-{pause_ms}.lua"
+    script.write_text(
+        'wrk.method = "POST"\n'
+        f"wrk.body = {json.dumps(body.decode())}\n"
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        + (f"function delay() return {pause_ms} end\n" if pause_ms else "")
+    )
+    output = run_wrk(url, script, connections, seconds)
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output)
+    failures = (int(non_2xx.group(1)) if non_2xx else 0) + (
+        sum(int(n) for n in socket_errors.groups()) if socket_errors else 0
+    )
+    return Measurement(
+        throughput=float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),  # type: ignore[union-attr]
+        p50_us=_wrk_latency_us(output, "50%"),
+        p99_us=_wrk_latency_us(output, "99%"),
+        p90_us=_wrk_latency_us(output, "90%"),
+        failures=failures,
     )
 
 
