@@ -141,7 +141,7 @@ def test_a_server_that_is_not_there(client_server: ServerProcess) -> None:
     assert time.monotonic() - started < 30
     with pytest.raises(ValueError, match="must name a host and a port"):
         Client("http://localhost")
-    with pytest.raises(ValueError, match="scheme must be http:// or grpc://"):
+    with pytest.raises(ValueError, match="scheme must be http://, https://, grpc:// or grpcs://"):
         Client("ftp://localhost:21")
 
 

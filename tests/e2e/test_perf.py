@@ -127,7 +127,7 @@ def test_input_data_from_perf_analyzer_json_and_npz(perf_server: ServerProcess, 
         (("--shape", "INPUT0"), "must be NAME:d1,d2"),
         (("--input-data", "missing.json"), "does not exist"),
         (("-b", "9"), "over model 'add_sub''s max_batch_size 8"),
-        (("-u", "ftp://x:1"), "scheme must be http:// or grpc://"),
+        (("-u", "ftp://x:1"), "scheme must be http://, https://, grpc:// or grpcs://"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(perf_server: ServerProcess, args: tuple[str, ...], message: str) -> None:

@@ -24,6 +24,8 @@ import tritonclient.utils.shared_memory as shm
 import trustme
 from tritonclient.utils import InferenceServerException
 
+from inferd.client import NO_RETRIES, Client, ClientTls
+from inferd.errors import PermissionDeniedError, UnauthenticatedError
 from inferd.testing.models import mlp_model
 from inferd.testing.models import write_config as write_model_config
 from inferd.testing.server import ServerProcess, run_server
@@ -333,3 +335,24 @@ def test_tokens_never_reach_the_log(token_server: ServerProcess) -> None:
     assert "tokens: 2 for the management API, 2 for the data plane" in log
     for secret in (MANAGEMENT_TOKEN, INFERENCE_TOKEN, "a-wrong-token-xyz", "mgmt-previous"):
         assert secret not in log
+
+
+def test_inferds_own_client_speaks_tls_and_sends_tokens(
+    mtls_server: ServerProcess, token_server: ServerProcess, pki: Pki
+) -> None:
+    tls = ClientTls(ca=pki.ca, cert=pki.client_cert, key=pki.client_key)
+    for url in (f"https://{mtls_server.http_url}", f"grpcs://{mtls_server.grpc_url}"):
+        with Client(url, tls=tls, timeout_s=20) as client:
+            assert client.infer("mlp", {"x": X}).as_numpy("y").shape == (2, 4), url
+    for url in (f"http://{token_server.http_url}", f"grpc://{token_server.grpc_url}"):
+        with Client(url, timeout_s=20, retry=NO_RETRIES) as anonymous:
+            with pytest.raises(UnauthenticatedError):
+                anonymous.infer("mlp", {"x": X})
+            assert anonymous.server_ready()
+        with Client(url, token=INFERENCE_TOKEN, timeout_s=20) as user:
+            assert user.infer("mlp", {"x": X}).as_numpy("y").shape == (2, 4)
+            with pytest.raises(PermissionDeniedError):
+                user.unload_model("spare")
+        with Client(url, token=MANAGEMENT_TOKEN, timeout_s=60) as admin:
+            admin.load_model("spare")
+            admin.unload_model("spare")

@@ -113,10 +113,10 @@ def perf(
     if concurrency and request_rate:
         raise click.ClickException("give --concurrency or --request-rate, not both")
     try:
-        scheme, address = parse_url(url, protocol)  # type: ignore[arg-type]
+        scheme, address, secure = parse_url(url, protocol)  # type: ignore[arg-type]
         loads = parse_loads(request_rate, whole=False) if request_rate else parse_loads(concurrency or "1", whole=True)
         settings = PerfSettings(
-            url=f"{scheme}://{address}",
+            url=f"{scheme}{'s' if secure else ''}://{address}",
             model=model,
             version=model_version,
             binary=not json_tensors,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from inferd.client.aio import AsyncClient, parse_url
 from inferd.client.http import HttpInferenceClient
 from inferd.client.retry import NO_RETRIES, RetryPolicy
+from inferd.client.security import ClientTls
 from inferd.client.sync import Client
 from inferd.client.transport import Transport
 
@@ -29,6 +30,7 @@ __all__ = [
     "NO_RETRIES",
     "AsyncClient",
     "Client",
+    "ClientTls",
     "GrpcInferenceClient",
     "HttpInferenceClient",
     "RetryPolicy",

@@ -21,6 +21,7 @@ from typing import Any, Literal, TypedDict, TypeVar
 import numpy as np
 
 from inferd.client.retry import RetryPolicy, call_with_retries
+from inferd.client.security import ClientTls, bearer
 from inferd.client.transport import Transport
 from inferd.types import (
     DataType,
@@ -50,6 +51,8 @@ class ClientOptions(TypedDict, total=False):
     retry: RetryPolicy | None
     max_in_flight: int
     connections: int
+    tls: ClientTls | None
+    token: str | None
 
 
 class AsyncClient:
@@ -63,13 +66,19 @@ class AsyncClient:
         retry: RetryPolicy | None = None,
         max_in_flight: int = 64,
         connections: int = 2,
+        tls: ClientTls | None = None,
+        token: str | None = None,
     ) -> None:
         """`url`: `http://host:port`, `grpc://host:port`, or `host:port` with `protocol` (default
         http). `binary`: HTTP tensors as raw bytes (the binary extension), else JSON. `timeout_s`:
         each call's deadline unless it names its own. `retry`: when to try again (default
         `RetryPolicy()`: up to 3 retries; `NO_RETRIES` for none). `max_in_flight`: calls at once
-        (each HTTP call in flight holds a connection); `connections`: gRPC channels."""
-        self.protocol, address = parse_url(url, protocol)
+        (each HTTP call in flight holds a connection); `connections`: gRPC channels. `https://` and
+        `grpcs://` URLs (or `tls`) speak TLS: `tls` names the CA to trust and, for mutual TLS, the
+        client's certificate. `token`: sent as `Authorization: Bearer TOKEN` on every call."""
+        self.protocol, address, secure = parse_url(url, protocol)
+        if secure and tls is None:
+            tls = ClientTls()  # the system's trust store
         self.url = address
         self.timeout_s = timeout_s
         self.retry = retry if retry is not None else RetryPolicy()
@@ -77,11 +86,23 @@ class AsyncClient:
         if self.protocol == "grpc":
             from inferd.client.grpc import GrpcInferenceClient  # grpc only for gRPC
 
-            self._transport = GrpcInferenceClient(address, connections=connections, max_in_flight=max_in_flight)
+            self._transport = GrpcInferenceClient(
+                address,
+                connections=connections,
+                max_in_flight=max_in_flight,
+                credentials=tls.grpc_credentials() if tls is not None else None,
+                authorization=bearer(token),
+            )
         else:
             from inferd.client.http import HttpInferenceClient
 
-            self._transport = HttpInferenceClient(address, max_in_flight=max_in_flight, binary=binary)
+            self._transport = HttpInferenceClient(
+                address,
+                max_in_flight=max_in_flight,
+                binary=binary,
+                tls=tls.ssl_context() if tls is not None else None,
+                authorization=bearer(token),
+            )
 
     async def infer(
         self,
@@ -179,19 +200,21 @@ class AsyncClient:
         return await call_with_retries(call, self.retry, self.timeout_s if timeout_s is None else timeout_s)
 
 
-def parse_url(url: str, protocol: Protocol | None = None) -> tuple[Protocol, str]:
-    """(protocol, host:port) from `http://host:port`, `grpc://host:port` or `host:port`."""
+def parse_url(url: str, protocol: Protocol | None = None) -> tuple[Protocol, str, bool]:
+    """(protocol, host:port, TLS or not) from `http://`, `https://`, `grpc://` or `grpcs://host:port`,
+    or `host:port` with `protocol`."""
     scheme, separator, address = url.partition("://")
     if not separator:
         scheme, address = protocol or "http", url
-    if scheme not in ("http", "grpc"):
-        raise ValueError(f"url {url!r}: the scheme must be http:// or grpc://")
-    if protocol is not None and protocol != scheme:
+    if scheme not in ("http", "https", "grpc", "grpcs"):
+        raise ValueError(f"url {url!r}: the scheme must be http://, https://, grpc:// or grpcs://")
+    kind: Protocol = "grpc" if scheme.startswith("grpc") else "http"
+    if protocol is not None and protocol != kind:
         raise ValueError(f"url {url!r} says {scheme}, but protocol {protocol!r} was asked for")
     host, _, port = address.rstrip("/").rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"url {url!r} must name a host and a port, as http://localhost:8000")
-    return ("grpc" if scheme == "grpc" else "http"), f"{host}:{port}"
+    return kind, f"{host}:{port}", scheme.endswith("s")
 
 
 def as_tensors(inputs: Inputs) -> tuple[Tensor, ...]:

@@ -33,11 +33,23 @@ _CHANNEL_OPTIONS = (
     ("grpc.keepalive_permit_without_calls", 1),
 )
 T = TypeVar("T")
+AUTHORIZATION = "authorization"
 
 
 class GrpcInferenceClient:
-    def __init__(self, url: str, *, connections: int = 2, max_in_flight: int = 64) -> None:
-        """`url`: host:port of the server's gRPC endpoint."""
+    def __init__(
+        self,
+        url: str,
+        *,
+        connections: int = 2,
+        max_in_flight: int = 64,
+        credentials: grpc.ChannelCredentials | None = None,
+        authorization: str | None = None,
+    ) -> None:
+        """`url`: host:port of the server's gRPC endpoint. `credentials`: TLS channel credentials
+        (None: plaintext). `authorization`: the `authorization` metadata every call carries."""
+        self._credentials = credentials
+        self._authorization = ((AUTHORIZATION, authorization),) if authorization is not None else ()
         self.url = url
         self._connections = max(1, connections)
         self._max_in_flight = max(1, max_in_flight)
@@ -121,6 +133,8 @@ class GrpcInferenceClient:
             ) from None
         try:
             stub = self._stubs[next(self._turn) % len(self._stubs)]
+            if self._authorization:
+                metadata = (*(metadata or ()), *self._authorization)
             return await method(stub)(message, timeout=max(0.001, deadline - time.monotonic()), metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, timeout_s) from None
@@ -134,11 +148,14 @@ class GrpcInferenceClient:
 
     def _open(self) -> None:
         # On the event loop that will use them: grpc.aio channels belong to the loop they start on.
-        self._channels = [
-            grpc.aio.insecure_channel(self.url, options=_CHANNEL_OPTIONS) for _ in range(self._connections)
-        ]
+        self._channels = [self._channel() for _ in range(self._connections)]
         self._stubs = [service_pb2_grpc.GRPCInferenceServiceStub(channel) for channel in self._channels]
         self._slots = asyncio.Semaphore(self._max_in_flight)
+
+    def _channel(self) -> grpc.aio.Channel:
+        if self._credentials is None:
+            return grpc.aio.insecure_channel(self.url, options=_CHANNEL_OPTIONS)
+        return grpc.aio.secure_channel(self.url, self._credentials, options=_CHANNEL_OPTIONS)
 
     def _error(self, exc: grpc.aio.AioRpcError, timeout_s: float) -> InferdError:
         code, details = exc.code(), exc.details() or ""

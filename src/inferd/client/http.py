@@ -17,6 +17,7 @@ sentence-similarity pipeline at one client went to grpc.aio's call machinery).
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 import urllib.parse
 from collections.abc import Mapping
@@ -45,9 +46,20 @@ class _Connection:
 
 
 class HttpInferenceClient:
-    def __init__(self, url: str, *, max_in_flight: int = 64, binary: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_in_flight: int = 64,
+        binary: bool = True,
+        tls: ssl.SSLContext | None = None,
+        authorization: str | None = None,
+    ) -> None:
         """`url`: host:port of the server's HTTP endpoint. `binary`: tensors as raw bytes both
-        ways (the binary extension), else as JSON."""
+        ways (the binary extension), else as JSON. `tls`: speak HTTPS with this context.
+        `authorization`: an Authorization header value every request carries."""
+        self._tls = tls
+        self._authorization = authorization
         self.url = url
         host, _, port = url.rpartition(":")
         if not host or not port.isdigit():
@@ -117,6 +129,13 @@ class HttpInferenceClient:
         idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()
+        # A TLS connection closes with a handshake of its own: wait for it (bounded), so that its
+        # socket is closed when the caller's loop stops.
+        for connection in idle:
+            try:
+                await asyncio.wait_for(connection.writer.wait_closed(), 1.0)
+            except (TimeoutError, OSError):
+                connection.writer.transport.abort()
 
     async def _json(self, method: str, path: str, body: bytes, timeout_s: float) -> bytes:
         headers = [("Content-Type", "application/json")] if body else []
@@ -162,6 +181,8 @@ class HttpInferenceClient:
         timeout_ms = max(1, int((deadline - time.monotonic()) * 1000))
         lines = [f"{method} {path} HTTP/1.1", f"Host: {self.url}", f"Content-Length: {len(body)}"]
         lines += [f"{name}: {value}" for name, value in headers]
+        if self._authorization is not None:
+            lines.append(f"Authorization: {self._authorization}")
         lines.append(f"{json_v2.TIMEOUT_HEADER}: {timeout_ms}")
         message = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
         for attempt in range(2):
@@ -196,7 +217,13 @@ class HttpInferenceClient:
         return None
 
     async def _open(self) -> _Connection:
-        reader, writer = await asyncio.open_connection(self._host, self._port, limit=_MAX_HEAD_BYTES)
+        reader, writer = await asyncio.open_connection(
+            self._host,
+            self._port,
+            limit=_MAX_HEAD_BYTES,
+            ssl=self._tls,
+            server_hostname=self._host if self._tls is not None else None,
+        )
         return _Connection(reader, writer)
 
 

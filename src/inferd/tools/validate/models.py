@@ -67,10 +67,10 @@ class ServerModel:
         model, _, version = model_path.partition("/")
         if not model:
             raise ValueError(f"{spec!r}: name the model after the server, as http://localhost:8000/minilm")
-        protocol, url = parse_url(f"{scheme}://{address}")
+        parse_url(f"{scheme}://{address}")  # a usage error now, naming the spec, rather than later
         self.name = spec
         self._model, self._version = model, version
-        self._client = Client(f"{protocol}://{url}", timeout_s=120)
+        self._client = Client(f"{scheme}://{address}", timeout_s=120)
         self.metadata = self._client.model_metadata(model, version)
         self.max_batch_size = int(self._client.model_config(model, version).get("max_batch_size", 0))
 
