@@ -243,6 +243,8 @@ def test_failed_models_fail_alone_with_their_reason(server: ServerProcess) -> No
         assert reason in body["error"], body["error"]
         reply = http_request(server, "GET", f"/v2/models/{model}/ready")
         assert reply.status == 503
+        # The not-ready answer says why too (it had no body before the OpenAPI conformance test).
+        assert orjson.loads(reply.body)["code"] == "MODEL_NOT_READY" and reason in orjson.loads(reply.body)["error"]
         assert reason in server.log()
     # Everyone else still serves.
     status, body = post_infer(server, "mlp", {"inputs": [fp32_input("x", [1, 16])]})

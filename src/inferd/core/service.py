@@ -81,10 +81,15 @@ class InferenceService:
     def model_ready(self, name: str, version: str = "") -> bool:
         """Raises NotFoundError for unknown models/versions; False when known but not ready."""
         try:
-            self._registry.handle(name, version)
+            self.check_model_ready(name, version)
         except ModelNotReadyError:
             return False
         return True
+
+    def check_model_ready(self, name: str, version: str = "") -> None:
+        """Raises NotFoundError for unknown models/versions, ModelNotReadyError (with the reason:
+        loading, unloaded, or why its load failed) when known but not ready."""
+        self._registry.handle(name, version)
 
     def model_versions(self, name: str, version: str = "") -> list[tuple[str, ModelState, str]]:
         """(version, state, reason) of each version of `name` inferd knows (only `version`'s when

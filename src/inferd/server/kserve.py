@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from inferd.core.service import InferenceService
-from inferd.errors import MalformedRequestError, NotFoundError, UnsupportedError
+from inferd.errors import MalformedRequestError, NotFoundError, UnavailableError, UnsupportedError
 from inferd.protocol import http_compression, json_v2, model_config, shared_memory
 from inferd.server.http import deadline, json_response, kserve_error, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
@@ -117,7 +117,13 @@ class KServeDoor:
         return HttpResponse(200 if self._service.live() else 503)
 
     async def _ready(self, request: HttpRequest, params: Params) -> HttpResponse:
-        return HttpResponse(200 if self._service.ready() else 503)
+        if not self._service.ready():
+            # A 503 that says why in the error body, as every other 503 of inferd's does.
+            raise UnavailableError(
+                "the server is not ready: its models are still loading, it is shutting down, or (with "
+                "--strict-readiness) a model is not ready"
+            )
+        return HttpResponse(200)
 
     async def _openapi(self, request: HttpRequest, params: Params) -> HttpResponse:
         if self._openapi_document is None:
@@ -125,7 +131,9 @@ class KServeDoor:
         return HttpResponse(200, self._openapi_document, list(_JSON_HEADERS))
 
     async def _model_ready(self, request: HttpRequest, params: Params) -> HttpResponse:
-        return HttpResponse(200 if self._service.model_ready(params["model"], params.get("version", "")) else 503)
+        # Not ready: a 503 whose body carries MODEL_NOT_READY and the reason (the load's failure).
+        self._service.check_model_ready(params["model"], params.get("version", ""))
+        return HttpResponse(200)
 
     def _metadata(self, params: Params) -> dict[str, Any]:
         return json_v2.model_metadata_json(self._service.model_metadata(params["model"], params.get("version", "")))
