@@ -205,6 +205,10 @@ def test_model_urls_must_stay_under_the_model_root(
     )
     assert reply.status == 400 and b"not under the model root" in reply.body
     assert http_request(sagemaker_server, "POST", "/models", b'{"url": 3}').status == 400
+    # Found by schemathesis (tests/e2e/test_openapi.py): these were 500s (ValueError, OSError).
+    for url in (str(model_root / "a\0b"), str(model_root / ("x" * 300))):
+        reply = http_request(sagemaker_server, "POST", "/models", orjson.dumps({"model_name": "x", "url": url}))
+        assert reply.status == 400 and orjson.loads(reply.body)["code"] == "LOAD_REQUEST_FAILED", reply.body
     assert (
         http_request(
             sagemaker_server,

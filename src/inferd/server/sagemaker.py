@@ -111,6 +111,12 @@ class SageMakerDoor:
     def _model_folder(self, url: str) -> Path:
         """The model folder `url` names: it, or the one model folder inside it (a repository of
         one model, as SageMaker's Triton containers pack them). Never outside the model root."""
+        try:
+            return self._find_model_folder(url)
+        except (ValueError, OSError) as exc:  # a NUL in the url, a name too long, a folder not readable
+            raise LoadRequestError(f"'url' {url!r} cannot be read as a folder: {exc}") from None
+
+    def _find_model_folder(self, url: str) -> Path:
         root = self._model_root.resolve()
         folder = Path(url).resolve()
         if not folder.is_relative_to(root):
