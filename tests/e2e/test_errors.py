@@ -357,3 +357,22 @@ def test_declared_length_over_the_limit_is_answered_at_once(server: ServerProces
     document = orjson.loads(body)
     assert (document["code"], document["request_id"]) == ("REQUEST_TOO_LARGE", "huge-1")
     assert "300000000 bytes" in document["error"]
+
+
+# A shape with a 0 holds no element, but numpy cannot make an array of [0, 2**62, 2**62] (ValueError):
+# these were 500s (found while writing the codec strategies, inferd.testing.strategies).
+HUGE_EMPTY_SHAPES = [[0, 2**62, 2**62], [1, 0, 2**63 - 1]]
+
+
+@pytest.mark.parametrize("shape", HUGE_EMPTY_SHAPES)
+def test_shapes_no_array_can_have_are_a_400(server: ServerProcess, shape: list[int]) -> None:
+    entry = {"name": "INPUT0", "datatype": "FP32", "shape": shape}
+    status, body = post_infer(server, "identity_fp32", {"inputs": [{**entry, "data": []}]})
+    assert (status, body["code"]) == (400, "INVALID_TENSOR_DATA"), body
+    binary = post_binary(server, "identity_fp32", {"inputs": [{**entry, "parameters": {"binary_data_size": 0}}]}, b"")
+    assert (binary.status, orjson.loads(binary.body)["code"]) == (400, "INVALID_TENSOR_DATA")
+    request = service_pb2.ModelInferRequest(model_name="identity_fp32")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=shape)
+    request.raw_input_contents.append(b"")
+    error = grpc_infer_error(server, request)
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "larger than any tensor" in error.details()

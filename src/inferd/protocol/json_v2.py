@@ -23,7 +23,7 @@ from inferd.errors import InferdError, MalformedRequestError, TensorDataError
 from inferd.protocol import shared_memory
 from inferd.protocol.request_id import check_request_id
 from inferd.protocol.status import error_from_http
-from inferd.protocol.tensor_bytes import tensor_from_bytes, tensor_to_bytes
+from inferd.protocol.tensor_bytes import check_shape_size, tensor_from_bytes, tensor_to_bytes
 from inferd.types import (
     BatchStatistics,
     DataType,
@@ -596,7 +596,9 @@ def _shape(raw: Any, name: str) -> tuple[int, ...]:
     # `type(d) is int` also refuses bools, which are ints to isinstance.
     if type(raw) is not list or not all(type(d) is int and d >= 0 for d in raw):
         raise MalformedRequestError(f"input '{name}': 'shape' must be a list of non-negative integers", tensor=name)
-    return tuple(raw)
+    shape = tuple(raw)
+    check_shape_size(name, shape)
+    return shape
 
 
 # What numpy infers from JSON numbers, per target datatype kind: ints must stay ints, etc.

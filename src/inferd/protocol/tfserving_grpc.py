@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import MalformedRequestError, TensorDataError
+from inferd.protocol.tensor_bytes import check_shape_size
 from inferd.protocol.tf_types import DEFAULT_SIGNATURE, PREDICT_METHOD, STATE_NUMBERS, from_tf_number, tf_name
 from inferd.protocol.tfserving_json import check_signature_name
 from inferd.protocol.tfserving_pb import tensorflow_pb2 as tf_pb
@@ -73,6 +74,7 @@ def tensor_from_proto(name: str, proto: Any) -> Tensor:
     shape = tuple(dim.size for dim in proto.tensor_shape.dim)
     if any(size < 0 for size in shape):
         raise TensorDataError(f"input '{name}': shape {list(shape)} has a negative dimension", tensor=name)
+    check_shape_size(name, shape)
     count = element_count(shape)
     if proto.tensor_content and datatype is not DataType.BYTES:
         dtype = datatype.numpy_dtype
