@@ -641,14 +641,24 @@ def _array_from_buffer(data: Any, datatype: DataType) -> np.ndarray[Any, Any] | 
         return None
     if _outside_range(values, target):
         return None
-    return values.astype(target)
+    with np.errstate(over="ignore"):  # past a float type's range: ±inf, as numbers_from_json makes it
+        return values.astype(target)
 
 
 def numbers_from_json(name: str, datatype: DataType, data: list[Any], where: str = "") -> np.ndarray[Any, Any]:
     """JSON numbers (a flat or nested list) as an array of `datatype`, checked: no strings, no
-    floats for integers, no booleans among numbers, nothing outside the type's range. `where`
-    names the data in errors (default: the v2 input's 'data')."""
+    floats for integers, no booleans among numbers, nothing outside an integer type's range (a
+    number past a float type's range is ±inf, as a C cast and Triton make it). `where` names the
+    data in errors (default: the v2 input's 'data')."""
     where = where or f"input '{name}': 'data'"
+    if datatype.numpy_dtype.kind == "f":
+        # Said here, so numpy's overflow warning neither floods the log nor fails under -W error.
+        with np.errstate(over="ignore"):
+            return _numbers_from_json(name, datatype, data, where)
+    return _numbers_from_json(name, datatype, data, where)
+
+
+def _numbers_from_json(name: str, datatype: DataType, data: list[Any], where: str) -> np.ndarray[Any, Any]:
     target = datatype.numpy_dtype
     if set(map(type, data)) <= _PLAIN_TYPES[target.kind]:
         # The flat list of plain numbers most clients send: one conversion, no checks to make.
