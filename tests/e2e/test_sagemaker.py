@@ -127,6 +127,9 @@ def test_content_type_and_accept_errors(sagemaker_server: ServerProcess) -> None
     assert post(v2_body(ROWS), {"Content-Type": "application/json", "Accept": "image/png"}) == 406
     assert post(b"not npy", {"Content-Type": "application/x-npy"}) == 400
     assert post(b"1,2\n3", {"Content-Type": "text/csv"}) == 400
+    # An empty CSV body held no rows: numpy warned into the log and the model got an empty batch.
+    empty = http_request(sagemaker_server, "POST", "/invocations", b"\n", {"Content-Type": "text/csv"})
+    assert empty.status == 400 and b"no rows" in empty.body
     assert post(b"{}", {"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Model": "ghost"}) == 404
     # add_sub has two inputs: one array cannot feed it.
     buffer = io.BytesIO()
