@@ -1,0 +1,165 @@
+"""The other doors' bodies: TF Serving REST (row and columnar), SageMaker (JSON, CSV, .npy,
+Triton's binary+json, with Content-Type and Accept), TorchServe (JSON values or raw bytes), OpenAI
+embeddings, and the small JSON bodies of the repository and shared memory routes."""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from inferd.protocol import sagemaker
+from inferd.testing.strategies.kserve import v2_binary_bodies, v2_documents
+from inferd.testing.strategies.values import (
+    Target,
+    elements,
+    encode_json,
+    json_values,
+    model_names,
+    mutated,
+    targets,
+)
+from inferd.types import DataType
+
+
+@st.composite
+def _value(draw: st.DrawFn, datatype: DataType, dims: tuple[int, ...]) -> Any:
+    """One row's value of an input: nested lists of `dims` (strings maybe as {"b64": ...})."""
+    element = elements(datatype)
+    if datatype is DataType.BYTES and draw(st.booleans()):
+        element = st.binary(max_size=6).map(lambda raw: {"b64": base64.b64encode(raw).decode()})
+    if draw(st.integers(0, 9)) == 0:
+        return draw(json_values)
+    value: Any = draw(element)
+    for size in reversed(dims):
+        value = [value] * size if draw(st.integers(0, 9)) else draw(st.lists(element, max_size=3))
+    return value
+
+
+@st.composite
+def tfserving_documents(draw: st.DrawFn, target: Target | None = None) -> Any:
+    """A `:predict` body: rows ("instances", named or not) or columns ("inputs")."""
+    target = target or draw(targets)
+    rows = draw(st.integers(1, 3))
+    single = len(target.inputs) == 1 and draw(st.booleans())
+    document: dict[str, Any]
+    if draw(st.booleans()):
+        if single:
+            _, datatype, dims = target.inputs[0]
+            instances = [draw(_value(datatype, dims)) for _ in range(rows)]
+        else:
+            instances = [{name: draw(_value(dt, dims)) for name, dt, dims in target.inputs} for _ in range(rows)]
+        document = {"instances": instances}
+    else:
+        columns = {name: [draw(_value(dt, dims)) for _ in range(rows)] for name, dt, dims in target.inputs}
+        document = {"inputs": next(iter(columns.values())) if single else columns}
+    if draw(st.integers(0, 4)) == 0:
+        document["signature_name"] = draw(st.sampled_from(["serving_default", "", "other"]) | json_values)
+    return draw(mutated(document))
+
+
+@st.composite
+def torchserve_bodies(draw: st.DrawFn, target: Target | None = None) -> tuple[str, bytes]:
+    """(Content-Type, body) of a /predictions request: JSON (columns naming the inputs, the only
+    input's value, or a v2 body) or any bytes as the model's BYTES input."""
+    target = target or draw(targets)
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        return draw(st.sampled_from(["application/octet-stream", "text/plain", "image/png"])), draw(st.binary())
+    if kind == 1:
+        return "application/json", encode_json(draw(v2_documents(target)))
+    document = draw(tfserving_documents(target))
+    value = document.get("inputs", document) if isinstance(document, dict) else document
+    return "application/json", encode_json(value)
+
+
+def _csv(datatype: DataType) -> st.SearchStrategy[bytes]:
+    cell = elements(datatype).map(str) | st.text(alphabet='0123456789.-e, x"', max_size=4)
+    row = st.lists(cell, min_size=1, max_size=17).map(",".join)
+    return st.lists(row, min_size=0, max_size=3).map(lambda rows: "\n".join(rows).encode())
+
+
+@st.composite
+def npy_bodies(draw: st.DrawFn) -> bytes:
+    """NumPy's .npy: an array of any of its dtypes (objects only as a pickle, which is refused),
+    cut short now and then."""
+    dtype = draw(st.sampled_from(["<f4", "<f8", "<i8", "|u1", "|b1", "<U3", "|S2", "<c8", "<f2"]))
+    shape = draw(st.lists(st.integers(0, 4), max_size=3))
+    buffer = io.BytesIO()
+    np.save(buffer, np.zeros(shape, dtype=dtype))
+    raw = buffer.getvalue()
+    if draw(st.integers(0, 5)) == 0:
+        raw = raw[: draw(st.integers(0, len(raw)))]
+    return raw
+
+
+@st.composite
+def sagemaker_bodies(draw: st.DrawFn, target: Target | None = None) -> tuple[dict[str, str], bytes]:
+    """(headers, body) of an /invocations request: the target model's header, a Content-Type and
+    an Accept, and a body of that type (JSON v2 or TF Serving, CSV, .npy, Triton's binary+json)."""
+    target = target or draw(targets)
+    headers = {sagemaker_target_header(): target.model}
+    kind = draw(st.integers(0, 5))
+    if kind <= 1:
+        document = draw(v2_documents(target)) if kind == 0 else draw(tfserving_documents(target))
+        headers["Content-Type"], body = sagemaker.JSON, encode_json(document)
+    elif kind == 2:
+        headers["Content-Type"], body = sagemaker.CSV, draw(_csv(target.inputs[0][1]))
+    elif kind == 3:
+        headers["Content-Type"], body = sagemaker.NPY, draw(npy_bodies())
+    elif kind == 4:
+        body, length = draw(v2_binary_bodies(target))
+        headers["Content-Type"] = f"{sagemaker.TRITON_BINARY};{sagemaker.HEADER_SIZE_PARAMETER}={length}"
+    else:
+        headers["Content-Type"], body = draw(st.text(max_size=20)), draw(st.binary(max_size=32))
+    if draw(st.booleans()):
+        headers["Accept"] = draw(st.sampled_from([*sagemaker.ANSWERS, "*/*", "text/html", "application/*;q=0.5"]))
+    return headers, body
+
+
+def sagemaker_target_header() -> str:
+    return "X-Amzn-SageMaker-Target-Model"
+
+
+@st.composite
+def openai_documents(draw: st.DrawFn) -> Any:
+    """An embeddings request: `input` a text, a list of them, token ids or anything."""
+    texts = st.text(max_size=16)
+    document: dict[str, Any] = {
+        "model": draw(st.sampled_from(["sentence_embedding", "add_sub"]) | model_names),
+        "input": draw(texts | st.lists(texts, min_size=1, max_size=4) | st.lists(st.integers(0, 50), max_size=3)),
+    }
+    if draw(st.booleans()):
+        document["encoding_format"] = draw(st.sampled_from(["float", "base64", "int8"]))
+    if draw(st.integers(0, 3)) == 0:
+        document["dimensions"] = draw(st.integers(-1, 6) | json_values)
+    if draw(st.integers(0, 5)) == 0:
+        document["user"] = draw(json_values)
+    return draw(mutated(document))
+
+
+# The small bodies of the repository and shared memory routes.
+index_documents = st.fixed_dictionaries({}, optional={"ready": st.booleans() | json_values}).flatmap(mutated)
+load_documents = st.fixed_dictionaries(
+    {},
+    optional={
+        "parameters": st.dictionaries(
+            st.sampled_from(["config", "file:1/model.onnx", "file:config.pbtxt"]) | st.text(max_size=6),
+            st.text(max_size=12) | json_values,
+            max_size=2,
+        )
+    },
+).flatmap(mutated)
+unload_documents = st.fixed_dictionaries(
+    {}, optional={"parameters": st.fixed_dictionaries({}, optional={"unload_dependents": st.booleans() | json_values})}
+).flatmap(mutated)
+register_documents = st.fixed_dictionaries(
+    {"key": st.text(max_size=12) | json_values, "byte_size": st.integers(-1, 2**64) | json_values},
+    optional={"offset": st.integers(-1, 2**64) | json_values},
+).flatmap(mutated)
+sagemaker_load_documents = st.fixed_dictionaries(
+    {"model_name": model_names | json_values, "url": st.text(max_size=16) | json_values}
+).flatmap(mutated)
