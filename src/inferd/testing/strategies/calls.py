@@ -22,7 +22,7 @@ from inferd.testing.strategies.doors import (
     unload_documents,
 )
 from inferd.testing.strategies.kserve import model_infer_requests, v2_binary_bodies, v2_documents
-from inferd.testing.strategies.values import encode_json, model_names, targets
+from inferd.testing.strategies.values import encode_json, header_text, model_names, one_in, targets, usually
 
 # The model the repository calls may load and unload: nothing else depends on it.
 SCRATCH_MODEL = "scratch"
@@ -47,27 +47,25 @@ def _segment(name: str) -> str:
     return urllib.parse.quote(name, safe="")
 
 
-# Header values http.client can send: printable Latin-1, no CR or LF.
-header_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=12)
-
-
 @st.composite
 def _common_headers(draw: st.DrawFn) -> dict[str, str]:
     """Headers every route reads: a request id, a deadline, Server-Timing (each now and then)."""
     headers = {}
-    if draw(st.integers(0, 4)) == 0:
+    if one_in(draw, 5):
         headers["X-Request-ID"] = draw(header_text)
-    if draw(st.integers(0, 9)) == 0:
-        headers["Inferd-Timeout-Ms"] = draw(st.sampled_from(["1000", "0", "-1", "nan", "1e-300", "inf"]) | header_text)
-    if draw(st.integers(0, 9)) == 0:
+    if one_in(draw, 10):
+        timeouts = st.sampled_from(["0", "-1", "nan", "1e-300", "inf"]) | header_text
+        headers["Inferd-Timeout-Ms"] = draw(usually(st.sampled_from(["1000", "30000"]), timeouts, 3))
+    if one_in(draw, 10):
         headers["Inferd-Server-Timing"] = draw(st.sampled_from(["true", "1", "no"]))
     return headers
 
 
 @st.composite
 def _version(draw: st.DrawFn) -> str:
-    """ "" (the newest), a version, or any path segment."""
-    return draw(st.sampled_from(["", "", "1", "2"]) | st.text(max_size=3))
+    """The newest ("") or version 1 mostly; another version, or any path segment, now and then."""
+    version: str = draw(usually(st.sampled_from(["", "", "1"]), st.sampled_from(["2", "0"]) | st.text(max_size=3)))
+    return version
 
 
 @st.composite
@@ -81,9 +79,9 @@ def kserve_calls(draw: st.DrawFn) -> HttpCall:
     body, length = draw(v2_binary_bodies(target))
     if length is not None:
         headers["Inference-Header-Content-Length"] = str(length)
-    if draw(st.integers(0, 9)) == 0:
+    if one_in(draw, 12):
         headers["Content-Encoding"] = draw(st.sampled_from(["gzip", "deflate", "br", "identity"]))
-    if draw(st.integers(0, 9)) == 0:
+    if one_in(draw, 10):
         headers["Accept-Encoding"] = draw(st.sampled_from(["gzip", "deflate;q=0.5, gzip;q=0.4", "*"]) | header_text)
     return HttpCall("kserve_binary", "POST", path, body, headers)
 
@@ -91,7 +89,9 @@ def kserve_calls(draw: st.DrawFn) -> HttpCall:
 @st.composite
 def tfserving_calls(draw: st.DrawFn) -> HttpCall:
     target = draw(targets)
-    where = draw(st.sampled_from(["", "/versions/1", "/labels/stable", "/labels/nope", "/versions/x"]))
+    labels = "/labels/stable" if target.model == "add_sub" else "/versions/1"
+    wrong = st.sampled_from(["/labels/nope", "/versions/x"])
+    where = draw(usually(st.sampled_from(["", "/versions/1", labels]), wrong))
     path = f"/v1/models/{_segment(target.model)}{where}:predict"
     return HttpCall("tfserving", "POST", path, encode_json(draw(tfserving_documents(target))), draw(_common_headers()))
 
@@ -106,7 +106,7 @@ def sagemaker_calls(draw: st.DrawFn) -> HttpCall:
 @st.composite
 def torchserve_calls(draw: st.DrawFn) -> HttpCall:
     target = draw(targets)
-    version = draw(st.sampled_from(["", "/1", "/9"]))
+    version = draw(usually(st.sampled_from(["", "/1"]), st.just("/9")))
     content_type, body = draw(torchserve_bodies(target))
     headers = {**draw(_common_headers()), "Content-Type": content_type}
     method = draw(st.sampled_from(["POST", "PUT"]))

@@ -17,10 +17,13 @@ from inferd.testing.strategies.values import (
     Target,
     elements,
     encode_json,
+    header_text,
     json_values,
     model_names,
     mutated,
+    one_in,
     targets,
+    usually,
 )
 from inferd.types import DataType
 
@@ -31,11 +34,11 @@ def _value(draw: st.DrawFn, datatype: DataType, dims: tuple[int, ...]) -> Any:
     element = elements(datatype)
     if datatype is DataType.BYTES and draw(st.booleans()):
         element = st.binary(max_size=6).map(lambda raw: {"b64": base64.b64encode(raw).decode()})
-    if draw(st.integers(0, 9)) == 0:
+    if one_in(draw, 40):
         return draw(json_values)
     value: Any = draw(element)
     for size in reversed(dims):
-        value = [value] * size if draw(st.integers(0, 9)) else draw(st.lists(element, max_size=3))
+        value = draw(st.lists(element, max_size=3)) if one_in(draw, 40) else [value] * size
     return value
 
 
@@ -56,8 +59,10 @@ def tfserving_documents(draw: st.DrawFn, target: Target | None = None) -> Any:
     else:
         columns = {name: [draw(_value(dt, dims)) for _ in range(rows)] for name, dt, dims in target.inputs}
         document = {"inputs": next(iter(columns.values())) if single else columns}
-    if draw(st.integers(0, 4)) == 0:
-        document["signature_name"] = draw(st.sampled_from(["serving_default", "", "other"]) | json_values)
+    if one_in(draw, 5):
+        document["signature_name"] = draw(
+            usually(st.sampled_from(["serving_default", ""]), st.just("other") | json_values)
+        )
     return draw(mutated(document))
 
 
@@ -114,7 +119,7 @@ def sagemaker_bodies(draw: st.DrawFn, target: Target | None = None) -> tuple[dic
         body, length = draw(v2_binary_bodies(target))
         headers["Content-Type"] = f"{sagemaker.TRITON_BINARY};{sagemaker.HEADER_SIZE_PARAMETER}={length}"
     else:
-        headers["Content-Type"], body = draw(st.text(max_size=20)), draw(st.binary(max_size=32))
+        headers["Content-Type"], body = draw(header_text), draw(st.binary(max_size=32))
     if draw(st.booleans()):
         headers["Accept"] = draw(st.sampled_from([*sagemaker.ANSWERS, "*/*", "text/html", "application/*;q=0.5"]))
     return headers, body
@@ -129,15 +134,17 @@ def openai_documents(draw: st.DrawFn) -> Any:
     """An embeddings request: `input` a text, a list of them, token ids or anything."""
     texts = st.text(max_size=16)
     document: dict[str, Any] = {
-        "model": draw(st.sampled_from(["sentence_embedding", "add_sub"]) | model_names),
-        "input": draw(texts | st.lists(texts, min_size=1, max_size=4) | st.lists(st.integers(0, 50), max_size=3)),
+        "model": draw(usually(st.just("sentence_embedding"), st.just("add_sub") | model_names, 4)),
+        "input": draw(
+            usually(texts | st.lists(texts, min_size=1, max_size=4), st.lists(st.integers(0, 50), max_size=3))
+        ),
     }
     if draw(st.booleans()):
-        document["encoding_format"] = draw(st.sampled_from(["float", "base64", "int8"]))
-    if draw(st.integers(0, 3)) == 0:
-        document["dimensions"] = draw(st.integers(-1, 6) | json_values)
-    if draw(st.integers(0, 5)) == 0:
-        document["user"] = draw(json_values)
+        document["encoding_format"] = draw(usually(st.sampled_from(["float", "base64"]), st.just("int8")))
+    if one_in(draw, 6):
+        document["dimensions"] = draw(usually(st.integers(1, 4), st.integers(-1, 6) | json_values, 3))
+    if one_in(draw, 10):
+        document["user"] = draw(usually(st.text(max_size=6), json_values, 3))
     return draw(mutated(document))
 
 

@@ -13,13 +13,16 @@ from inferd.testing.strategies.values import (
     dims,
     element_count,
     encode_json,
+    ids,
     json_values,
     mutated,
     names,
+    one_in,
     small_count,
     target_shape,
     targets,
     tensor_data,
+    usually,
 )
 from inferd.types import DataType
 
@@ -29,7 +32,7 @@ datatype_names = st.sampled_from([d.value for d in DataType]) | st.text(max_size
 @st.composite
 def _datatype(draw: st.DrawFn, wanted: DataType) -> DataType:
     """The model's datatype mostly; another one sometimes."""
-    return wanted if draw(st.integers(0, 9)) < 8 else draw(st.sampled_from(list(DataType)))
+    return draw(st.sampled_from(list(DataType))) if one_in(draw, 12) else wanted
 
 
 @st.composite
@@ -51,12 +54,12 @@ def v2_documents(draw: st.DrawFn, target: Target | None = None) -> Any:
         shape = draw(target_shape(target, dims_))
         entry: dict[str, Any] = {"name": name, "datatype": datatype.value, "shape": shape}
         entry["data"] = draw(tensor_data(datatype, shape))
-        if draw(st.integers(0, 9)) == 0:
+        if one_in(draw, 10):
             entry["parameters"] = draw(_parameters())
         inputs.append(draw(mutated(entry)))
     document: dict[str, Any] = {"inputs": inputs}
     if draw(st.booleans()):
-        document["id"] = draw(st.text(max_size=8))
+        document["id"] = draw(ids)
     if draw(st.integers(0, 3)) == 0:
         document["outputs"] = draw(st.lists(st.fixed_dictionaries({"name": names}, optional={
             "parameters": _parameters()}), max_size=2))  # fmt: skip
@@ -75,7 +78,7 @@ def v2_binary_bodies(draw: st.DrawFn, target: Target | None = None) -> tuple[byt
         datatype = draw(_datatype(wanted))
         shape = draw(target_shape(target, dims_))
         raw = draw(array_bytes(datatype, shape))
-        size = len(raw) if draw(st.integers(0, 9)) else draw(st.integers(-2, len(raw) + 4))
+        size = draw(st.integers(-2, len(raw) + 4)) if one_in(draw, 12) else len(raw)
         header_inputs.append(
             {"name": name, "datatype": datatype.value, "shape": shape, "parameters": {"binary_data_size": size}}
         )
@@ -85,7 +88,7 @@ def v2_binary_bodies(draw: st.DrawFn, target: Target | None = None) -> tuple[byt
         document["parameters"] = {"binary_data_output": draw(st.booleans())}
     header = encode_json(draw(mutated(document)))
     body = header + b"".join(parts)
-    choice = draw(st.integers(0, 9))
+    choice = draw(st.integers(0, 19))
     if choice == 0:
         return body, None
     if choice == 1:
@@ -142,31 +145,31 @@ def model_infer_requests(draw: st.DrawFn, target: Target | None = None) -> Any:
 
     target = target or draw(targets)
     message = pb.ModelInferRequest(
-        model_name=target.model if draw(st.integers(0, 9)) else draw(st.text(max_size=6)),
-        model_version=draw(st.sampled_from(["", "1", "2"]) | st.text(max_size=3)),
-        id=draw(st.text(max_size=6)),
+        model_name=draw(usually(st.just(target.model), st.text(max_size=6), 12)),
+        model_version=draw(usually(st.sampled_from(["", "", "1"]), st.sampled_from(["2", "-1"]) | st.text(max_size=3))),
+        id=draw(ids),
     )
     raw = draw(st.integers(0, 2)) == 0
     for name, wanted, dims_ in target.inputs:
         datatype = draw(_datatype(wanted))
-        shape = draw(target_shape(target, dims_)) if draw(st.integers(0, 4)) else draw(st.lists(grpc_dims, max_size=3))
+        shape = draw(st.lists(grpc_dims, max_size=3)) if one_in(draw, 12) else draw(target_shape(target, dims_))
         tensor = message.inputs.add(
-            name=name if draw(st.integers(0, 9)) else draw(names),
-            datatype=datatype.value if draw(st.integers(0, 9)) else draw(datatype_names),
+            name=draw(usually(st.just(name), names, 16)),
+            datatype=draw(usually(st.just(datatype.value), datatype_names, 16)),
             shape=shape,
         )
-        if draw(st.integers(0, 9)) == 0:
+        if one_in(draw, 10):
             draw(_grpc_parameters(tensor.parameters))
         if raw:
             message.raw_input_contents.append(draw(array_bytes(datatype, shape)))
-        if not raw or draw(st.integers(0, 19)) == 0:
+        if not raw or one_in(draw, 20):
             field, values = _CONTENTS.get(datatype, _CONTENTS[DataType.FP32])
             count = element_count(shape) if small_count(shape) else draw(st.integers(0, 3))
             getattr(tensor.contents, field).extend(draw(st.lists(values, min_size=count, max_size=count)))
-    for name in draw(st.lists(names, max_size=2)):
+    for name in draw(st.lists(names, max_size=2)) if one_in(draw, 3) else ():
         output = message.outputs.add(name=name)
         if draw(st.booleans()):
             draw(_grpc_parameters(output.parameters))
-    if draw(st.integers(0, 4)) == 0:
+    if one_in(draw, 5):
         draw(_grpc_parameters(message.parameters))
     return message

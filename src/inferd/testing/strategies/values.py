@@ -42,10 +42,26 @@ TARGETS = (
     Target("sentence_embedding", (("TEXT", DataType.BYTES, (1,)),), 32),
 )
 targets = st.sampled_from(TARGETS)
+
+
+def one_in(draw: st.DrawFn, n: int) -> bool:
+    """True once in `n` draws: how often a generated body departs from a valid one. Kept rare per
+    choice, so that a body with several choices is still valid often enough to reach the models."""
+    return draw(st.integers(0, n - 1)) == 0
+
+
+@st.composite
+def usually(draw: st.DrawFn, common: st.SearchStrategy[Any], rare: st.SearchStrategy[Any], n: int = 8) -> Any:
+    """`common`'s value, but `rare`'s once in `n` (st.one_of would take each half the time)."""
+    return draw(rare) if one_in(draw, n) else draw(common)
+
+
 # Names a decoder may meet: the targets' own, and others.
 TENSOR_NAMES = ("INPUT0", "INPUT1", "x", "TEXT", "y", "OUTPUT0")
-names = st.sampled_from(TENSOR_NAMES) | st.text(max_size=6)
-model_names = st.sampled_from([t.model for t in TARGETS]) | st.text(min_size=1, max_size=8)
+names = usually(st.sampled_from(TENSOR_NAMES), st.text(max_size=6), 4)
+model_names = usually(st.sampled_from([t.model for t in TARGETS]), st.text(min_size=1, max_size=8), 3)
+# A v2 `id` or X-Request-ID: printable text mostly (control characters are refused, rightly).
+ids = usually(st.text(st.characters(blacklist_categories=("Cc", "Cs")), max_size=8), st.text(max_size=8))
 
 # JSON scalars with the edges decoders trip on: integers past 64 bits, floats at their limits.
 json_scalars = st.one_of(
@@ -60,6 +76,10 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=12,
 )
+
+
+# Header values http.client can send: printable Latin-1, no CR or LF.
+header_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=12)
 
 
 def encode_json(document: Any) -> bytes:
@@ -101,17 +121,17 @@ def small_count(shape: list[int]) -> bool:
 @st.composite
 def target_shape(draw: st.DrawFn, target: Target, dims_: tuple[int, ...]) -> list[int]:
     """A shape for one of `target`'s inputs: right (batch 1 to 3) most of the time, else anything."""
-    if draw(st.integers(0, 9)) < 8:
-        batch = [draw(st.integers(1, 3))] if target.max_batch_size else []
-        return [*batch, *dims_]
-    return draw(shapes())
+    if one_in(draw, 12):
+        return draw(shapes())
+    batch = [draw(st.integers(1, 3))] if target.max_batch_size else []
+    return [*batch, *dims_]
 
 
 @st.composite
 def tensor_data(draw: st.DrawFn, datatype: DataType, shape: list[int]) -> list[Any]:
     """A flat list of the shape's element count (or a few elements when it is too large or wrong)."""
     count = element_count(shape) if small_count(shape) else draw(st.integers(0, 3))
-    if draw(st.integers(0, 19)) == 0:
+    if one_in(draw, 20):
         count = max(0, count + draw(st.sampled_from([-1, 1])))
     return draw(st.lists(elements(datatype), min_size=count, max_size=count))
 
@@ -126,7 +146,7 @@ def array_bytes(draw: st.DrawFn, datatype: DataType, shape: list[int]) -> bytes:
         raw = b"".join(len(item).to_bytes(4, "little") + item for item in items)
     else:
         raw = draw(st.binary(min_size=count * datatype.itemsize, max_size=count * datatype.itemsize))
-    if draw(st.integers(0, 9)) == 0:
+    if one_in(draw, 12):
         cut = draw(st.integers(1, 5))
         raw = raw[:-cut] if draw(st.booleans()) else raw + b"\x00" * cut
     return raw
@@ -134,9 +154,9 @@ def array_bytes(draw: st.DrawFn, datatype: DataType, shape: list[int]) -> bytes:
 
 @st.composite
 def mutated(draw: st.DrawFn, document: Any) -> Any:
-    """`document`, or (one time in four) with one key dropped or its value replaced by any JSON,
+    """`document`, or (one time in eight) with one key dropped or its value replaced by any JSON,
     or replaced whole."""
-    kind = draw(st.integers(0, 11))
+    kind = draw(st.integers(0, 23))
     if kind > 2 or not isinstance(document, dict) or not document:
         return document if kind != 0 else draw(json_values)
     key = draw(st.sampled_from(sorted(document)))
