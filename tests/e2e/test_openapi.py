@@ -41,7 +41,8 @@ from schemathesis.specs.openapi.checks import (
 from inferd.protocol import sagemaker
 from inferd.server.openapi import OPENAPI_PATH, document
 from inferd.server.openapi.schemas import EXAMPLE_MODEL, binary_example
-from inferd.testing.doors import SAGEMAKER_MODEL, EveryDoor, serve_every_door
+from inferd.testing.doors import SAGEMAKER_MODEL, EveryDoor
+from inferd.testing.fuzzing import RETRYABLE_CODES, error_code
 
 pytestmark = pytest.mark.e2e
 
@@ -49,8 +50,6 @@ pytestmark = pytest.mark.e2e
 POSITIVE_EXAMPLES = 10
 NEGATIVE_EXAMPLES = 5
 REGION = "input0_data"  # the document's example region
-# What a 503 may say: the server is overloaded or (a model) not ready, and a retry may succeed.
-RETRYABLE = {"OVERLOADED", "DEADLINE_UNREACHABLE", "MODEL_NOT_READY", "UNAVAILABLE"}
 # TF Serving's classify and regress answer 501 always: inferd's models have no Example-based
 # signatures, and 501 is the status TF Serving gives then (the README's conformance table).
 NEVER_OK = {
@@ -71,25 +70,12 @@ def _npy(ctx: Any, value: Any) -> bytes:
     return value if isinstance(value, bytes) else orjson.dumps(value)
 
 
-def error_code(response: Any) -> str:
-    """inferd's error code, wherever the door's body keeps it (OpenAI: error.code; TorchServe: error_code)."""
-    try:
-        body = orjson.loads(response.content)
-    except orjson.JSONDecodeError:
-        return ""
-    if not isinstance(body, dict):
-        return ""
-    inner = body.get("error")
-    found = inner.get("code") if isinstance(inner, dict) else body.get("error_code", body.get("code"))
-    return found if isinstance(found, str) else ""
-
-
 def no_server_error(ctx: Any, response: Any, case: Any) -> None:
     status = response.status_code
     if status < 500:
         return
-    code = error_code(response)
-    if status == 503 and code in RETRYABLE:
+    code = error_code(response.content)
+    if status == 503 and code in RETRYABLE_CODES:
         return
     if status == 501 and case.operation.label in NEVER_OK and code == "UNSUPPORTED":
         return
@@ -131,8 +117,9 @@ class Api:
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    with serve_every_door(tmp_path_factory.mktemp("every-door")) as door, requests.Session() as session:
+def api(every_door: EveryDoor) -> Iterator[Api]:
+    door = every_door
+    with requests.Session() as session:
         base_url = f"http://{door.server.http_url}"
         served = session.get(base_url + OPENAPI_PATH, timeout=30).json()
         assert served == orjson.loads(orjson.dumps(document(sagemaker_multi_model=True)))
