@@ -66,6 +66,7 @@ class Tally:
 
     by_class: Counter[str] = field(default_factory=Counter)
     by_door: Counter[str] = field(default_factory=Counter)
+    by_door_class: Counter[tuple[str, str]] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
     keep: int = 20
 
@@ -76,12 +77,14 @@ class Tally:
     def add(self, door: str, kind: str, detail: str = "") -> None:
         self.by_class[kind] += 1
         self.by_door[door] += 1
+        self.by_door_class[door, kind] += 1
         if kind in ("5xx", "hang") and len(self.failures) < self.keep:
             self.failures.append(f"{door}: {kind}: {detail}"[:600])
 
     def merge(self, other: Tally) -> None:
         self.by_class.update(other.by_class)
         self.by_door.update(other.by_door)
+        self.by_door_class.update(other.by_door_class)
         self.failures.extend(other.failures[: max(0, self.keep - len(self.failures))])
 
 
