@@ -42,6 +42,16 @@ _VALUE_FIELDS = {
     DataType.UINT64: "uint64_val",
     DataType.BYTES: "string_val",
 }
+# The numpy type that holds each numeric *_val field's values exactly (protobuf's own widths).
+_FIELD_DTYPES = {
+    "float_val": np.float32,
+    "double_val": np.float64,
+    "int_val": np.int64,
+    "int64_val": np.int64,
+    "bool_val": np.bool_,
+    "uint32_val": np.uint64,
+    "uint64_val": np.uint64,
+}
 
 
 def model_spec_version(spec: Any) -> tuple[str, str]:
@@ -97,7 +107,8 @@ def tensor_from_proto(name: str, proto: Any) -> Tensor:
     elif datatype is DataType.FP16:
         array = np.array(values, dtype=np.int32).astype(np.uint16).view(np.float16)
     else:
-        array = _checked(name, datatype, np.array(values))
+        # Read at the field's own width: numpy would read [2**64 - 1, 5] as float64 and lose them.
+        array = _checked(name, datatype, np.array(values, dtype=_FIELD_DTYPES[_VALUE_FIELDS[datatype]]))
     if len(array) < count:  # TensorFlow repeats the last value over the rest
         itemsize = 8 if datatype is DataType.BYTES else datatype.numpy_dtype.itemsize
         if count * itemsize > MAX_FILLED_BYTES:
