@@ -21,6 +21,7 @@ from inferd.protocol import (
     openai_embeddings,
     sagemaker,
     shared_memory,
+    tfserving_grpc,
     tfserving_json,
 )
 from inferd.testing import strategies as gen
@@ -146,3 +147,9 @@ def test_compressed_bodies(body: bytes, encoding: bytes) -> None:
 @given(body=st.binary(max_size=64) | gen.json_values.map(gen.encode_json))
 def test_any_json_body(body: bytes) -> None:
     refuses_only_with_inferd_errors(lambda: json_v2.load_json(body))
+
+
+@FUZZ
+@given(message=gen.tfserving_predict_requests())
+def test_tfserving_grpc_predict_request(message: Any) -> None:
+    refuses_only_with_inferd_errors(lambda: tfserving_grpc.decode_predict(message))

@@ -3,7 +3,8 @@ decoder must raise InferdError and nothing else), the e2e fuzz tests and `benchm
 
     values        the target models, JSON values, tensor elements, shapes, mutations
     kserve        v2 JSON, v2 with binary tensors, gRPC ModelInferRequest
-    doors         TF Serving REST, SageMaker, TorchServe, OpenAI, repository and shared memory bodies
+    doors         TF Serving REST and gRPC PredictRequest, SageMaker, TorchServe, OpenAI, repository and
+                  shared memory bodies
     model_config  config.pbtxt text
     calls         whole HTTP and gRPC requests to a server with every door on
 
@@ -20,6 +21,7 @@ from inferd.testing.strategies.doors import (
     sagemaker_bodies,
     sagemaker_load_documents,
     tfserving_documents,
+    tfserving_predict_requests,
     torchserve_bodies,
     unload_documents,
 )
@@ -46,6 +48,7 @@ __all__ = [
     "sagemaker_bodies",
     "sagemaker_load_documents",
     "tfserving_documents",
+    "tfserving_predict_requests",
     "torchserve_bodies",
     "unload_documents",
     "v2_binary_bodies",

@@ -12,9 +12,11 @@ import numpy as np
 from hypothesis import strategies as st
 
 from inferd.protocol import sagemaker
-from inferd.testing.strategies.kserve import v2_binary_bodies, v2_documents
+from inferd.testing.strategies.kserve import grpc_dims, v2_binary_bodies, v2_documents
 from inferd.testing.strategies.values import (
     Target,
+    array_bytes,
+    element_count,
     elements,
     encode_json,
     header_text,
@@ -22,6 +24,8 @@ from inferd.testing.strategies.values import (
     model_names,
     mutated,
     one_in,
+    small_count,
+    target_shape,
     targets,
     usually,
 )
@@ -170,3 +174,63 @@ register_documents = st.fixed_dictionaries(
 sagemaker_load_documents = st.fixed_dictionaries(
     {"model_name": model_names | json_values, "url": st.text(max_size=16) | json_values}
 ).flatmap(mutated)
+
+
+# -- TF Serving gRPC -------------------------------------------------------------------------------
+
+# Values of each TensorProto *_val field, and the datatypes that write to it.
+_TF_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "float_val": st.floats(width=32),
+    "double_val": st.floats(),
+    "int_val": st.integers(-(2**31), 2**31 - 1),
+    "int64_val": st.integers(-(2**63), 2**63 - 1),
+    "bool_val": st.booleans(),
+    "half_val": st.integers(-(2**31), 2**31 - 1),
+    "uint32_val": st.integers(0, 2**32 - 1),
+    "uint64_val": st.integers(0, 2**64 - 1),
+    "string_val": st.binary(max_size=8),
+}
+_TF_FIELD = {
+    DataType.FP32: "float_val", DataType.FP64: "double_val", DataType.INT32: "int_val", DataType.INT16: "int_val",
+    DataType.INT8: "int_val", DataType.UINT8: "int_val", DataType.UINT16: "int_val", DataType.INT64: "int64_val",
+    DataType.BOOL: "bool_val", DataType.FP16: "half_val", DataType.UINT32: "uint32_val",
+    DataType.UINT64: "uint64_val", DataType.BYTES: "string_val",
+}  # fmt: skip
+
+
+@st.composite
+def tfserving_predict_requests(draw: st.DrawFn, target: Target | None = None) -> Any:
+    """A TF Serving PredictRequest: each input a TensorProto in its *_val field or tensor_content
+    (fewer values than the shape holds are repeated, as TensorFlow does), dtypes and shapes from
+    right to hostile, a version or label, an output filter."""
+    from inferd.protocol.tf_types import tf_name
+    from inferd.protocol.tfserving_pb import tensorflow_pb2 as tf_pb
+    from inferd.protocol.tfserving_pb import tensorflow_serving_pb2 as serving_pb
+
+    target = target or draw(targets)
+    message = serving_pb.PredictRequest()
+    message.model_spec.name = draw(usually(st.just(target.model), model_names, 12))
+    choice = draw(st.integers(0, 5))
+    if choice == 0:
+        message.model_spec.version.value = draw(usually(st.just(1), st.integers(-5, 2**62)))
+    elif choice == 1:
+        message.model_spec.version_label = draw(usually(st.just("stable"), st.text(max_size=5)))
+    if one_in(draw, 8):
+        message.model_spec.signature_name = draw(st.sampled_from(["serving_default", "other", ""]))
+    for name, wanted, dims in target.inputs:
+        datatype = draw(st.sampled_from(list(DataType))) if one_in(draw, 12) else wanted
+        tensor = message.inputs[draw(usually(st.just(name), st.text(max_size=5), 16))]
+        tensor.dtype = draw(usually(st.just(tf_pb.DataType.Value(tf_name(datatype))), st.integers(0, 30), 16))
+        shape = draw(st.lists(grpc_dims, max_size=3)) if one_in(draw, 10) else draw(target_shape(target, dims))
+        tensor.tensor_shape.dim.extend(tf_pb.TensorShapeProto.Dim(size=size) for size in shape)
+        if one_in(draw, 20):
+            tensor.tensor_shape.unknown_rank = True
+        if datatype is not DataType.BYTES and one_in(draw, 3):
+            tensor.tensor_content = draw(array_bytes(datatype, shape))
+            continue
+        field = _TF_FIELD[datatype]
+        count = element_count(shape) if small_count(shape) else 1
+        count = draw(usually(st.just(count), st.integers(0, max(count, 1)), 6))  # TF repeats the last value
+        getattr(tensor, field).extend(draw(st.lists(_TF_VALUES[field], min_size=count, max_size=count)))
+    message.output_filter.extend(draw(st.lists(st.sampled_from(["OUTPUT0", "y", "EMBEDDING", "nope"]), max_size=2)))
+    return message
