@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Fuzzing at scale: generated requests for every door (KServe v2 JSON and binary, KServe gRPC
-ModelInfer, TF Serving REST, SageMaker, TorchServe, OpenAI, the repository and shared memory
+ModelInfer, TF Serving REST and gRPC Predict, SageMaker, TorchServe, OpenAI, the repository and shared memory
 routes) against one real `inferd serve` with every door on, from the hypothesis strategies the
 tests use (`inferd.testing.strategies`).
 
@@ -48,6 +48,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 class Job:
     http_port: int
     grpc_port: int
+    tfserving_grpc_port: int
     requests: int
     deadline: float  # time.time() after which a worker sends no more
     timeout_s: float
@@ -57,9 +58,10 @@ class Job:
 def worker(job: Job, reports: Any, stop: Any) -> None:
     """Send generated calls until the job's share is sent, the deadline passes or `stop` is set;
     report a Tally after each round, or the exception that ended the worker (as text)."""
-    http, grpc = HttpSender(job.http_port, job.timeout_s), GrpcSender(job.grpc_port, job.timeout_s)
-    # One gRPC call for every eight HTTP ones: the HTTP doors are eight, gRPC's ModelInfer is one.
-    calls = st.one_of(*([http_calls()] * 8), grpc_calls())
+    http = HttpSender(job.http_port, job.timeout_s)
+    grpc = GrpcSender(job.grpc_port, job.tfserving_grpc_port, job.timeout_s)
+    # Eight kinds of HTTP call, two of gRPC (KServe's ModelInfer, TF Serving's Predict): one weight each.
+    calls = st.one_of(*([http_calls()] * 4), grpc_calls())
     sent = 0
     try:
         while sent < job.requests and time.time() < job.deadline and not stop.is_set():
@@ -115,7 +117,15 @@ def fuzz(args: argparse.Namespace, workspace: Path) -> Run:
         deadline = time.time() + args.seconds if args.seconds else float("inf")
         shares = [args.requests // args.workers + (i < args.requests % args.workers) for i in range(args.workers)]
         jobs = [
-            Job(door.server.http_port, door.server.grpc_port, share, deadline, args.timeout, args.round)
+            Job(
+                door.server.http_port,
+                door.server.grpc_port,
+                door.tfserving_grpc_port,
+                share,
+                deadline,
+                args.timeout,
+                args.round,
+            )
             for share in shares
         ]
         processes = [context.Process(target=worker, args=(job, reports, stop), daemon=True) for job in jobs]

@@ -1,9 +1,9 @@
-"""Generated requests (`inferd.testing.strategies`) thrown at every door of a real server, HTTP and
-gRPC: bodies near valid and far from it, headers, versions and models of every kind. Whatever
-arrives, the answer is a 2xx, a 4xx or a 503 that says to retry (overload, not ready), never
-another 5xx and never a hang, and the server keeps serving. The counts are printed (`-s`) and
-checked, so a generator that stopped generating cannot pass unnoticed; `benchmarks/fuzz.py` runs
-the same calls by the hundred thousand."""
+"""Generated requests (`inferd.testing.strategies`) thrown at every door of a real server, HTTP
+and gRPC (KServe's ModelInfer, TF Serving's Predict): bodies near valid and far from it, headers,
+versions and models of every kind. Whatever arrives, the answer is a 2xx, a 4xx or a 503 that says
+to retry (overload, not ready), never another 5xx and never a hang, and the server keeps serving.
+The counts are printed (`-s`) and checked, so a generator that stopped generating cannot pass
+unnoticed; `benchmarks/fuzz.py` runs the same calls by the hundred thousand."""
 
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ def test_http_doors_answer_no_5xx(every_door: EveryDoor, tally: Tally) -> None:
     check(tally, before, HTTP_CALLS, every_door)
 
 
-def test_grpc_model_infer_answers_no_internal_error(every_door: EveryDoor, tally: Tally) -> None:
-    sender, before = GrpcSender(every_door.server.grpc_port, TIMEOUT_S), tally.requests
+def test_grpc_doors_answer_no_internal_error(every_door: EveryDoor, tally: Tally) -> None:
+    sender, before = GrpcSender(every_door.server.grpc_port, every_door.tfserving_grpc_port, TIMEOUT_S), tally.requests
 
     @settings(SETTINGS, max_examples=GRPC_CALLS)
     @given(call=grpc_calls())

@@ -1,5 +1,5 @@
-"""A server with every REST door on (`--sagemaker`, explicit model control) over models that every
-door can reach with a 2xx, for the OpenAPI conformance test and the fuzzers (tests and
+"""A server with every door on (`--sagemaker`, explicit model control, TF Serving's gRPC port) over
+models that every door can reach with a 2xx, for the OpenAPI conformance test and the fuzzers (tests and
 `benchmarks/fuzz.py`):
 
     add_sub             INPUT0, INPUT1 FP32 [-1, 16] -> OUTPUT0 (sum), OUTPUT1 (difference): the
@@ -47,6 +47,7 @@ class EveryDoor:
     repository: Path
     # --sagemaker-model-root: POST /models loads folders under it.
     model_root: Path
+    tfserving_grpc_port: int
 
     @property
     def sagemaker_url(self) -> str:
@@ -100,6 +101,7 @@ def serve_every_door(workspace: Path, *extra_args: str) -> Iterator[EveryDoor]:
     repository = build_repository(workspace / "repository")
     model_root = build_model_root(workspace / "sagemaker-models")
     ports = (free_port(), free_port(), free_port())
+    tfserving_grpc_port = free_port()
     args = (
         "--sagemaker",
         "--sagemaker-model-root",
@@ -108,9 +110,11 @@ def serve_every_door(workspace: Path, *extra_args: str) -> Iterator[EveryDoor]:
         "explicit",
         "--load-model",
         "*",
+        "--tfserving-grpc-port",
+        str(tfserving_grpc_port),
         *extra_args,
     )
     # With --sagemaker the HTTP port is SageMaker's variable, as the platform sets it.
     env = {"SAGEMAKER_BIND_TO_PORT": str(ports[0])}
     with run_server(repository, workspace / "server.log", *args, ports=ports, env=env) as server:
-        yield EveryDoor(server, repository, model_root)
+        yield EveryDoor(server, repository, model_root, tfserving_grpc_port)

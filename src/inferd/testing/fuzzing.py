@@ -126,18 +126,25 @@ class HttpSender:
 
 
 class GrpcSender:
-    def __init__(self, port: int, timeout_s: float) -> None:
+    """KServe's ModelInfer and TF Serving's Predict, each on its own port (by the call's door)."""
+
+    def __init__(self, kserve_port: int, tfserving_port: int, timeout_s: float) -> None:
         import grpc
         from tritonclient.grpc import service_pb2_grpc
 
+        from inferd.protocol.tfserving_pb import tensorflow_serving_pb2_grpc
+
         self._grpc = grpc
         self._timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        self._stub: Any = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+        self._channels = [grpc.insecure_channel(f"127.0.0.1:{port}") for port in (kserve_port, tfserving_port)]
+        self._calls: dict[str, Any] = {
+            "kserve_grpc": service_pb2_grpc.GRPCInferenceServiceStub(self._channels[0]).ModelInfer,
+            "tfserving_grpc": tensorflow_serving_pb2_grpc.PredictionServiceStub(self._channels[1]).Predict,  # type: ignore[no-untyped-call]
+        }
 
     def send(self, call: GrpcCall, tally: Tally) -> None:
         try:
-            self._stub.ModelInfer(call.message, timeout=self._timeout_s)
+            self._calls[call.door](call.message, timeout=self._timeout_s)
         except self._grpc.RpcError as error:
             status = error.code().name
             if status == "DEADLINE_EXCEEDED":
@@ -149,4 +156,5 @@ class GrpcSender:
         tally.add(call.door, "2xx")
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in self._channels:
+            channel.close()

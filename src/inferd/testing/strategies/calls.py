@@ -18,6 +18,7 @@ from inferd.testing.strategies.doors import (
     sagemaker_bodies,
     sagemaker_load_documents,
     tfserving_documents,
+    tfserving_predict_requests,
     torchserve_bodies,
     unload_documents,
 )
@@ -181,4 +182,8 @@ def http_calls() -> st.SearchStrategy[HttpCall]:
 
 
 def grpc_calls() -> st.SearchStrategy[GrpcCall]:
-    return model_infer_requests().map(lambda message: GrpcCall("kserve_grpc", message))
+    """KServe's ModelInfer or TF Serving's Predict."""
+    return st.one_of(
+        model_infer_requests().map(lambda message: GrpcCall("kserve_grpc", message)),
+        tfserving_predict_requests().map(lambda message: GrpcCall("tfserving_grpc", message)),
+    )
