@@ -376,3 +376,18 @@ def test_shapes_no_array_can_have_are_a_400(server: ServerProcess, shape: list[i
     request.raw_input_contents.append(b"")
     error = grpc_infer_error(server, request)
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "larger than any tensor" in error.details()
+
+
+def test_a_version_in_digits_int_cannot_read_is_not_found(server: ServerProcess) -> None:
+    # "¹".isdigit() is True but int("¹") raises: this version was a 500 over every door (found by
+    # benchmarks/fuzz.py through gRPC ModelInfer).
+    for method, path in (
+        ("GET", "/v2/models/add_sub/versions/%C2%B9"),
+        ("POST", "/v2/models/add_sub/versions/%C2%B9/infer"),
+    ):
+        reply = http_request(server, method, path, orjson.dumps({"inputs": [fp32_input("INPUT0", [1, 16])]}))
+        assert (reply.status, orjson.loads(reply.body)["code"]) == (404, "VERSION_NOT_FOUND"), reply.body
+    request = service_pb2.ModelInferRequest(model_name="add_sub", model_version="¹")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(1.0)
+    error = grpc_infer_error(server, request)
+    assert error.code() is grpc.StatusCode.NOT_FOUND, error.details()

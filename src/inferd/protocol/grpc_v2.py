@@ -247,7 +247,7 @@ def decode_error(status_name: str, details: str, trailing: Sequence[tuple[str, A
         retry_after_s = float(fields["retry_after_ms"]) / 1000
     else:
         seconds = next((str(value) for key, value in trailing if key == "retry-after"), "")
-        retry_after_s = float(seconds) if seconds.isdigit() else None
+        retry_after_s = float(seconds) if seconds.isascii() and seconds.isdigit() else None
     error = error_from_grpc(
         status_name,
         fields.get("code"),

@@ -197,7 +197,7 @@ def decode_error_response(status: int, body: bytes, *, retry_after: str | None =
     retry_after_s: float | None = None
     if isinstance(document.get("retry_after_ms"), int | float):
         retry_after_s = float(document["retry_after_ms"]) / 1000
-    elif retry_after and retry_after.strip().isdigit():
+    elif retry_after and retry_after.strip().isascii() and retry_after.strip().isdigit():
         retry_after_s = float(retry_after.strip())
     error = error_from_http(
         status,

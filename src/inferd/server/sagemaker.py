@@ -222,7 +222,7 @@ def _as_datatype(array: np.ndarray[Any, Any], datatype: DataType) -> np.ndarray[
 
 def _header_size(parameters: dict[str, str], request: HttpRequest) -> int:
     raw = parameters.get(sagemaker.HEADER_SIZE_PARAMETER, "")
-    if not raw.isdigit() or int(raw) > len(request.body):
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > len(request.body):
         raise InvalidRequestError(
             f"{sagemaker.TRITON_BINARY} needs {sagemaker.HEADER_SIZE_PARAMETER}=N, "
             f"N at most the body's {len(request.body)} bytes; got {raw!r}"
