@@ -153,11 +153,11 @@ def report(api: Api) -> None:
 @contextlib.contextmanager
 def prepared(api: Api, label: str) -> Iterator[None]:
     """The state the operation's examples need, and what it may change put back after."""
-    if "/systemsharedmemory/region/{region}/" in label:
-        status = registered_key(api)
+    if "/systemsharedmemory/region/{region}/" in label:  # registered for status and unregister, not register
         api.send("POST", f"/v2/systemsharedmemory/region/{REGION}/unregister")
         if not label.endswith("/register"):
-            assert api.send("POST", f"/v2/systemsharedmemory/region/{REGION}/register", status).status_code == 200
+            body = {"key": api.region_key, "offset": 0, "byte_size": 64}
+            assert api.send("POST", f"/v2/systemsharedmemory/region/{REGION}/register", body).status_code == 200
     loaded = api.send("GET", f"/models/{SAGEMAKER_MODEL}").status_code == 200
     if label == "POST /models" and loaded:
         assert api.send("DELETE", f"/models/{SAGEMAKER_MODEL}").status_code == 200
@@ -169,10 +169,6 @@ def prepared(api: Api, label: str) -> Iterator[None]:
     finally:
         if label.startswith("POST /v2/repository/models/"):  # the examples unload and load add_sub
             assert api.send("POST", f"/v2/repository/models/{EXAMPLE_MODEL}/load").status_code == 200
-
-
-def registered_key(api: Api) -> dict[str, Any]:
-    return {"key": api.region_key, "offset": 0, "byte_size": 64}
 
 
 def run_cases(api: Api, strategy: Any, checks: list[Callable[..., None]], count: int) -> None:
