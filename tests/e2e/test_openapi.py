@@ -143,7 +143,8 @@ def example(document: dict[str, Any], path: str, method: str) -> Any:
 
 
 def report(api: Api) -> None:
-    print("\nper operation: 2xx / all answers, and every status")
+    sent = sum(sum(counts.values()) for counts in api.statuses.values())
+    print(f"\nschemathesis sent {sent} requests; per operation: 2xx / all answers, and every status")
     for label in OPERATIONS:
         counts = api.statuses.get(label, Counter())
         ok = sum(n for status, n in counts.items() if 200 <= status < 300)
