@@ -18,6 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from inferd.testing.doors import EveryDoor, serve_every_door
 from inferd.testing.models import add_sub_model, identity_model, mlp_model, write_config
 from inferd.testing.server import ServerProcess, run_server
 from inferd.types import DataType
@@ -149,6 +150,15 @@ def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     log_path = tmp_path_factory.mktemp("logs") / "server.log"
     with run_server(repository, log_path, "--max-request-bytes", str(MAX_REQUEST_BYTES)) as process:
         yield process
+
+
+@pytest.fixture(scope="session")
+def every_door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EveryDoor]:
+    """A server with every REST door on (--sagemaker, explicit model control) over models each door
+    can serve (inferd.testing.doors), shared by the OpenAPI conformance test and the fuzz tests;
+    whatever a test changes there (a model unloaded, a region registered) it puts back."""
+    with serve_every_door(tmp_path_factory.mktemp("every-door")) as door:
+        yield door
 
 
 class Clients:

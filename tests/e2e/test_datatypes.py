@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import orjson
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.testing.server import ServerProcess
 from inferd.types import DataType
-from tests.e2e.conftest import Clients
+from tests.e2e.conftest import Clients, http_request
 
 pytestmark = pytest.mark.e2e
 
@@ -130,3 +131,16 @@ def test_bytes_that_are_not_utf8_pass_through_grpc(clients: Clients, server: Ser
     tensor.set_data_from_numpy(BLOBS)
     output = client.infer("identity_bytes", [tensor]).as_numpy("OUTPUT0")
     assert list(output.reshape(-1)) == list(BLOBS.reshape(-1))
+
+
+@pytest.mark.parametrize("datatype", ["FP16", "FP32"])
+def test_json_numbers_past_a_float_types_range_are_infinite(server: ServerProcess, datatype: str) -> None:
+    # ±inf, as a C cast makes them (and Triton). numpy's overflow warning went to the server's log and
+    # failed the decoder under -W error (found by tests/unit/protocol/test_codec_fuzz.py).
+    entry = {"name": "INPUT0", "datatype": datatype, "shape": [1, 3], "data": [1e39, -1e39, 1.5]}
+    document = {"inputs": [entry], "parameters": {"binary_data_output": True}}
+    reply = http_request(server, "POST", f"/v2/models/identity_{datatype.lower()}/infer", orjson.dumps(document))
+    assert reply.status == 200, reply.body
+    data = reply.body[int(reply.headers["inference-header-content-length"]) :]
+    assert np.frombuffer(data, dtype=DataType(datatype).numpy_dtype).tolist() == [np.inf, -np.inf, 1.5]
+    assert "overflow encountered" not in server.log()

@@ -243,6 +243,8 @@ def test_failed_models_fail_alone_with_their_reason(server: ServerProcess) -> No
         assert reason in body["error"], body["error"]
         reply = http_request(server, "GET", f"/v2/models/{model}/ready")
         assert reply.status == 503
+        # The not-ready answer says why too (it had no body before the OpenAPI conformance test).
+        assert orjson.loads(reply.body)["code"] == "MODEL_NOT_READY" and reason in orjson.loads(reply.body)["error"]
         assert reason in server.log()
     # Everyone else still serves.
     status, body = post_infer(server, "mlp", {"inputs": [fp32_input("x", [1, 16])]})
@@ -355,3 +357,37 @@ def test_declared_length_over_the_limit_is_answered_at_once(server: ServerProces
     document = orjson.loads(body)
     assert (document["code"], document["request_id"]) == ("REQUEST_TOO_LARGE", "huge-1")
     assert "300000000 bytes" in document["error"]
+
+
+# A shape with a 0 holds no element, but numpy cannot make an array of [0, 2**62, 2**62] (ValueError):
+# these were 500s (found while writing the codec strategies, inferd.testing.strategies).
+HUGE_EMPTY_SHAPES = [[0, 2**62, 2**62], [1, 0, 2**63 - 1]]
+
+
+@pytest.mark.parametrize("shape", HUGE_EMPTY_SHAPES)
+def test_shapes_no_array_can_have_are_a_400(server: ServerProcess, shape: list[int]) -> None:
+    entry = {"name": "INPUT0", "datatype": "FP32", "shape": shape}
+    status, body = post_infer(server, "identity_fp32", {"inputs": [{**entry, "data": []}]})
+    assert (status, body["code"]) == (400, "INVALID_TENSOR_DATA"), body
+    binary = post_binary(server, "identity_fp32", {"inputs": [{**entry, "parameters": {"binary_data_size": 0}}]}, b"")
+    assert (binary.status, orjson.loads(binary.body)["code"]) == (400, "INVALID_TENSOR_DATA")
+    request = service_pb2.ModelInferRequest(model_name="identity_fp32")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=shape)
+    request.raw_input_contents.append(b"")
+    error = grpc_infer_error(server, request)
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "larger than any tensor" in error.details()
+
+
+def test_a_version_in_digits_int_cannot_read_is_not_found(server: ServerProcess) -> None:
+    # "¹".isdigit() is True but int("¹") raises: this version was a 500 over every door (found by
+    # benchmarks/fuzz.py through gRPC ModelInfer).
+    for method, path in (
+        ("GET", "/v2/models/add_sub/versions/%C2%B9"),
+        ("POST", "/v2/models/add_sub/versions/%C2%B9/infer"),
+    ):
+        reply = http_request(server, method, path, orjson.dumps({"inputs": [fp32_input("INPUT0", [1, 16])]}))
+        assert (reply.status, orjson.loads(reply.body)["code"]) == (404, "VERSION_NOT_FOUND"), reply.body
+    request = service_pb2.ModelInferRequest(model_name="add_sub", model_version="¹")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(1.0)
+    error = grpc_infer_error(server, request)
+    assert error.code() is grpc.StatusCode.NOT_FOUND, error.details()

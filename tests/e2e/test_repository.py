@@ -178,6 +178,23 @@ def test_config_override_that_fails_leaves_the_old_version_serving(
     assert client.get_model_config("mlp")["max_batch_size"] == 8
 
 
+def test_load_files_in_a_folder_named_with_digits_int_cannot_read_is_a_400(explicit_server: ServerProcess) -> None:
+    # "¹".isdigit() is True but int("¹") raises: such a file path was a 500.
+    body = json.dumps({"parameters": {"config": "{}", "file:\u00b9/model.onnx": "AAAA"}}).encode()
+    reply = http_request(explicit_server, "POST", "/v2/repository/models/mlp/load", body)
+    assert reply.status == 400 and json.loads(reply.body)["code"] == "LOAD_REQUEST_FAILED", reply.body
+    assert http_request(explicit_server, "GET", "/v2/models/mlp/ready").status == 200
+
+
+@pytest.mark.parametrize("override", ["t", "[1]", '{"max_batch_size": "many"}', '{"name": "other"}'])
+def test_a_config_override_that_is_no_config_is_a_400(explicit_server: ServerProcess, override: str) -> None:
+    # Found by schemathesis (tests/e2e/test_openapi.py): such an override was a 503 MODEL_CONFIG_INVALID.
+    body = json.dumps({"parameters": {"config": override}}).encode()
+    reply = http_request(explicit_server, "POST", "/v2/repository/models/mlp/load", body)
+    assert reply.status == 400 and json.loads(reply.body)["code"] == "LOAD_REQUEST_FAILED", reply.body
+    assert http_request(explicit_server, "GET", "/v2/models/mlp/ready").status == 200
+
+
 def test_load_with_files_serves_a_model_sent_by_the_client(
     clients: Clients, explicit_server: ServerProcess, tmp_path: Path
 ) -> None:

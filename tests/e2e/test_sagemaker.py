@@ -17,6 +17,7 @@ from botocore.config import Config
 from click.testing import CliRunner
 
 from inferd.cli.serve import sagemaker_ports
+from inferd.protocol import sagemaker
 from inferd.testing.models import add_sub_model, mlp_model, write_config
 from inferd.testing.server import ServerProcess, free_port, run_server
 from tests.e2e.conftest import http_request
@@ -127,6 +128,14 @@ def test_content_type_and_accept_errors(sagemaker_server: ServerProcess) -> None
     assert post(v2_body(ROWS), {"Content-Type": "application/json", "Accept": "image/png"}) == 406
     assert post(b"not npy", {"Content-Type": "application/x-npy"}) == 400
     assert post(b"1,2\n3", {"Content-Type": "text/csv"}) == 400
+    # "¹".isdigit() is True but int("¹") raises: that json-header-size was a 500 (beside the version
+    # benchmarks/fuzz.py found so).
+    binary = f"{sagemaker.TRITON_BINARY};{sagemaker.HEADER_SIZE_PARAMETER}=\u00b9"  # sent as Latin-1: b"\xb9"
+    reply = http_request(sagemaker_server, "POST", "/invocations", v2_body(ROWS), {"Content-Type": binary})
+    assert reply.status == 400 and orjson.loads(reply.body)["code"] == "INVALID_ARGUMENT", reply.body
+    # An empty CSV body held no rows: numpy warned into the log and the model got an empty batch.
+    empty = http_request(sagemaker_server, "POST", "/invocations", b"\n", {"Content-Type": "text/csv"})
+    assert empty.status == 400 and b"no rows" in empty.body
     assert post(b"{}", {"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Model": "ghost"}) == 404
     # add_sub has two inputs: one array cannot feed it.
     buffer = io.BytesIO()
@@ -205,6 +214,10 @@ def test_model_urls_must_stay_under_the_model_root(
     )
     assert reply.status == 400 and b"not under the model root" in reply.body
     assert http_request(sagemaker_server, "POST", "/models", b'{"url": 3}').status == 400
+    # Found by schemathesis (tests/e2e/test_openapi.py): these were 500s (ValueError, OSError).
+    for url in (str(model_root / "a\0b"), str(model_root / ("x" * 300))):
+        reply = http_request(sagemaker_server, "POST", "/models", orjson.dumps({"model_name": "x", "url": url}))
+        assert reply.status == 400 and orjson.loads(reply.body)["code"] == "LOAD_REQUEST_FAILED", reply.body
     assert (
         http_request(
             sagemaker_server,

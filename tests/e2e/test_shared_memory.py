@@ -115,6 +115,9 @@ def test_bad_regions_and_placements_are_the_clients_errors(server: ServerProcess
             client.register_system_shared_memory("nothing", "/inferd_nothing", 16)
         with pytest.raises(InferenceServerException, match="is not a POSIX shared memory name"):
             client.register_system_shared_memory("escape", "/../etc/passwd", 16)
+        # A NUL in the key was a 500 (os.open's ValueError); found by schemathesis (tests/e2e/test_openapi.py).
+        with pytest.raises(InferenceServerException, match="is not a POSIX shared memory name"):
+            client.register_system_shared_memory("nul", "/inferd\0x", 16)
         with pytest.raises(InferenceServerException, match="is past the end"):
             client.register_system_shared_memory(name, key, X.nbytes + 1)
         client.register_system_shared_memory(name, key, X.nbytes)

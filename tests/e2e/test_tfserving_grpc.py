@@ -235,3 +235,41 @@ def test_batching_parameters_file_carries_over(repository: Path, tmp_path: Path)
     assert [group["count"] for group in config["instance_group"]] == [4]
     assert unbatched["max_batch_size"] == 0 and "dynamic_batching" not in unbatched
     assert "batch_timeout_micros 1000 -> dynamic_batching max_queue_delay_microseconds 1000" in log
+
+
+def test_a_shape_no_array_can_have_is_invalid_argument(tf_server: tuple[ServerProcess, int]) -> None:
+    # [0, 2**62, 2**62] holds no element, yet numpy cannot make it: this was a 500 (INTERNAL).
+    import grpc
+
+    from inferd.protocol.tfserving_pb import tensorflow_pb2, tensorflow_serving_pb2, tensorflow_serving_pb2_grpc
+
+    request = tensorflow_serving_pb2.PredictRequest()
+    request.model_spec.name = "identity_fp32"
+    tensor = request.inputs["INPUT0"]
+    tensor.dtype = tensorflow_pb2.DT_FLOAT
+    tensor.tensor_shape.dim.extend(tensorflow_pb2.TensorShapeProto.Dim(size=size) for size in (0, 2**62, 2**62))
+    with grpc.insecure_channel(f"127.0.0.1:{tf_server[1]}") as channel:
+        stub = tensorflow_serving_pb2_grpc.PredictionServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.Predict(request, timeout=10)
+    assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT, raised.value.details()
+    assert "larger than any tensor" in raised.value.details()
+
+
+def test_uint64_values_past_int64_stay_exact(tf_server: tuple[ServerProcess, int]) -> None:
+    # numpy read uint64_val [2**64 - 1, 5] as float64: the values came back rounded (found by the
+    # codec fuzz tests, tests/unit/protocol/test_codec_fuzz.py).
+    import grpc
+
+    from inferd.protocol.tfserving_pb import tensorflow_pb2, tensorflow_serving_pb2, tensorflow_serving_pb2_grpc
+
+    values = [2**64 - 1, 5, 2**63]
+    request = tensorflow_serving_pb2.PredictRequest()
+    request.model_spec.name = "identity_uint64"
+    tensor = request.inputs["INPUT0"]
+    tensor.dtype = tensorflow_pb2.DT_UINT64
+    tensor.tensor_shape.dim.extend(tensorflow_pb2.TensorShapeProto.Dim(size=size) for size in (1, 3))
+    tensor.uint64_val.extend(values)
+    with grpc.insecure_channel(f"127.0.0.1:{tf_server[1]}") as channel:
+        response = tensorflow_serving_pb2_grpc.PredictionServiceStub(channel).Predict(request, timeout=10)
+    assert np.frombuffer(response.outputs["OUTPUT0"].tensor_content, dtype="<u8").tolist() == values

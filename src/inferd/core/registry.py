@@ -249,7 +249,7 @@ class ModelRegistry:
                                        _not_ready_message(record))
                 )  # fmt: skip
             return default
-        if not version.isdigit():
+        if not (version.isascii() and version.isdigit()):  # int() refuses "¹", which isdigit() takes
             raise VersionNotFoundError(
                 with_triton_phrase(f"failed to get model version from specified version string '{version}'",
                                    f"model '{name}' version '{version}' is not a positive integer")
@@ -565,9 +565,8 @@ class ModelRegistry:
             if fingerprint is not None:
                 available = fingerprint.version_numbers
             else:
-                available = sorted(
-                    int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0
-                )
+                numbered = (p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit())
+                available = sorted(int(name) for name in numbered if int(name) > 0)
             if not available and (config.ensemble is not None or not needs_files(config)):
                 available = [1]  # an ensemble or a remote model has no files: its empty `1/` may be left out
             selected = config.version_policy.select(available)

@@ -69,7 +69,7 @@ def fingerprint_of(files: Iterable[FileEntry]) -> ModelFingerprint:
     versions: dict[int, list[FileEntry]] = {}
     for entry in files:
         top = PurePosixPath(entry[0]).parts[0]
-        if top.isdigit() and int(top) > 0 and len(PurePosixPath(entry[0]).parts) > 1:
+        if top.isascii() and top.isdigit() and int(top) > 0 and len(PurePosixPath(entry[0]).parts) > 1:
             versions.setdefault(int(top), []).append(entry)
         else:
             shared.append(entry)
@@ -193,7 +193,7 @@ class FsspecRepository:
         manifest: dict[str, list[Any]] = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
         for (relative, size, tag), remote in self._listing(name):
             top = PurePosixPath(relative).parts[0]
-            if top.isdigit() and len(PurePosixPath(relative).parts) > 1 and int(top) not in wanted:
+            if top.isascii() and top.isdigit() and len(PurePosixPath(relative).parts) > 1 and int(top) not in wanted:
                 continue
             local = target / relative
             if manifest.get(relative) == [size, tag] and local.is_file() and local.stat().st_size == size:

@@ -81,10 +81,15 @@ class InferenceService:
     def model_ready(self, name: str, version: str = "") -> bool:
         """Raises NotFoundError for unknown models/versions; False when known but not ready."""
         try:
-            self._registry.handle(name, version)
+            self.check_model_ready(name, version)
         except ModelNotReadyError:
             return False
         return True
+
+    def check_model_ready(self, name: str, version: str = "") -> None:
+        """Raises NotFoundError for unknown models/versions, ModelNotReadyError (with the reason:
+        loading, unloaded, or why its load failed) when known but not ready."""
+        self._registry.handle(name, version)
 
     def model_versions(self, name: str, version: str = "") -> list[tuple[str, ModelState, str]]:
         """(version, state, reason) of each version of `name` inferd knows (only `version`'s when
@@ -229,8 +234,10 @@ class InferenceService:
         self._check_model_control("load")
         if files and not config_json:
             raise LoadRequestError(f"model '{name}': files sent with a load need a config beside them")
-        config = parse_model_config_json(config_json, model_name=name) if config_json else None
         try:
+            # Inside the try: an override that is not a config is the client's mistake (400), not
+            # a model that failed (503).
+            config = parse_model_config_json(config_json, model_name=name) if config_json else None
             await self._registry.load(name, config=config, files=files)
         except ModelLoadError as exc:
             # The client's request could not be done; the model's earlier versions still serve.

@@ -17,7 +17,7 @@ from inferd.errors import InferdError, MalformedRequestError, TensorDataError
 from inferd.protocol import model_config, shared_memory
 from inferd.protocol.request_id import REQUEST_ID_HEADER, check_request_id
 from inferd.protocol.status import error_from_grpc
-from inferd.protocol.tensor_bytes import tensor_from_bytes, tensor_to_bytes
+from inferd.protocol.tensor_bytes import check_shape_size, tensor_from_bytes, tensor_to_bytes
 from inferd.types import (
     BatchStatistics,
     DataType,
@@ -247,7 +247,7 @@ def decode_error(status_name: str, details: str, trailing: Sequence[tuple[str, A
         retry_after_s = float(fields["retry_after_ms"]) / 1000
     else:
         seconds = next((str(value) for key, value in trailing if key == "retry-after"), "")
-        retry_after_s = float(seconds) if seconds.isdigit() else None
+        retry_after_s = float(seconds) if seconds.isascii() and seconds.isdigit() else None
     error = error_from_grpc(
         status_name,
         fields.get("code"),
@@ -342,6 +342,7 @@ def _decode_inputs(message: Any, regions: shared_memory.RegionAccess | None) -> 
         shape = tuple(int(d) for d in item.shape)
         if any(d < 0 for d in shape):
             raise MalformedRequestError(f"input '{name}': shape {list(shape)} has a negative dimension", tensor=name)
+        check_shape_size(name, shape)
         place = placements[index]
         if place is not None:
             if _has_contents(item):

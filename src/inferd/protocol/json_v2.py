@@ -23,7 +23,7 @@ from inferd.errors import InferdError, MalformedRequestError, TensorDataError
 from inferd.protocol import shared_memory
 from inferd.protocol.request_id import check_request_id
 from inferd.protocol.status import error_from_http
-from inferd.protocol.tensor_bytes import tensor_from_bytes, tensor_to_bytes
+from inferd.protocol.tensor_bytes import check_shape_size, tensor_from_bytes, tensor_to_bytes
 from inferd.types import (
     BatchStatistics,
     DataType,
@@ -197,7 +197,7 @@ def decode_error_response(status: int, body: bytes, *, retry_after: str | None =
     retry_after_s: float | None = None
     if isinstance(document.get("retry_after_ms"), int | float):
         retry_after_s = float(document["retry_after_ms"]) / 1000
-    elif retry_after and retry_after.strip().isdigit():
+    elif retry_after and retry_after.strip().isascii() and retry_after.strip().isdigit():
         retry_after_s = float(retry_after.strip())
     error = error_from_http(
         status,
@@ -596,7 +596,9 @@ def _shape(raw: Any, name: str) -> tuple[int, ...]:
     # `type(d) is int` also refuses bools, which are ints to isinstance.
     if type(raw) is not list or not all(type(d) is int and d >= 0 for d in raw):
         raise MalformedRequestError(f"input '{name}': 'shape' must be a list of non-negative integers", tensor=name)
-    return tuple(raw)
+    shape = tuple(raw)
+    check_shape_size(name, shape)
+    return shape
 
 
 # What numpy infers from JSON numbers, per target datatype kind: ints must stay ints, etc.
@@ -639,14 +641,24 @@ def _array_from_buffer(data: Any, datatype: DataType) -> np.ndarray[Any, Any] | 
         return None
     if _outside_range(values, target):
         return None
-    return values.astype(target)
+    with np.errstate(over="ignore"):  # past a float type's range: ±inf, as numbers_from_json makes it
+        return values.astype(target)
 
 
 def numbers_from_json(name: str, datatype: DataType, data: list[Any], where: str = "") -> np.ndarray[Any, Any]:
     """JSON numbers (a flat or nested list) as an array of `datatype`, checked: no strings, no
-    floats for integers, no booleans among numbers, nothing outside the type's range. `where`
-    names the data in errors (default: the v2 input's 'data')."""
+    floats for integers, no booleans among numbers, nothing outside an integer type's range (a
+    number past a float type's range is ±inf, as a C cast and Triton make it). `where` names the
+    data in errors (default: the v2 input's 'data')."""
     where = where or f"input '{name}': 'data'"
+    if datatype.numpy_dtype.kind == "f":
+        # Said here, so numpy's overflow warning neither floods the log nor fails under -W error.
+        with np.errstate(over="ignore"):
+            return _numbers_from_json(name, datatype, data, where)
+    return _numbers_from_json(name, datatype, data, where)
+
+
+def _numbers_from_json(name: str, datatype: DataType, data: list[Any], where: str) -> np.ndarray[Any, Any]:
     target = datatype.numpy_dtype
     if set(map(type, data)) <= _PLAIN_TYPES[target.kind]:
         # The flat list of plain numbers most clients send: one conversion, no checks to make.

@@ -89,6 +89,8 @@ def decode_csv(body: bytes, datatype: DataType) -> np.ndarray[Any, Any]:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise TensorDataError("the CSV body is not UTF-8 text") from None
+    if not text.strip():
+        raise TensorDataError("the CSV body holds no rows")
     if datatype is DataType.BYTES:
         rows = [line.split(",") for line in text.splitlines() if line.strip()]
         widths = {len(row) for row in rows}

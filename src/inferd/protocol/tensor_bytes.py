@@ -7,6 +7,7 @@ allocation, so a request cannot make the server allocate more than it sent.
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any
 
@@ -16,6 +17,16 @@ from inferd.errors import TensorDataError
 from inferd.types import DataType, Tensor, element_count
 
 _LENGTH = struct.Struct("<I")
+# numpy holds at most 2**63 - 1 bytes in an array, counting its zero-size dimensions as one; with
+# elements of up to 8 bytes, the product of the dimensions that are not 0 must stay below this.
+MAX_SHAPE_PRODUCT = 2**60
+
+
+def check_shape_size(name: str, shape: tuple[int, ...]) -> None:
+    """TensorDataError for a shape no array can have: [0, 2**62, 2**62] holds no element, yet numpy
+    refuses to make it (ValueError), so a decoder must refuse it first."""
+    if math.prod(d for d in shape if d) >= MAX_SHAPE_PRODUCT:
+        raise TensorDataError(f"input '{name}': shape {list(shape)} is larger than any tensor can be", tensor=name)
 
 
 def tensor_from_bytes(name: str, datatype: DataType, shape: tuple[int, ...], data: bytes | memoryview) -> Tensor:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import MalformedRequestError, TensorDataError
+from inferd.protocol.tensor_bytes import check_shape_size
 from inferd.protocol.tf_types import DEFAULT_SIGNATURE, PREDICT_METHOD, STATE_NUMBERS, from_tf_number, tf_name
 from inferd.protocol.tfserving_json import check_signature_name
 from inferd.protocol.tfserving_pb import tensorflow_pb2 as tf_pb
@@ -40,6 +41,16 @@ _VALUE_FIELDS = {
     DataType.UINT32: "uint32_val",
     DataType.UINT64: "uint64_val",
     DataType.BYTES: "string_val",
+}
+# The numpy type that holds each numeric *_val field's values exactly (protobuf's own widths).
+_FIELD_DTYPES = {
+    "float_val": np.float32,
+    "double_val": np.float64,
+    "int_val": np.int64,
+    "int64_val": np.int64,
+    "bool_val": np.bool_,
+    "uint32_val": np.uint64,
+    "uint64_val": np.uint64,
 }
 
 
@@ -73,6 +84,7 @@ def tensor_from_proto(name: str, proto: Any) -> Tensor:
     shape = tuple(dim.size for dim in proto.tensor_shape.dim)
     if any(size < 0 for size in shape):
         raise TensorDataError(f"input '{name}': shape {list(shape)} has a negative dimension", tensor=name)
+    check_shape_size(name, shape)
     count = element_count(shape)
     if proto.tensor_content and datatype is not DataType.BYTES:
         dtype = datatype.numpy_dtype
@@ -95,7 +107,8 @@ def tensor_from_proto(name: str, proto: Any) -> Tensor:
     elif datatype is DataType.FP16:
         array = np.array(values, dtype=np.int32).astype(np.uint16).view(np.float16)
     else:
-        array = _checked(name, datatype, np.array(values))
+        # Read at the field's own width: numpy would read [2**64 - 1, 5] as float64 and lose them.
+        array = _checked(name, datatype, np.array(values, dtype=_FIELD_DTYPES[_VALUE_FIELDS[datatype]]))
     if len(array) < count:  # TensorFlow repeats the last value over the rest
         itemsize = 8 if datatype is DataType.BYTES else datatype.numpy_dtype.itemsize
         if count * itemsize > MAX_FILLED_BYTES:

@@ -37,7 +37,7 @@ def positive_parameter(config: ModelConfig, name: str) -> int | None:
     value = config.parameters.get(name)
     if value is None:
         return None
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise ModelConfigError(f"model '{config.name}': parameter {name} must be a positive integer, got {value!r}")
     return int(value)
 

@@ -28,6 +28,7 @@ from inferd.server.http11 import HttpLimits, HttpServer
 from inferd.server.kserve import KServeDoor
 from inferd.server.logging import configure_logging
 from inferd.server.openai import OpenAiDoor
+from inferd.server.openapi import document_bytes
 from inferd.server.prometheus import serve_metrics
 from inferd.server.routes import Router
 from inferd.server.sagemaker import SageMakerDoor
@@ -228,7 +229,9 @@ def build_router(
     service: InferenceService, settings: ServerSettings, regions: SharedMemoryRegions | None = None
 ) -> Router:
     """Every REST door on the HTTP port."""
-    kserve, tfserving = KServeDoor(service, settings.max_request_bytes, regions), TfServingDoor(service)
+    openapi = document_bytes(sagemaker_multi_model=settings.sagemaker)
+    kserve = KServeDoor(service, settings.max_request_bytes, regions, openapi)
+    tfserving = TfServingDoor(service)
     sagemaker = SageMakerDoor(
         service,
         kserve,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from inferd.core.service import InferenceService
-from inferd.errors import MalformedRequestError, UnsupportedError
+from inferd.errors import MalformedRequestError, NotFoundError, UnavailableError, UnsupportedError
 from inferd.protocol import http_compression, json_v2, model_config, shared_memory
 from inferd.server.auth import Access
 from inferd.server.http import deadline, json_response, kserve_error, response_headers
@@ -22,10 +22,17 @@ _JSON_HEADERS = [(b"content-type", json_v2.JSON_CONTENT_TYPE)]
 
 class KServeDoor:
     def __init__(
-        self, service: InferenceService, max_request_bytes: int = 64 * 2**20, regions: SharedMemoryRegions | None = None
+        self,
+        service: InferenceService,
+        max_request_bytes: int = 64 * 2**20,
+        regions: SharedMemoryRegions | None = None,
+        openapi_document: bytes | None = None,
     ) -> None:
+        """`openapi_document`: the OpenAPI document of the port's routes (`server.openapi`), which
+        only the code that assembles the port's doors knows, served at /v2/openapi.json."""
         self._service = service
         self._regions = regions
+        self._openapi_document = openapi_document
         # A compressed body may not inflate past the limit the server holds uncompressed ones to.
         self._max_request_bytes = max_request_bytes
 
@@ -40,6 +47,7 @@ class KServeDoor:
                 Route("/v2", READ, get(lambda _: json_v2.server_metadata_json(service.server_metadata()))),
                 Route("/v2/health/live", READ, self._live, Access.PUBLIC),
                 Route("/v2/health/ready", READ, self._ready, Access.PUBLIC),
+                Route("/v2/openapi.json", READ, self._openapi),
                 Route("/v2/models/stats", READ, get(lambda _: json_v2.statistics_json(service.model_statistics()))),
                 Route("/v2/models/{model}", READ, get(self._metadata)),
                 Route("/v2/models/{model}/versions/{version}", READ, get(self._metadata)),
@@ -117,10 +125,23 @@ class KServeDoor:
         return HttpResponse(200 if self._service.live() else 503)
 
     async def _ready(self, request: HttpRequest, params: Params) -> HttpResponse:
-        return HttpResponse(200 if self._service.ready() else 503)
+        if not self._service.ready():
+            # A 503 that says why in the error body, as every other 503 of inferd's does.
+            raise UnavailableError(
+                "the server is not ready: its models are still loading, it is shutting down, or (with "
+                "--strict-readiness) a model is not ready"
+            )
+        return HttpResponse(200)
+
+    async def _openapi(self, request: HttpRequest, params: Params) -> HttpResponse:
+        if self._openapi_document is None:
+            raise NotFoundError("this port serves no OpenAPI document")
+        return HttpResponse(200, self._openapi_document, list(_JSON_HEADERS))
 
     async def _model_ready(self, request: HttpRequest, params: Params) -> HttpResponse:
-        return HttpResponse(200 if self._service.model_ready(params["model"], params.get("version", "")) else 503)
+        # Not ready: a 503 whose body carries MODEL_NOT_READY and the reason (the load's failure).
+        self._service.check_model_ready(params["model"], params.get("version", ""))
+        return HttpResponse(200)
 
     def _metadata(self, params: Params) -> dict[str, Any]:
         return json_v2.model_metadata_json(self._service.model_metadata(params["model"], params.get("version", "")))

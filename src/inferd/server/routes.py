@@ -115,6 +115,7 @@ class Router:
     """Finds the group that owns a path's first segment; the fallback group answers the rest (404s)."""
 
     def __init__(self, groups: list[RouteGroup], fallback: RouteGroup) -> None:
+        self.groups = tuple(groups)
         self.fallback = fallback
         self._by_root: dict[str, RouteGroup] = {}
         for group in groups:

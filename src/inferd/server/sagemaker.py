@@ -115,6 +115,12 @@ class SageMakerDoor:
     def _model_folder(self, url: str) -> Path:
         """The model folder `url` names: it, or the one model folder inside it (a repository of
         one model, as SageMaker's Triton containers pack them). Never outside the model root."""
+        try:
+            return self._find_model_folder(url)
+        except (ValueError, OSError) as exc:  # a NUL in the url, a name too long, a folder not readable
+            raise LoadRequestError(f"'url' {url!r} cannot be read as a folder: {exc}") from None
+
+    def _find_model_folder(self, url: str) -> Path:
         root = self._model_root.resolve()
         folder = Path(url).resolve()
         if not folder.is_relative_to(root):
@@ -220,7 +226,7 @@ def _as_datatype(array: np.ndarray[Any, Any], datatype: DataType) -> np.ndarray[
 
 def _header_size(parameters: dict[str, str], request: HttpRequest) -> int:
     raw = parameters.get(sagemaker.HEADER_SIZE_PARAMETER, "")
-    if not raw.isdigit() or int(raw) > len(request.body):
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > len(request.body):
         raise InvalidRequestError(
             f"{sagemaker.TRITON_BINARY} needs {sagemaker.HEADER_SIZE_PARAMETER}=N, "
             f"N at most the body's {len(request.body)} bytes; got {raw!r}"

@@ -138,7 +138,7 @@ class SharedMemoryRegions:
     def _path(self, name: str, key: str) -> Path:
         # POSIX shared memory names are "/name": one component, no other slash.
         bare = key[1:] if key.startswith("/") else key
-        if not bare or "/" in bare or bare in (".", ".."):
+        if not bare or "/" in bare or "\0" in bare or bare in (".", ".."):
             raise InvalidRequestError(
                 f"shared memory region '{name}': key '{key}' is not a POSIX shared memory name (such as '/input0')"
             )

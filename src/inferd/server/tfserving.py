@@ -111,6 +111,6 @@ def parse_version_labels(text: str) -> dict[str, str]:
     labels: dict[str, str] = {}
     for entry in text.split(","):
         label, _, version = entry.strip().partition(":")
-        if label and version.strip().isdigit():
+        if label and version.strip().isascii() and version.strip().isdigit():
             labels[label.strip()] = version.strip()
     return labels

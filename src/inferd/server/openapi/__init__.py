@@ -1,0 +1,78 @@
+"""The OpenAPI 3.1 document of every REST route on the HTTP port, served at `GET /v2/openapi.json`.
+
+It is built in Python rather than kept as a JSON file: the enumerations in it (datatypes, error
+codes) and each door's error answers per status come from the code's own enums and status tables
+(`protocol.status`), so those parts cannot drift; the rest (paths, bodies, examples) is plain data
+in `kserve`, `doors` and `schemas`. A test checks its paths and methods against the route table
+(`server.app.build_router`) in both configurations, and validates real answers against it.
+
+TorchServe's management API is not here: it listens on a port of its own.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from inferd import __version__
+from inferd.server.openapi.build import Json, error_responses, header_parameter
+from inferd.server.openapi.doors import openai_paths, sagemaker_paths, tfserving_paths, torchserve_paths
+from inferd.server.openapi.kserve import paths as kserve_paths
+from inferd.server.openapi.schemas import SCHEMAS
+
+OPENAPI_PATH = "/v2/openapi.json"
+
+_DESCRIPTION = """\
+inferd's REST API: KServe v2 (Triton's HTTP API and its extensions), TF Serving's REST API,
+SageMaker's hosting contract, TorchServe's inference API and OpenAI-compatible embeddings, on one
+port. Each door answers errors in its own clients' shape, with inferd's machine-readable error
+code in it. HEAD is served wherever GET is. The examples name `add_sub` (INPUT0 and INPUT1, FP32
+[-1, 16]) and `sentence_embedding`, models of inferd's example repository."""
+
+
+def document(*, sagemaker_multi_model: bool) -> Json:
+    """The document of a server started with (`sagemaker_multi_model`) or without --sagemaker."""
+    paths = {
+        **kserve_paths(),
+        **tfserving_paths(),
+        **sagemaker_paths(multi_model=sagemaker_multi_model),
+        **torchserve_paths(),
+        **openai_paths(),
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "inferd", "version": __version__, "description": _DESCRIPTION},
+        "paths": paths,
+        "components": {
+            "schemas": SCHEMAS,
+            "responses": error_responses(),
+            "parameters": {
+                "X-Request-ID": header_parameter(
+                    "X-Request-ID",
+                    "the request's id in logs, answers and errors (else the v2 id, else a new one)",
+                    {"type": "string"},
+                ),
+                "Inferd-Timeout-Ms": header_parameter(
+                    "Inferd-Timeout-Ms",
+                    "the client waits this many milliseconds; a request that cannot make "
+                    "it is refused at once (503 DEADLINE_UNREACHABLE)",
+                    {"type": "number", "exclusiveMinimum": 0},
+                ),
+                "Inferd-Server-Timing": header_parameter(
+                    "Inferd-Server-Timing",
+                    "true: the answer's Server-Timing header splits the request's time",
+                    {"enum": ["true", "false", "1", "0"]},
+                ),
+            },
+            "headers": {
+                "X-Request-ID": {"description": "the request's id", "required": True, "schema": {"type": "string"}},
+                "Retry-After": {
+                    "description": "seconds to wait before a retry, when known",
+                    "schema": {"type": "string"},
+                },
+            },
+        },
+    }
+
+
+def document_bytes(*, sagemaker_multi_model: bool) -> bytes:
+    return orjson.dumps(document(sagemaker_multi_model=sagemaker_multi_model))

@@ -1,0 +1,61 @@
+"""The OpenAPI document (`GET /v2/openapi.json`) against the code: it is valid OpenAPI 3.1, and its
+paths and methods are exactly the routes `build_router` serves on the HTTP port, with and without
+--sagemaker (HEAD, which every GET route serves, is left implied)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+from openapi_spec_validator import validate
+
+from inferd.config.server import ServerSettings
+from inferd.core.service import InferenceService
+from inferd.server.app import build_router
+from inferd.server.openapi import document
+
+
+def routes_in_code(sagemaker: bool) -> dict[str, set[str]]:
+    # The doors only keep the service until a request comes: none comes here.
+    service = cast(InferenceService, object())
+    router = build_router(service, ServerSettings(model_repository=("unused",), sagemaker=sagemaker))
+    found: dict[str, set[str]] = {}
+    for group in router.groups:
+        for route in group.routes:
+            assert route.pattern not in found, f"{route.pattern} is served by two routes"
+            methods = set(route.methods)
+            if "HEAD" in methods:
+                assert "GET" in methods, f"{route.pattern}: HEAD without GET"
+                methods.discard("HEAD")
+            found[route.pattern] = methods
+    return found
+
+
+def routes_in_document(sagemaker: bool) -> dict[str, set[str]]:
+    paths: dict[str, dict[str, Any]] = document(sagemaker_multi_model=sagemaker)["paths"]
+    return {path: {method.upper() for method in item if method != "parameters"} for path, item in paths.items()}
+
+
+@pytest.mark.parametrize("sagemaker", [False, True], ids=["default", "sagemaker"])
+def test_every_route_is_documented_with_its_methods_and_nothing_else(sagemaker: bool) -> None:
+    in_code, documented = routes_in_code(sagemaker), routes_in_document(sagemaker)
+    assert sorted(set(in_code) - set(documented)) == [], "routes the document lacks"
+    assert sorted(set(documented) - set(in_code)) == [], "documented paths no route serves"
+    differing = {path: (in_code[path], documented[path]) for path in in_code if in_code[path] != documented[path]}
+    assert differing == {}, "(served, documented) methods"
+
+
+@pytest.mark.parametrize("sagemaker", [False, True], ids=["default", "sagemaker"])
+def test_the_document_is_valid_openapi_3_1(sagemaker: bool) -> None:
+    built = document(sagemaker_multi_model=sagemaker)
+    assert built["openapi"] == "3.1.0"
+    validate(built)
+
+
+def test_operation_ids_are_unique() -> None:
+    ids = [
+        operation["operationId"]
+        for item in document(sagemaker_multi_model=True)["paths"].values()
+        for operation in item.values()
+    ]
+    assert len(ids) == len(set(ids))
