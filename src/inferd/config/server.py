@@ -6,6 +6,8 @@ import enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from inferd.config.tracing import TracingSettings
+
 
 class LogFormat(enum.Enum):
     JSON = "json"
@@ -91,3 +93,5 @@ class ServerSettings(BaseModel):
     """The model /invocations serves without X-Amzn-SageMaker-Target-Model (SAGEMAKER_TRITON_DEFAULT_MODEL_NAME)."""
     max_connections: int = Field(default=4096, gt=0)
     """HTTP: open connections at most; one more is answered 503 and closed (default 4096)."""
+    tracing: TracingSettings | None = None
+    """Traces exported by OpenTelemetry (--otlp-endpoint, OTEL_* variables); None: off, and free."""

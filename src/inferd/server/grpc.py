@@ -11,7 +11,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -278,19 +278,24 @@ def _metadata_request_id(context: grpc.aio.ServicerContext) -> str:
 
 
 def build_grpc_server(
-    service: InferenceService, *, max_message_bytes: int, regions: SharedMemoryRegions | None = None
+    service: InferenceService,
+    *,
+    max_message_bytes: int,
+    regions: SharedMemoryRegions | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> grpc.aio.Server:
-    server = new_grpc_server(max_message_bytes)
+    server = new_grpc_server(max_message_bytes, interceptors)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service, regions), server)
     return server
 
 
-def new_grpc_server(max_message_bytes: int) -> grpc.aio.Server:
-    """A gRPC server with inferd's limits, for any door's services."""
+def new_grpc_server(max_message_bytes: int, interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> grpc.aio.Server:
+    """A gRPC server with inferd's limits, for any door's services; `interceptors`: tracing's, when on."""
     return grpc.aio.server(
+        interceptors=list(interceptors) or None,
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),
-        ]
+        ],
     )

@@ -61,15 +61,15 @@ class SageMakerDoor:
     def routes(self) -> RouteGroup:
         routes = [
             Route("/ping", READ, self._ping),
-            Route("/invocations", ("POST",), self._invocations),
+            Route("/invocations", ("POST",), self._invocations, inference=True),
         ]
         roots: tuple[str, ...] = ("ping", "invocations")
         if self._multi_model:
             routes += [
-                Route("/endpoints/{endpoint}/invocations", ("POST",), self._invocations),
+                Route("/endpoints/{endpoint}/invocations", ("POST",), self._invocations, inference=True),
                 Route("/models", ("GET", "HEAD", "POST"), self._models),
                 Route("/models/{model}", ("GET", "HEAD", "DELETE"), self._model),
-                Route("/models/{model}/invoke", ("POST",), self._invoke),
+                Route("/models/{model}/invoke", ("POST",), self._invoke, inference=True),
             ]
             roots += ("endpoints", "models")
         # Errors are KServe-shaped JSON: SageMaker passes a container's error body to the caller as it is.
