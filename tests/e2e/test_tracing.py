@@ -185,6 +185,19 @@ def test_a_kserve_request_continues_the_clients_trace_with_its_time_split(
     assert execution.attributes["inferd.batch.requests"] == 1
 
 
+def test_a_malformed_traceparent_starts_a_trace_of_its_own(traced: ServerProcess, receiver: OtlpReceiver) -> None:
+    headers = {"Content-Type": "application/json", "traceparent": "00-not-a-trace-01"}
+    reply = http_request(traced, "POST", "/v2/models/add_sub/infer", v2_body(), headers)
+    assert reply.status == 200
+    request_id = reply.headers["x-request-id"]
+
+    def arrived(spans: list[ReceivedSpan]) -> bool:
+        return any(s.attributes.get("inferd.request.id") == request_id for s in spans)
+
+    (root,) = [s for s in receiver.wait_for(arrived) if s.attributes.get("inferd.request.id") == request_id]
+    assert root.parent_span_id == "" and root.kind == SERVER
+
+
 @pytest.mark.parametrize(
     ("door", "path", "body", "children"),
     [

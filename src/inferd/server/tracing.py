@@ -24,6 +24,7 @@ the request arrived, when its execution was dispatched and finished, and when th
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
@@ -34,16 +35,9 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-from opentelemetry.sdk.trace.sampling import (
-    Decision,
-    ParentBased,
-    Sampler,
-    SamplingResult,
-    TraceIdRatioBased,
-)
-from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceState
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from opentelemetry.util.types import Attributes as OtelAttributes
 from opentelemetry.util.types import AttributeValue
 
 from inferd import __version__
@@ -90,46 +84,24 @@ class RequestTrace:
         return None
 
 
-class _LinkedOrRatio(Sampler):
-    """Samples a root span that links to a sampled span (an execution serving a sampled request),
-    and any other root span at `ratio`, by trace id."""
-
-    def __init__(self, ratio: float) -> None:
-        self._ratio = TraceIdRatioBased(ratio)
-
-    def should_sample(
-        self,
-        parent_context: Context | None,
-        trace_id: int,
-        name: str,
-        kind: SpanKind | None = None,
-        attributes: OtelAttributes = None,
-        links: Sequence[Link] | None = None,
-        trace_state: TraceState | None = None,
-    ) -> SamplingResult:
-        if links and any(link.context.trace_flags.sampled for link in links):
-            return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
-        return self._ratio.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
-
-    def get_description(self) -> str:
-        return f"LinkedOrRatio{{{self._ratio.get_description()}}}"
-
-
 class Tracing:
     """The server's tracer: implements core's `RequestTracer`, and begins and ends request spans
     for the edges."""
 
-    def __init__(self, provider: TracerProvider) -> None:
+    def __init__(self, provider: TracerProvider, sample_ratio: float = 1.0) -> None:
+        """`provider` must sample every root span and follow parents' decisions (see `start`)."""
         self._provider = provider
         self._tracer = provider.get_tracer("inferd", __version__)
+        self._sample_ratio = sample_ratio
 
     @classmethod
     def start(cls, settings: TracingSettings) -> Tracing:
         """A tracer exporting as `settings` say, through a batch span processor (spans leave on
         its own thread, in batches, never on the request's path)."""
-        # Parent-based: a client's sampling decision (traceparent's flags) is followed; requests
-        # that come without one are sampled at the ratio.
-        sampler = ParentBased(root=_LinkedOrRatio(settings.sample_ratio))
+        # A client's decision (traceparent's flags) is followed; a request that comes without one
+        # is drawn at the ratio by `begin` before any span is made, so that one not sampled costs
+        # a random number. Every other root span is an execution serving a sampled request: kept.
+        sampler = ParentBased(root=ALWAYS_ON)
         resource = Resource.create({SERVICE_NAME: settings.service_name, SERVICE_VERSION: __version__})
         provider = TracerProvider(resource=resource, sampler=sampler)
         for exporter in settings.exporters:
@@ -140,7 +112,7 @@ class Tracing:
             ", ".join(_describe(exporter, settings) for exporter in settings.exporters),
             settings.sample_ratio,
         )
-        return cls(provider)
+        return cls(provider, settings.sample_ratio)
 
     def shutdown(self) -> None:
         """Export the spans still queued, then stop (blocking: call off the event loop)."""
@@ -159,6 +131,10 @@ class Tracing:
         if traceparent:
             carrier = {"traceparent": traceparent, "tracestate": tracestate or ""}
             parent = _PROPAGATOR.extract(carrier)
+            if not trace.get_current_span(parent).get_span_context().is_valid:
+                parent = None  # a malformed traceparent is ignored, as W3C says: a trace of its own
+        if parent is None and self._sample_ratio < 1.0 and random.random() >= self._sample_ratio:
+            return None
         span = self._tracer.start_span(
             f"infer {model}" if model else "infer",
             context=parent,
