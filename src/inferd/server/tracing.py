@@ -163,6 +163,12 @@ class Tracing:
             span.set_attribute("error.type", error_code)
             span.set_status(Status(StatusCode.ERROR, message))
         span.end(end_time=ended_ns)
+        # The request and its trace point at each other: part now, so that its tensors are freed
+        # when the door drops the request, not at the next garbage collection.
+        for request in request_trace.requests:
+            request.timing.trace = None
+        request_trace.requests.clear()
+        request_trace.executions.clear()
 
     # -- core's hooks (inferd.core.tracing) ------------------------------------------------------
 
