@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -21,7 +22,10 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing.models import add_sub_model, sleepy_model, write_config
 from inferd.testing.otlp import OtlpReceiver, ReceivedSpan
-from inferd.testing.server import ServerProcess, run_server
+from inferd.protocol.tfserving_grpc import tensor_to_proto
+from inferd.protocol.tfserving_pb import tensorflow_serving_pb2, tensorflow_serving_pb2_grpc
+from inferd.testing.server import ServerProcess, free_port, run_server
+from inferd.types import DataType, Tensor
 from tests.e2e.conftest import HttpReply, http_request
 from tests.e2e.test_batching import wait_until_in_flight
 from tests.e2e.test_observability import sample, scrape
@@ -91,12 +95,18 @@ def receiver() -> Iterator[OtlpReceiver]:
 
 
 @pytest.fixture(scope="module")
+def tfserving_grpc_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
 def traced(
-    repository: Path, receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory
+    repository: Path, receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory, tfserving_grpc_port: int
 ) -> Iterator[ServerProcess]:
-    """Tracing on by the flag, every request sampled (the default ratio)."""
+    """Tracing on by the flag, every request sampled (the default ratio); TF Serving's gRPC door too."""
     log = tmp_path_factory.mktemp("logs") / "server.log"
-    with run_server(repository, log, "--otlp-endpoint", receiver.endpoint, env={**NO_OTEL, **FAST_EXPORT}) as server:
+    args = ("--otlp-endpoint", receiver.endpoint, "--tfserving-grpc-port", str(tfserving_grpc_port))
+    with run_server(repository, log, *args, env={**NO_OTEL, **FAST_EXPORT}) as server:
         yield server
 
 
@@ -246,6 +256,27 @@ def test_a_grpc_request_continues_the_trace_from_its_metadata(traced: ServerProc
     execution = execution_of(receiver, children_of(spans, root)["compute"])
     assert execution.links == ((client.trace_id, root.span_id),)
     assert execution.attributes["inferd.batch.requests"] == 1
+
+
+def test_a_tfserving_grpc_predict_continues_the_trace(
+    traced: ServerProcess, receiver: OtlpReceiver, tfserving_grpc_port: int
+) -> None:
+    client = ClientSpan.new()
+    message = tensorflow_serving_pb2.PredictRequest()
+    message.model_spec.name = "add_sub"
+    for name in ("INPUT0", "INPUT1"):
+        data = np.ones((1, 16), np.float32)
+        message.inputs[name].CopyFrom(tensor_to_proto(Tensor(name, DataType.FP32, data.shape, data)))
+    with grpc.insecure_channel(f"127.0.0.1:{tfserving_grpc_port}") as channel:
+        stub = tensorflow_serving_pb2_grpc.PredictionServiceStub(channel)
+        stub.Predict(message, metadata=tuple(client.headers().items()), timeout=30)
+    spans = trace(receiver, client)
+    root = request_span(spans)
+    assert root.parent_span_id == client.span_id
+    assert root.attributes["inferd.protocol"] == "tfserving_grpc"
+    assert root.attributes["rpc.service"] == "tensorflow.serving.PredictionService"
+    assert root.attributes["rpc.grpc.status_code"] == 0
+    assert set(children_of(spans, root)) == set(CHILDREN)
 
 
 def test_a_batch_is_one_span_linked_to_every_request_in_it(
