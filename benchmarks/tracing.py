@@ -11,9 +11,12 @@
 
 Every server runs throughout; each round measures each of them in turn with wrk (throughput at
 concurrency 16, p50 at concurrency 1), the order rotated from round to round so that the
-machine's drift falls on every server alike. Reported per server: every round's figure, the
-median and the spread (max - min over median); per comparison: the ratio of medians and the range
-of the round-by-round ratios (the two runs of a round are minutes apart at most). Needs wrk and git.
+machine's drift falls on every server alike. With `--pin` (the default on 2 cores or more) the
+servers run on the last core and wrk (and the receiver) on the others, so that the scheduler's
+moves do not land in the figures. Reported per server: every round's figure, the median and the
+spread (max - min over median); per comparison: the cost from the medians, and the median and
+range of the round-by-round costs (the runs of a round are a minute apart at most). Needs wrk
+and git; Linux for --pin.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +44,7 @@ from inferd.testing.otlp import OtlpReceiver
 from inferd.testing.server import ServerProcess, run_server
 
 ROOT = Path(__file__).resolve().parents[1]
-console = Console()
+console = Console(width=150)
 MODEL = "tiny"
 
 
@@ -91,6 +94,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--json", type=Path, help="write every figure here too")
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=(os.cpu_count() or 1) >= 2)
     args = parser.parse_args()
     body = tiny_model().v2_json()
     with tempfile.TemporaryDirectory() as scratch_name, OtlpReceiver(keep=False) as receiver:
@@ -111,6 +115,8 @@ def main() -> int:
                 v.label: stack.enter_context(serving(v, repository, scratch / f"server-{index}.log"))
                 for index, v in enumerate(variants)
             }
+            if args.pin:
+                pin(servers.values())
             for server in servers.values():  # warm up each: first requests allocate
                 wrk(url(server), body, args.concurrency, 2, scratch)
             with console.status("measuring in turns") as status:
@@ -128,6 +134,16 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps({"throughput": throughput, "p50_us": latency, "spans": spans}, indent=2))
     return 0
+
+
+def pin(servers: Iterable[ServerProcess]) -> None:
+    """Every thread of the servers on the last core; this process (and so wrk, started from it)
+    on the others."""
+    cores = sorted(os.sched_getaffinity(0))
+    for server in servers:
+        for task in Path(f"/proc/{server.process.pid}/task").iterdir():
+            os.sched_setaffinity(int(task.name), {cores[-1]})
+    os.sched_setaffinity(0, set(cores[:-1]))
 
 
 def url(server: ServerProcess) -> str:
@@ -156,8 +172,8 @@ def report(
         )
     console.print(table)
     base, off, unsampled, on = (v.label for v in variants)
-    comparisons = Table(title="cost (1 - throughput / reference's; the round-by-round range in brackets)")
-    for column in ("", "cost, medians", "cost, per round", "p50 at c=1, medians"):
+    comparisons = Table(title="cost: 1 - throughput / the reference's")
+    for column in ("", "cost, from medians", "cost per round: median [min .. max]", "p50 at c=1, from medians"):
         comparisons.add_column(column, justify="left" if not column else "right")
     for label, reference, name in ((off, base, "off-cost"), (unsampled, off, "on, ratio 0"), (on, off, "on-cost")):
         per_round = [1 - t / r for t, r in zip(throughput[label], throughput[reference], strict=True)]
@@ -166,7 +182,7 @@ def report(
         comparisons.add_row(
             f"{name} ({label} vs {reference})",
             f"{cost:+.1%}",
-            f"[{min(per_round):+.1%} .. {max(per_round):+.1%}]",
+            f"{statistics.median(per_round):+.1%} [{min(per_round):+.1%} .. {max(per_round):+.1%}]",
             f"{p50:+.1%}",
         )
     console.print(comparisons)
