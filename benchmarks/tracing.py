@@ -7,16 +7,16 @@
   127.0.0.1 (inferd.testing.otlp, in this process: on a 2-core machine it competes with the server
   as a local collector would); and configured but sampling nothing (ratio 0).
 
-    .venv/bin/python benchmarks/tracing.py [--baseline-ref main] [--rounds 5] [--seconds 8]
+    .venv/bin/python benchmarks/tracing.py [--baseline-ref main] [--rounds 16] [--seconds 3]
 
-Every server runs throughout; each round measures each of them in turn with wrk (throughput at
-concurrency 16, p50 at concurrency 1), the order rotated from round to round so that the
-machine's drift falls on every server alike. With `--pin` (the default on 2 cores or more) the
-servers run on the last core and wrk (and the receiver) on the others, so that the scheduler's
-moves do not land in the figures. Reported per server: every round's figure, the median and the
-spread (max - min over median); per comparison: the cost from the medians, and the median and
-range of the round-by-round costs (the runs of a round are a minute apart at most). Needs wrk
-and git; Linux for --pin.
+Every server runs throughout; each round measures each of them in turn with wrk at concurrency 16
+(and p50 at concurrency 1), the order rotated from round to round so that the machine's drift
+falls on every server alike. Two figures per run: requests per second, and the server's CPU time
+per request (user + system of all its threads over the run, from /proc, divided by the requests
+wrk counted). Throughput moves with whatever else the shared machine runs; CPU per request is what
+the server itself spent, and moves much less. Reported per server: the median and the spread
+(max - min over median) of each; per comparison: the cost from the medians, and the median and
+range of the round-by-round costs. Needs wrk and git; Linux (/proc) for the CPU figures.
 """
 
 from __future__ import annotations
@@ -29,15 +29,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serving import Measurement, tiny_model, wrk
+from serving import tiny_model, wrk
 
 from inferd.testing.models import mlp_model, write_config
 from inferd.testing.otlp import OtlpReceiver
@@ -46,6 +46,7 @@ from inferd.testing.server import ServerProcess, run_server
 ROOT = Path(__file__).resolve().parents[1]
 console = Console(width=150)
 MODEL = "tiny"
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,16 @@ class Variant:
     # Where its inferd package comes from (PYTHONPATH), and how it is started.
     source: Path
     args: tuple[str, ...] = ()
+
+
+@dataclass
+class Figures:
+    """One server's runs."""
+
+    throughput: list[float] = field(default_factory=list)
+    cpu_us: list[float] = field(default_factory=list)
+    """CPU microseconds the server spent per request."""
+    p50_us: list[float] = field(default_factory=list)
 
 
 def build_repository(root: Path) -> Path:
@@ -87,14 +98,29 @@ def serving(variant: Variant, repository: Path, log: Path) -> Iterator[ServerPro
         yield server
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of every thread of `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+
+
+def measure(server: ServerProcess, body: bytes, args: argparse.Namespace, scratch: Path, figures: Figures) -> None:
+    seconds = max(1, round(args.seconds))  # as wrk runs it
+    before = cpu_seconds(server.process.pid)
+    loaded = wrk(url(server), body, args.concurrency, seconds, scratch)
+    spent = cpu_seconds(server.process.pid) - before
+    figures.throughput.append(loaded.throughput)
+    figures.cpu_us.append(spent / (loaded.throughput * seconds) * 1e6)
+    figures.p50_us.append(wrk(url(server), body, 1, max(1, seconds // 2), scratch).p50_us)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline-ref", default="main", help="git revision whose inferd is the baseline")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--rounds", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--json", type=Path, help="write every figure here too")
-    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=(os.cpu_count() or 1) >= 2)
     args = parser.parse_args()
     body = tiny_model().v2_json()
     with tempfile.TemporaryDirectory() as scratch_name, OtlpReceiver(keep=False) as receiver:
@@ -108,15 +134,12 @@ def main() -> int:
             Variant("tracing on, ratio 0", here, ("--otlp-endpoint", receiver.endpoint, "--trace-sample-ratio", "0")),
             Variant("tracing on, ratio 1", here, ("--otlp-endpoint", receiver.endpoint)),
         ]
-        throughput: dict[str, list[float]] = {v.label: [] for v in variants}
-        latency: dict[str, list[float]] = {v.label: [] for v in variants}
+        figures = {v.label: Figures() for v in variants}
         with contextlib.ExitStack() as stack:
             servers = {
                 v.label: stack.enter_context(serving(v, repository, scratch / f"server-{index}.log"))
                 for index, v in enumerate(variants)
             }
-            if args.pin:
-                pin(servers.values())
             for server in servers.values():  # warm up each: first requests allocate
                 wrk(url(server), body, args.concurrency, 2, scratch)
             with console.status("measuring in turns") as status:
@@ -124,69 +147,59 @@ def main() -> int:
                     shift = round_index % len(variants)
                     for variant in variants[shift:] + variants[:shift]:
                         status.update(f"round {round_index + 1}/{args.rounds}: {variant.label}")
-                        loaded: Measurement = wrk(url(servers[variant.label]), body, args.concurrency, args.seconds,
-                                                  scratch)  # fmt: skip
-                        alone: Measurement = wrk(url(servers[variant.label]), body, 1, args.seconds / 2, scratch)
-                        throughput[variant.label].append(loaded.throughput)
-                        latency[variant.label].append(alone.p50_us)
+                        measure(servers[variant.label], body, args, scratch, figures[variant.label])
         spans = receiver.count
-    report(variants, throughput, latency, args, spans)
+    report(variants, figures, args, spans)
     if args.json:
-        args.json.write_text(json.dumps({"throughput": throughput, "p50_us": latency, "spans": spans}, indent=2))
+        document = {label: vars(f) for label, f in figures.items()} | {"spans": spans}
+        args.json.write_text(json.dumps(document, indent=2))
     return 0
-
-
-def pin(servers: Iterable[ServerProcess]) -> None:
-    """Every thread of the servers on the last core; this process (and so wrk, started from it)
-    on the others."""
-    cores = sorted(os.sched_getaffinity(0))
-    for server in servers:
-        for task in Path(f"/proc/{server.process.pid}/task").iterdir():
-            os.sched_setaffinity(int(task.name), {cores[-1]})
-    os.sched_setaffinity(0, set(cores[:-1]))
 
 
 def url(server: ServerProcess) -> str:
     return f"http://{server.http_url}/v2/models/{MODEL}/infer"
 
 
-def report(
-    variants: list[Variant],
-    throughput: dict[str, list[float]],
-    latency: dict[str, list[float]],
-    args: argparse.Namespace,
-    spans: int,
-) -> None:
+def report(variants: list[Variant], figures: dict[str, Figures], args: argparse.Namespace, spans: int) -> None:
     table = Table(title=f"tiny MLP, wrk in turns: {args.rounds} rounds of {args.seconds:g} s, c={args.concurrency}")
-    for column in ("server", "requests/s, each round", "median", "spread", "p50 us at c=1 (median)"):
+    columns = ("server", "requests/s: median", "spread", "CPU us/request: median", "spread", "p50 us at c=1: median")
+    for column in columns:
         table.add_column(column, justify="left" if column == "server" else "right")
     for v in variants:
-        rates = throughput[v.label]
-        median = statistics.median(rates)
+        f = figures[v.label]
         table.add_row(
             v.label,
-            " ".join(f"{r:,.0f}" for r in rates),
-            f"{median:,.0f}",
-            f"{(max(rates) - min(rates)) / median:.1%}",
-            f"{statistics.median(latency[v.label]):.0f}",
+            f"{statistics.median(f.throughput):,.0f}",
+            f"{_spread(f.throughput):.1%}",
+            f"{statistics.median(f.cpu_us):.1f}",
+            f"{_spread(f.cpu_us):.1%}",
+            f"{statistics.median(f.p50_us):.0f}",
         )
     console.print(table)
     base, off, unsampled, on = (v.label for v in variants)
-    comparisons = Table(title="cost: 1 - throughput / the reference's")
-    for column in ("", "cost, from medians", "cost per round: median [min .. max]", "p50 at c=1, from medians"):
+    comparisons = Table(title="costs: throughput lost, CPU per request added (per round: median, min .. max)")
+    for column in ("", "throughput", "per round", "CPU/request", "per round", "p50 at c=1"):
         comparisons.add_column(column, justify="left" if not column else "right")
-    for label, reference, name in ((off, base, "off-cost"), (unsampled, off, "on, ratio 0"), (on, off, "on-cost")):
-        per_round = [1 - t / r for t, r in zip(throughput[label], throughput[reference], strict=True)]
-        cost = 1 - statistics.median(throughput[label]) / statistics.median(throughput[reference])
-        p50 = statistics.median(latency[label]) / statistics.median(latency[reference]) - 1
+    for label, reference, name in ((off, base, "off-cost"), (unsampled, off, "ratio 0"), (on, off, "on-cost")):
+        ours, theirs = figures[label], figures[reference]
         comparisons.add_row(
-            f"{name} ({label} vs {reference})",
-            f"{cost:+.1%}",
-            f"{statistics.median(per_round):+.1%} [{min(per_round):+.1%} .. {max(per_round):+.1%}]",
-            f"{p50:+.1%}",
+            f"{name}: {label} vs {reference}",
+            *_cost(ours.throughput, theirs.throughput, lambda a, b: 1 - a / b),
+            *_cost(ours.cpu_us, theirs.cpu_us, lambda a, b: a / b - 1),
+            f"{statistics.median(ours.p50_us) / statistics.median(theirs.p50_us) - 1:+.1%}",
         )
     console.print(comparisons)
     console.print(f"spans received by the OTLP receiver: {spans:,}")
+
+
+def _cost(ours: list[float], theirs: list[float], cost: Callable[[float, float], float]) -> tuple[str, str]:
+    per_round = [cost(a, b) for a, b in zip(ours, theirs, strict=True)]
+    overall = cost(statistics.median(ours), statistics.median(theirs))
+    return f"{overall:+.1%}", f"{statistics.median(per_round):+.1%} ({min(per_round):+.1%} .. {max(per_round):+.1%})"
+
+
+def _spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values)
 
 
 if __name__ == "__main__":
