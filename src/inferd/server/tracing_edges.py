@@ -36,16 +36,15 @@ def traced_router(router: Router, tracing: Tracing) -> Router:
 
 
 def _traced_handler(handler: Handler, group: RouteGroup, tracing: Tracing) -> Handler:
+    door = {"inferd.protocol": group.protocol}
+
     async def traced(request: HttpRequest, params: Params) -> HttpResponse:
         headers = request.headers
-        request_trace = tracing.begin(
-            _text(headers.get(_TRACEPARENT)),
-            _text(headers.get(_TRACESTATE)),
-            params.get("model", ""),
-            {"inferd.protocol": group.protocol, "http.request.method": request.method, "url.path": request.path},
-        )
-        if request_trace is None:
+        model = params.get("model", "")
+        request_trace = tracing.begin(_text(headers.get(_TRACEPARENT)), _text(headers.get(_TRACESTATE)), model, door)
+        if request_trace is None:  # not sampled: this is all it costs
             return await handler(request, params)
+        request_trace.span.set_attributes({"http.request.method": request.method, "url.path": request.path})
         token = current_trace.set(request_trace)
         try:
             response = await handler(request, params)
