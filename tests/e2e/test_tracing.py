@@ -20,10 +20,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing.models import add_sub_model, sleepy_model, write_config
-from inferd.testing.otlp import OtlpReceiver, ReceivedSpan
 from inferd.protocol.tfserving_grpc import tensor_to_proto
 from inferd.protocol.tfserving_pb import tensorflow_serving_pb2, tensorflow_serving_pb2_grpc
+from inferd.testing.models import add_sub_model, sleepy_model, write_config
+from inferd.testing.otlp import OtlpReceiver, ReceivedSpan
 from inferd.testing.server import ServerProcess, free_port, run_server
 from inferd.types import DataType, Tensor
 from tests.e2e.conftest import HttpReply, http_request
