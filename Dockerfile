@@ -10,7 +10,7 @@
 ARG PYTHON_VERSION=3.11
 
 FROM python:${PYTHON_VERSION}-slim AS build
-# Extras from pyproject.toml, comma-separated (e.g. "pytorch"); none by default.
+# Extras from pyproject.toml, comma-separated (e.g. "pytorch", "tracing" for OpenTelemetry); none by default.
 ARG EXTRAS=""
 ARG PIP_EXTRA_INDEX_URL=""
 ENV PIP_NO_CACHE_DIR=1 \

@@ -167,6 +167,10 @@ class RequestTiming:
     """Rows of this request."""
     batch_rows: int = 0
     """Rows of the batch the request ran in (its own and its neighbours')."""
+    trace: object = None
+    """The server's handle on this request's trace (`inferd.server.tracing.RequestTrace`) when it
+    traces the request, else None. Opaque to core, which hands it back to the tracer with the
+    execution that served the request (`inferd.core.tracing`)."""
 
     @property
     def compute_s(self) -> float:

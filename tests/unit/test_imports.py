@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-HEAVY = ("onnxruntime", "torch", "grpc", "starlette", "uvicorn", "tritonclient", "google.protobuf")
+HEAVY = ("onnxruntime", "torch", "grpc", "starlette", "uvicorn", "tritonclient", "google.protobuf", "opentelemetry")
 
 
 def test_import_inferd_is_light() -> None:
@@ -25,6 +25,15 @@ def test_a_server_without_pytorch_models_never_imports_torch() -> None:
     )
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert completed.stdout.strip() == "False"
+
+
+def test_a_server_that_does_not_trace_never_imports_opentelemetry() -> None:
+    code = (
+        "import sys, inferd.server.app, inferd.server.http, inferd.server.grpc, inferd.cli.serve, inferd.core.service\n"
+        "print([m for m in sys.modules if m.startswith('opentelemetry')])"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert completed.stdout.strip() == "[]"
 
 
 def test_layer_contracts() -> None:

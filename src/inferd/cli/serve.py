@@ -15,6 +15,7 @@ from inferd.config.server import (
     ModelControlMode,
     ServerSettings,
 )
+from inferd.config.tracing import EXTRA, TracingSettings, missing_tracing_modules, tracing_settings
 
 
 class ByteSize(click.ParamType):  # type: ignore[type-arg]
@@ -317,6 +318,24 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     help="Bearer tokens that inference and every other data-plane route ask for (health stays open; management "
     "tokens are accepted too); INFERD_INFERENCE_TOKENS adds more. Open without either.",
 )
+@click.option(
+    "--otlp-endpoint",
+    default=None,
+    envvar="INFERD_OTLP_ENDPOINT",
+    help="Trace every inference request with OpenTelemetry and export the spans by OTLP over gRPC to this "
+    "URL (http://collector:4317). Tracing is also on when OTEL_TRACES_EXPORTER (otlp, console) or "
+    "OTEL_EXPORTER_OTLP_ENDPOINT asks for it; OTEL_SERVICE_NAME names the service (default inferd). "
+    f"Needs the tracing extra: pip install '{EXTRA}'. Off, it costs nothing.",
+)
+@click.option(
+    "--trace-sample-ratio",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0.0, 1.0),
+    envvar="INFERD_TRACE_SAMPLE_RATIO",
+    help="With tracing on: the share of requests traced among those whose client sent no sampling decision; "
+    "a W3C traceparent's decision is always followed.",
+)
 def serve(**options: object) -> None:
     """Serve the models of a model repository over KServe v2 REST and gRPC, TF Serving's REST API,
     SageMaker's /invocations and OpenAI-compatible embeddings.
@@ -325,6 +344,7 @@ def serve(**options: object) -> None:
     """
     from inferd.server.app import run
 
+    options["tracing"] = _tracing(options.pop("otlp_endpoint"), options.pop("trace_sample_ratio"))
     if options["sagemaker"]:
         options.update(sagemaker_ports(options))
         options["sagemaker_default_model"] = os.environ.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", "")
@@ -333,6 +353,20 @@ def serve(**options: object) -> None:
     except pydantic.ValidationError as error:
         raise click.UsageError("; ".join(str(e["msg"]).removeprefix("Value error, ") for e in error.errors())) from None
     run(settings)
+
+
+def _tracing(otlp_endpoint: object, sample_ratio: object) -> TracingSettings | None:
+    """The tracing the flags and OTEL_* variables ask for, checked before anything starts."""
+    try:
+        settings = tracing_settings(str(otlp_endpoint) if otlp_endpoint else None, float(str(sample_ratio)), os.environ)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if settings is not None and (missing := missing_tracing_modules()):
+        raise click.UsageError(
+            f"tracing is on (--otlp-endpoint or OTEL_* variables) but OpenTelemetry is not installed "
+            f"({', '.join(missing)} missing): pip install '{EXTRA}'"
+        )
+    return settings
 
 
 def sagemaker_ports(options: dict[str, object]) -> dict[str, int]:

@@ -7,6 +7,8 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from inferd.config.tracing import TracingSettings
+
 
 class LogFormat(enum.Enum):
     JSON = "json"
@@ -92,6 +94,8 @@ class ServerSettings(BaseModel):
     """The model /invocations serves without X-Amzn-SageMaker-Target-Model (SAGEMAKER_TRITON_DEFAULT_MODEL_NAME)."""
     max_connections: int = Field(default=4096, gt=0)
     """HTTP: open connections at most; one more is answered 503 and closed (default 4096)."""
+    tracing: TracingSettings | None = None
+    """Traces exported by OpenTelemetry (--otlp-endpoint, OTEL_* variables); None: off, and free."""
     tls_cert: str | None = None
     """A PEM certificate (chain): every listener (HTTP, gRPC, metrics) serves TLS with it and `tls_key`."""
     tls_key: str | None = None

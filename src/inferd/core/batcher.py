@@ -49,6 +49,7 @@ import numpy as np
 
 from inferd.config.model import DynamicBatchingConfig
 from inferd.core.executor import Arrays, Execution, InstancePool, timed_execute
+from inferd.core.tracing import ExecutionTracer
 from inferd.core.validation import check_output_rows
 from inferd.errors import (
     DeadlineUnreachableError,
@@ -89,8 +90,11 @@ class DynamicBatcher:
         max_batch_size: int,
         config: DynamicBatchingConfig,
         clock: Clock = time.monotonic,
+        tracer: ExecutionTracer | None = None,
     ) -> None:
+        """`tracer`: hears of every execution when the server traces (None: it does not)."""
         self._model_name = model_name
+        self._tracer = tracer
         self._pool = pool
         self._max_batch_size = max_batch_size
         self._config = config
@@ -217,6 +221,8 @@ class DynamicBatcher:
         results, timing.queue_s = await self._pool.execute(feeds, output_names, rows, deadline_s)
         timing.compute_infer_s = time.perf_counter() - started - timing.queue_s
         timing.batch_rows = rows
+        if self._tracer is not None:
+            self._tracer.executed((timing,), rows, timing.compute_infer_s, 0.0, False)
         return results
 
     def _turn_over(self) -> None:
@@ -352,19 +358,19 @@ class DynamicBatcher:
         turn = self._take_turn() if self._config.preserve_ordering else None
 
         def done(outcome: tuple[list[Arrays | BaseException], tuple[float, float, float]] | BaseException) -> None:
-            self._idle_since[id(instance)] = self._freed_s = self._clock()
+            self._idle_since[id(instance)] = self._freed_s = finished_s = self._clock()
             outcomes: list[Arrays | BaseException]
             if isinstance(outcome, BaseException):  # cancelled at shutdown, or a bug: every waiter hears
                 outcomes, phases = [outcome] * len(batch), _NO_PHASES
             else:
                 outcomes, phases = outcome
             if turn is None:
-                self._resolve(batch, outcomes, phases, idle_since_s, dispatched_s)
+                self._resolve(batch, outcomes, phases, idle_since_s, dispatched_s, finished_s)
                 return
             previous, finished = turn
 
             def resolve(_: object = None) -> None:
-                self._resolve(batch, outcomes, phases, idle_since_s, dispatched_s)
+                self._resolve(batch, outcomes, phases, idle_since_s, dispatched_s, finished_s)
                 finished.set_result(None)
 
             if previous is None or previous.done():
@@ -429,6 +435,7 @@ class DynamicBatcher:
         phases: tuple[float, float, float],
         idle_since_s: float,
         dispatched_s: float,
+        finished_s: float,
     ) -> None:
         rows = sum(p.rows for p in batch)
         for pending, outcome in zip(batch, outcomes, strict=True):
@@ -447,6 +454,10 @@ class DynamicBatcher:
                 pending.future.set_exception(outcome)
             else:
                 pending.future.set_result(outcome)
+        if self._tracer is not None:
+            now = self._clock()
+            failed = all(isinstance(outcome, BaseException) for outcome in outcomes)
+            self._tracer.executed([p.timing for p in batch], rows, now - dispatched_s, now - finished_s, failed)
 
     def _take_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
         """preserve_ordering: a batch answers only after the batch dispatched before it answered."""

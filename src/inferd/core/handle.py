@@ -25,6 +25,7 @@ from inferd.config.model import ModelConfig
 from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import Arrays, InstancePool
 from inferd.core.sequence import SequenceBatcher
+from inferd.core.tracing import ExecutionTracer
 from inferd.core.validation import check_output_rows, output_names, prepare_inputs
 from inferd.errors import DeadlineUnreachableError, InvalidRequestError, ModelNotReadyError, ModelOutputError
 from inferd.types import DataType, InferRequest, InferResponse, RequestTiming, Tensor
@@ -96,6 +97,8 @@ class ModelHandle(Handle):
     batcher: DynamicBatcher | None = None
     # Present for a stateful model (sequence_batching): its requests go by correlation id.
     sequencer: SequenceBatcher | None = None
+    # Present when the server traces: hears of executions that ran without the batcher.
+    tracer: ExecutionTracer | None = None
 
     @property
     def queued(self) -> int:
@@ -227,6 +230,8 @@ class ModelHandle(Handle):
             check_output_rows(self.config.name, results, rows)
         timing.compute_infer_s = time.perf_counter() - started - timing.queue_s
         timing.batch_rows = rows
+        if self.tracer is not None:
+            self.tracer.executed((timing,), rows, timing.compute_infer_s, 0.0, False)
         return results
 
     def _output_tensor(self, name: str, array: np.ndarray[Any, Any] | None, batch_size: int) -> Tensor:

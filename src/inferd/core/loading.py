@@ -23,6 +23,7 @@ from inferd.core.executor import InstancePool, intra_op_threads_per_instance
 from inferd.core.handle import ModelHandle
 from inferd.core.metrics import Metrics
 from inferd.core.sequence import SequenceBatcher
+from inferd.core.tracing import RequestTracer
 from inferd.core.warmup import probe_inputs, run_warmup
 from inferd.errors import InferdError
 from inferd.runtimes import Runtime, RuntimeOptions, load_runtime, runtime_kind
@@ -41,10 +42,12 @@ def load_version(
     *,
     shared_intra_op_pool: bool = True,
     event_loop: asyncio.AbstractEventLoop | None = None,
+    tracer: RequestTracer | None = None,
 ) -> tuple[ModelHandle, LoadTimings]:
     """`model_dir` holds the version's `warmup/` data files; `threads` are the server's worker
     threads and `shared_intra_op_pool` says where sessions compute (see core.executor);
-    `event_loop` is the server's, where async models run their coroutines."""
+    `event_loop` is the server's, where async models run their coroutines; `tracer` hears of the
+    version's executions when the server traces."""
     instances: list[Runtime] = []
     pool: InstancePool | None = None
     started = time.perf_counter()
@@ -79,10 +82,15 @@ def load_version(
         raise
     timings = LoadTimings(session_s=sessions_ready - started, warmup_s=time.perf_counter() - sessions_ready)
     batcher = None
+    executions = tracer.executions(config.name, version) if tracer is not None else None
     sequencer = SequenceBatcher(completed, pool) if completed.sequence_batching is not None else None
     if sequencer is None and completed.dynamic_batching is not None and completed.max_batch_size > 0:
         batcher = DynamicBatcher(
-            config.name, pool, max_batch_size=completed.max_batch_size, config=completed.dynamic_batching
+            config.name,
+            pool,
+            max_batch_size=completed.max_batch_size,
+            config=completed.dynamic_batching,
+            tracer=executions,
         )
     logger.info(
         "model %s version %d loaded in %.0f ms (sessions %.0f ms, warm-up %.0f ms): %d instance(s), %s, "
@@ -100,7 +108,9 @@ def load_version(
         execute_s * 1e6,
         extra={"model": config.name, "version": version},
     )
-    handle = ModelHandle(config=completed, version=version, pool=pool, batcher=batcher, sequencer=sequencer)
+    handle = ModelHandle(
+        config=completed, version=version, pool=pool, batcher=batcher, sequencer=sequencer, tracer=executions
+    )
     return handle, timings
 
 

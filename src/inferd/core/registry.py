@@ -57,6 +57,7 @@ from inferd.core.handle import Handle
 from inferd.core.loading import load_version
 from inferd.core.metrics import Metrics, NoMetrics
 from inferd.core.repository import FileEntry, ModelFingerprint, ModelRepository
+from inferd.core.tracing import RequestTracer
 from inferd.errors import (
     InferdError,
     ModelConfigError,
@@ -189,11 +190,14 @@ class ModelRegistry:
         *,
         shared_intra_op_pool: bool = True,
         batching_defaults: BatchingDefaults | None = None,
+        tracer: RequestTracer | None = None,
     ) -> None:
         """`execution_threads`: the worker threads every loaded model shares (0: the default);
         `shared_intra_op_pool`: whether sessions compute on one pool (see core.executor);
-        `batching_defaults`: settings every batching model takes (--tfserving-batching-parameters)."""
+        `batching_defaults`: settings every batching model takes (--tfserving-batching-parameters);
+        `tracer`: hears of every loaded version's executions when the server traces."""
         self._repository = repository
+        self._tracer = tracer
         self._batching_defaults = batching_defaults
         self._shared_intra_op_pool = shared_intra_op_pool
         self._threads = make_execution_threads(execution_threads)
@@ -691,6 +695,7 @@ class ModelRegistry:
                     self._threads,
                     shared_intra_op_pool=self._shared_intra_op_pool,
                     event_loop=asyncio.get_running_loop(),
+                    tracer=self._tracer,
                 )
                 timings = replace(timings, fetch_s=model.fetch_s)
             except InferdError as exc:

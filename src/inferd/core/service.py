@@ -15,6 +15,7 @@ from inferd.core import classification
 from inferd.core.registry import ModelRegistry, ModelState
 from inferd.core.repository import LinkedModels
 from inferd.core.statistics import ServingStatistics
+from inferd.core.tracing import RequestTracer
 from inferd.errors import (
     InferdError,
     LoadRequestError,
@@ -55,10 +56,13 @@ class InferenceService:
         statistics: ServingStatistics | None = None,
         model_control_mode: ModelControlMode = ModelControlMode.NONE,
         linked: LinkedModels | None = None,
+        tracer: RequestTracer | None = None,
     ) -> None:
         """`statistics` should be the sink the registry reports executions to, as well; `linked`,
-        part of the registry's repository, takes the folders `load_model_folder` loads."""
+        part of the registry's repository, takes the folders `load_model_folder` loads; `tracer`,
+        the registry's too, hears of every request when the server traces."""
         self._registry = registry
+        self._tracer = tracer
         self._linked = linked
         self._model_control_mode = model_control_mode
         self._statistics = statistics or ServingStatistics()
@@ -134,6 +138,8 @@ class InferenceService:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         started = time.perf_counter()
+        if self._tracer is not None:
+            self._tracer.request_started(request)
         handle = None
         try:
             classes = classification.requested_counts(request) if request.outputs else {}

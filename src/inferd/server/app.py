@@ -12,17 +12,19 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
 from inferd.config.server import IntraOpPools, ModelControlMode, ServerSettings
+from inferd.config.tracing import EXTRA, TracingSettings
 from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import LinkedModels, open_repositories
 from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
 from inferd.protocol.tfserving_batching import read_batching_parameters
 from inferd.server.auth import AccessPolicy, read_tokens
-from inferd.server.grpc import build_grpc_server, new_grpc_server
+from inferd.server.grpc import TokenInterceptor, build_grpc_server, new_grpc_server
 from inferd.server.http import HttpApp
 from inferd.server.http11 import HttpLimits, HttpServer
 from inferd.server.kserve import KServeDoor
@@ -37,6 +39,9 @@ from inferd.server.tfserving import TfServingDoor
 from inferd.server.tfserving_grpc import add_tfserving_servicers
 from inferd.server.tls import TlsFiles
 from inferd.server.torchserve import TorchServeDoor
+
+if TYPE_CHECKING:  # imported when the server traces, and only then: OpenTelemetry comes with it
+    from inferd.server.tracing import Tracing
 
 logger = logging.getLogger("inferd.server")
 
@@ -54,14 +59,26 @@ def run(settings: ServerSettings) -> None:
 
 async def serve(settings: ServerSettings) -> None:
     cache_dir = Path(tempfile.mkdtemp(prefix="inferd-cache-"))
+    tracing = start_tracing(settings.tracing) if settings.tracing is not None else None
     try:
-        await _serve(settings, cache_dir)
+        await _serve(settings, cache_dir, tracing)
     finally:
+        if tracing is not None:
+            await asyncio.to_thread(tracing.shutdown)  # the spans still queued are exported first
         shutil.rmtree(cache_dir, ignore_errors=True)
 
 
-async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
-    """`cache_dir`: where files of remote repositories are fetched to."""
+def start_tracing(settings: TracingSettings) -> Tracing:
+    """The server's tracer; imports OpenTelemetry (the `tracing` extra), which nothing else does."""
+    try:
+        from inferd.server.tracing import Tracing
+    except ImportError as exc:
+        raise RuntimeError(f"tracing needs OpenTelemetry ({exc}); install it with: pip install '{EXTRA}'") from exc
+    return Tracing.start(settings)
+
+
+async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | None) -> None:
+    """`cache_dir`: where files of remote repositories are fetched to; `tracing`: None when off."""
     linked = LinkedModels() if settings.sagemaker else None
     repository = open_repositories(settings.model_repository, cache_dir, linked)
     await asyncio.to_thread(repository.check)
@@ -85,6 +102,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
         settings.execution_threads,
         shared_intra_op_pool=settings.intra_op_pools is IntraOpPools.SHARED,
         batching_defaults=batching_defaults,
+        tracer=tracing,
     )
     service = InferenceService(
         registry,
@@ -92,6 +110,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
         statistics=statistics,
         model_control_mode=settings.model_control_mode,
         linked=linked,
+        tracer=tracing,
     )
 
     # Regions registered by local clients, read and written by the KServe doors (HTTP and gRPC).
@@ -99,9 +118,15 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
     access = access_policy(settings)
     tls = tls_files(settings)
     http_tls = tls.http_context() if tls is not None else None
-    http_app = HttpApp(
-        build_router(service, settings, regions), max_request_bytes=settings.max_request_bytes, access=access
-    )
+    router = build_router(service, settings, regions)
+    # Tokens first: a call refused for its credentials makes no span.
+    interceptors: list[grpc.aio.ServerInterceptor] = [TokenInterceptor(access)] if access is not None else []
+    if tracing is not None:
+        from inferd.server.tracing_edges import TracingInterceptor, traced_router
+
+        router = traced_router(router, tracing)
+        interceptors.append(TracingInterceptor(tracing))
+    http_app = HttpApp(router, max_request_bytes=settings.max_request_bytes, access=access)
     limits = HttpLimits(
         max_request_bytes=settings.max_request_bytes,
         keep_alive_s=settings.keep_alive_timeout_s,
@@ -118,12 +143,12 @@ async def _serve(settings: ServerSettings, cache_dir: Path) -> None:
         )
         management_server = HttpServer(management_app, limits)
     grpc_server = build_grpc_server(
-        service, max_message_bytes=settings.max_request_bytes, regions=regions, access=access
+        service, max_message_bytes=settings.max_request_bytes, regions=regions, interceptors=interceptors
     )
     _listen(grpc_server, f"{settings.host}:{settings.grpc_port}", tls)
     tfserving_server = None
     if settings.tfserving_grpc_port is not None:
-        tfserving_server = new_grpc_server(settings.max_request_bytes, access)
+        tfserving_server = new_grpc_server(settings.max_request_bytes, interceptors)
         add_tfserving_servicers(service, tfserving_server)
         _listen(tfserving_server, f"{settings.host}:{settings.tfserving_grpc_port}", tls)
     metrics_server = serve_metrics(

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -283,23 +283,23 @@ def build_grpc_server(
     *,
     max_message_bytes: int,
     regions: SharedMemoryRegions | None = None,
-    access: AccessPolicy | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> grpc.aio.Server:
-    server = new_grpc_server(max_message_bytes, access)
+    server = new_grpc_server(max_message_bytes, interceptors)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service, regions), server)
     return server
 
 
-def new_grpc_server(max_message_bytes: int, access: AccessPolicy | None = None) -> grpc.aio.Server:
-    """A gRPC server with inferd's limits, for any door's services; `access`: tokens it asks for."""
+def new_grpc_server(max_message_bytes: int, interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> grpc.aio.Server:
+    """A gRPC server with inferd's limits, for any door's services; `interceptors`: tokens' and
+    tracing's, each only when on (an interceptor costs every call)."""
     return grpc.aio.server(
+        interceptors=list(interceptors) or None,
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),
         ],
-        # No interceptor without tokens: every call would pay for one.
-        interceptors=[TokenInterceptor(access)] if access is not None else None,
     )
 
 
