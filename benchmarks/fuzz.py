@@ -195,6 +195,10 @@ def report(run: Run) -> None:
         run.crashed or "none",
     )
     console.print(summary)
+    if tally.retry_codes:
+        console.print(
+            "retryable 503s by code: " + ", ".join(f"{code} {n:,}" for code, n in tally.retry_codes.most_common())
+        )
     doors = Table(title="by door")
     doors.add_column("door")
     doors.add_column("requests", justify="right")

@@ -67,6 +67,8 @@ class Tally:
     by_class: Counter[str] = field(default_factory=Counter)
     by_door: Counter[str] = field(default_factory=Counter)
     by_door_class: Counter[tuple[str, str]] = field(default_factory=Counter)
+    # The error codes of the retryable refusals: which overload or readiness they were.
+    retry_codes: Counter[str] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
     keep: int = 20
 
@@ -74,7 +76,9 @@ class Tally:
     def requests(self) -> int:
         return sum(self.by_class.values())
 
-    def add(self, door: str, kind: str, detail: str = "") -> None:
+    def add(self, door: str, kind: str, detail: str = "", code: str = "") -> None:
+        if kind == "retryable 503":
+            self.retry_codes[code] += 1
         self.by_class[kind] += 1
         self.by_door[door] += 1
         self.by_door_class[door, kind] += 1
@@ -85,6 +89,7 @@ class Tally:
         self.by_class.update(other.by_class)
         self.by_door.update(other.by_door)
         self.by_door_class.update(other.by_door_class)
+        self.retry_codes.update(other.retry_codes)
         self.failures.extend(other.failures[: max(0, self.keep - len(self.failures))])
 
 
@@ -116,7 +121,8 @@ class HttpSender:
             if response.will_close:
                 self.close()
             kind = http_class(response.status, body)
-            tally.add(call.door, kind, f"{call.method} {call.path} -> {response.status} {body[:300]!r}")
+            detail = f"{call.method} {call.path} -> {response.status} {body[:300]!r}"
+            tally.add(call.door, kind, detail, error_code(body) if kind == "retryable 503" else "")
             return
 
     def close(self) -> None:
@@ -151,7 +157,7 @@ class GrpcSender:
                 tally.add(call.door, "hang", str(call.message)[:300])
                 return
             code = dict(error.trailing_metadata() or ()).get("inferd-code", "")
-            tally.add(call.door, grpc_class(status, code), f"{status} {code} {error.details()}")
+            tally.add(call.door, grpc_class(status, code), f"{status} {code} {error.details()}", code)
             return
         tally.add(call.door, "2xx")
 
