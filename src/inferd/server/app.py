@@ -23,7 +23,7 @@ from inferd.core.repository import LinkedModels, open_repositories
 from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
 from inferd.protocol.tfserving_batching import read_batching_parameters
-from inferd.server.auth import AccessPolicy, read_tokens
+from inferd.server.auth import Access, AccessPolicy, read_tokens
 from inferd.server.grpc import TokenInterceptor, build_grpc_server, new_grpc_server
 from inferd.server.http import HttpApp
 from inferd.server.http11 import HttpLimits, HttpServer
@@ -118,7 +118,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     access = access_policy(settings)
     tls = tls_files(settings)
     http_tls = tls.http_context() if tls is not None else None
-    router = build_router(service, settings, regions)
+    router = build_router(service, settings, regions, access)
     # Tokens first: a call refused for its credentials makes no span.
     interceptors: list[grpc.aio.ServerInterceptor] = [TokenInterceptor(access)] if access is not None else []
     if tracing is not None:
@@ -251,11 +251,13 @@ def _listen(server: grpc.aio.Server, address: str, tls: TlsFiles | None) -> None
 
 
 def build_router(
-    service: InferenceService, settings: ServerSettings, regions: SharedMemoryRegions | None = None
+    service: InferenceService,
+    settings: ServerSettings,
+    regions: SharedMemoryRegions | None = None,
+    access: AccessPolicy | None = None,
 ) -> Router:
-    """Every REST door on the HTTP port."""
-    openapi = document_bytes(sagemaker_multi_model=settings.sagemaker)
-    kserve = KServeDoor(service, settings.max_request_bytes, regions, openapi)
+    """Every REST door on the HTTP port, and its OpenAPI document (with the tokens `access` asks for)."""
+    kserve = KServeDoor(service, settings.max_request_bytes, regions)
     tfserving = TfServingDoor(service)
     sagemaker = SageMakerDoor(
         service,
@@ -273,7 +275,21 @@ def build_router(
         sagemaker.routes(),
         TorchServeDoor(service, kserve).inference_routes(),
     ]
-    return Router(doors, fallback=kserve_routes)
+    router = Router(doors, fallback=kserve_routes)
+    kserve.openapi_document = document_bytes(
+        sagemaker_multi_model=settings.sagemaker, access=route_access(router), policy=access
+    )
+    return router
+
+
+def route_access(router: Router) -> dict[tuple[str, str], Access]:
+    """Each (METHOD, path pattern)'s access, as the route table says."""
+    return {
+        (method, route.pattern): route.access
+        for group in router.groups
+        for route in group.routes
+        for method in route.methods
+    }
 
 
 def _freeze_startup_objects() -> None:

@@ -62,6 +62,14 @@ class AccessPolicy:
     management: TokenSet | None
     data: TokenSet | None
 
+    def needs_token(self, access: Access) -> bool:
+        """Whether a call of this access must carry a token (what the OpenAPI document says)."""
+        if access is Access.DATA:
+            return self.data is not None
+        if access is Access.MANAGEMENT:
+            return self.management is not None or self.data is not None
+        return False
+
     def check(self, access: Access, authorization: bytes | None) -> None:
         """Return if the credentials (an Authorization value) cover `access`; else raise 401 or 403."""
         if access is Access.PUBLIC or access is Access.PLATFORM:

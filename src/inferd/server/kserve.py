@@ -32,7 +32,8 @@ class KServeDoor:
         only the code that assembles the port's doors knows, served at /v2/openapi.json."""
         self._service = service
         self._regions = regions
-        self._openapi_document = openapi_document
+        # Set by whoever assembles the port (server.app.build_router), once its routes are known.
+        self.openapi_document = openapi_document
         # A compressed body may not inflate past the limit the server holds uncompressed ones to.
         self._max_request_bytes = max_request_bytes
 
@@ -134,9 +135,9 @@ class KServeDoor:
         return HttpResponse(200)
 
     async def _openapi(self, request: HttpRequest, params: Params) -> HttpResponse:
-        if self._openapi_document is None:
+        if self.openapi_document is None:
             raise NotFoundError("this port serves no OpenAPI document")
-        return HttpResponse(200, self._openapi_document, list(_JSON_HEADERS))
+        return HttpResponse(200, self.openapi_document, list(_JSON_HEADERS))
 
     async def _model_ready(self, request: HttpRequest, params: Params) -> HttpResponse:
         # Not ready: a 503 whose body carries MODEL_NOT_READY and the reason (the load's failure).

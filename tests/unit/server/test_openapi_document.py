@@ -11,7 +11,8 @@ from openapi_spec_validator import validate
 
 from inferd.config.server import ServerSettings
 from inferd.core.service import InferenceService
-from inferd.server.app import build_router
+from inferd.server.app import build_router, route_access
+from inferd.server.auth import Access, AccessPolicy, TokenSet
 from inferd.server.openapi import document
 
 
@@ -59,3 +60,27 @@ def test_operation_ids_are_unique() -> None:
         for operation in item.values()
     ]
     assert len(ids) == len(set(ids))
+
+
+def test_a_server_with_tokens_documents_which_operations_ask_for_them() -> None:
+    service = cast(InferenceService, object())
+    policy = AccessPolicy(management=TokenSet.of(["admin"]), data=TokenSet.of(["user"]))
+    router = build_router(service, ServerSettings(model_repository=("unused",)), access=policy)
+    built = document(sagemaker_multi_model=False, access=route_access(router), policy=policy)
+    validate(built)
+    assert built["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    kinds: dict[Access, int] = {}
+    for (method, path), access in route_access(router).items():
+        if method == "HEAD":
+            continue
+        operation = built["paths"][path][method.lower()]
+        kinds[access] = kinds.get(access, 0) + 1
+        if access is Access.PUBLIC:
+            assert "security" not in operation and "401" not in operation["responses"], path
+            continue
+        assert operation["security"] == [{"bearer": []}], path
+        assert "401" in operation["responses"], path
+        assert ("403" in operation["responses"]) == (access is Access.MANAGEMENT), path
+    assert kinds[Access.MANAGEMENT] == 5 and kinds[Access.PUBLIC] >= 4 and kinds[Access.DATA] > 20
+    # Without tokens, nothing asks for one.
+    assert "securitySchemes" not in document(sagemaker_multi_model=False)["components"]

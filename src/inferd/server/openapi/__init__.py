@@ -11,10 +11,13 @@ TorchServe's management API is not here: it listens on a port of its own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import orjson
 
 from inferd import __version__
-from inferd.server.openapi.build import Json, error_responses, header_parameter
+from inferd.server.auth import Access, AccessPolicy
+from inferd.server.openapi.build import Json, error_responses, header_parameter, ref
 from inferd.server.openapi.doors import openai_paths, sagemaker_paths, tfserving_paths, torchserve_paths
 from inferd.server.openapi.kserve import paths as kserve_paths
 from inferd.server.openapi.schemas import SCHEMAS
@@ -29,8 +32,14 @@ code in it. HEAD is served wherever GET is. The examples name `add_sub` (INPUT0 
 [-1, 16]) and `sentence_embedding`, models of inferd's example repository."""
 
 
-def document(*, sagemaker_multi_model: bool) -> Json:
-    """The document of a server started with (`sagemaker_multi_model`) or without --sagemaker."""
+def document(
+    *,
+    sagemaker_multi_model: bool,
+    access: Mapping[tuple[str, str], Access] | None = None,
+    policy: AccessPolicy | None = None,
+) -> Json:
+    """The document of a server started with (`sagemaker_multi_model`) or without --sagemaker;
+    with `policy` (its tokens) and each route's `access` by (METHOD, path), what asks for a token."""
     paths = {
         **kserve_paths(),
         **tfserving_paths(),
@@ -38,7 +47,7 @@ def document(*, sagemaker_multi_model: bool) -> Json:
         **torchserve_paths(),
         **openai_paths(),
     }
-    return {
+    built: Json = {
         "openapi": "3.1.0",
         "info": {"title": "inferd", "version": __version__, "description": _DESCRIPTION},
         "paths": paths,
@@ -72,7 +81,35 @@ def document(*, sagemaker_multi_model: bool) -> Json:
             },
         },
     }
+    if policy is not None and access is not None:
+        _ask_for_tokens(built, access, policy)
+    return built
 
 
-def document_bytes(*, sagemaker_multi_model: bool) -> bytes:
-    return orjson.dumps(document(sagemaker_multi_model=sagemaker_multi_model))
+def _ask_for_tokens(built: Json, access: Mapping[tuple[str, str], Access], policy: AccessPolicy) -> None:
+    """Bearer security on the operations this server asks tokens for, with their 401 (and, where an
+    inference token is refused, 403) in the door's error shape."""
+    built["components"]["securitySchemes"] = {
+        "bearer": {"type": "http", "scheme": "bearer", "description": "a token of --*-tokens-file or INFERD_*_TOKENS"}
+    }
+    for path, item in built["paths"].items():
+        for method, operation in item.items():
+            if method == "parameters":
+                continue
+            needed = access.get((method.upper(), path), Access.DATA)
+            if not policy.needs_token(needed):
+                continue
+            operation["security"] = [{"bearer": []}]
+            door = operation["tags"][0]
+            operation["responses"].setdefault("401", ref(f"{door}Error401", "responses"))
+            if needed is Access.MANAGEMENT and policy.management is not None and policy.data is not None:
+                operation["responses"].setdefault("403", ref(f"{door}Error403", "responses"))
+
+
+def document_bytes(
+    *,
+    sagemaker_multi_model: bool,
+    access: Mapping[tuple[str, str], Access] | None = None,
+    policy: AccessPolicy | None = None,
+) -> bytes:
+    return orjson.dumps(document(sagemaker_multi_model=sagemaker_multi_model, access=access, policy=policy))
