@@ -121,11 +121,19 @@ def main() -> int:
                 )
             rss_before, _ = peak_rss_mb(server.process.pid)
             rate = sustained * args.factor
+            stats_before = model_statistics(server.http_url)
             with console.status(f"overload: {rate:.0f} requests/s for {args.seconds:.0f} s"):
                 results, health = asyncio.run(run(args, server.http_url, body, rate))
             rss_after, rss_peak = peak_rss_mb(server.process.pid)
+            inside = server_side_ms(stats_before, model_statistics(server.http_url))
             with console.status("recovery"):
                 recovered_after = recovery_s(server.http_url, body)
+                # Light traffic after the load: the first small execution gives back the arena
+                # the load's batches grew (runtimes.onnx.ArenaShrink).
+                for _ in range(5):
+                    recovery_s(server.http_url, body)
+                    time.sleep(0.2)
+            rss_settled, _ = peak_rss_mb(server.process.pid)
     statuses = np.array([s for s, _ in results])
     admitted = np.array([latency for status, latency in results if status == 200]) * 1000
     table = Table(title=f"MiniLM under {args.factor:.0f}x overload (max_queue_size {MAX_QUEUE_SIZE})")
@@ -140,13 +148,36 @@ def main() -> int:
         ("other outcomes", f"{int(((statuses != 200) & (statuses != 503)).sum())}"),
         ("shed ratio", f"{(statuses == 503).mean():.3f}"),
         ("admitted p50 / p99 latency (ms)", f"{np.percentile(admitted, 50):.0f} / {np.percentile(admitted, 99):.0f}"),
+        ("server side: queue / compute / whole, mean (ms)", " / ".join(f"{v:.0f}" for v in inside)),
         ("health endpoint worst latency (ms)", f"{max(health) * 1000:.1f}"),
         ("server RSS before / after / peak (MiB)", f"{rss_before:.0f} / {rss_after:.0f} / {rss_peak:.0f}"),
+        ("server RSS after light traffic (MiB)", f"{rss_settled:.0f} ({rss_settled / rss_before - 1:+.1%})"),
         ("first normal answer after the load (s)", f"{recovered_after:.2f}"),
     ):
         table.add_row(label, value)
     console.print(table)
     return 0
+
+
+def model_statistics(server_url: str) -> dict[str, dict[str, int]]:
+    """MiniLM's inference_stats (Triton's statistics extension)."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{server_url}/v2/models/minilm/stats", timeout=30) as response:
+        return json.loads(response.read())["model_stats"][0]["inference_stats"]  # type: ignore[no-any-return]
+
+
+def server_side_ms(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> tuple[float, float, float]:
+    """Mean queue, compute and whole time inside the server of the requests served in between: what
+    the admitted requests' latency at the client has beyond this waited outside the model's queue."""
+
+    def mean(key: str) -> float:
+        count = after[key]["count"] - before[key]["count"]
+        return (after[key]["ns"] - before[key]["ns"]) / max(1, count) / 1e6
+
+    compute = mean("compute_input") + mean("compute_infer") + mean("compute_output")
+    return mean("queue"), compute, mean("success")
 
 
 def recovery_s(server_url: str, body: bytes) -> float:
