@@ -11,6 +11,7 @@ import logging
 import shutil
 import signal
 import tempfile
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +50,10 @@ logger = logging.getLogger("inferd.server")
 def run(settings: ServerSettings) -> None:
     """Serve until SIGTERM/SIGINT, then finish in-flight requests and exit."""
     configure_logging(settings.log_format, settings.log_level)
+    # A JSON number past a float type's range becomes ±inf, as a C cast (and Triton) makes it;
+    # the decoders' fast path lets numpy cast without np.errstate (a microsecond a request), so
+    # numpy's warning about it is the server's to silence, not a line in its log.
+    warnings.filterwarnings("ignore", "overflow encountered in cast", RuntimeWarning)
     try:
         import uvloop
 
