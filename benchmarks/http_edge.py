@@ -24,6 +24,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,11 +38,13 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from serving import MINILM, Setup, build_repository, minilm_model, tiny_model, wrk
+from serving import MINILM, Setup, _wait_listening, build_repository, minilm_model, tiny_model, wrk
 
-from inferd.testing.server import ServerProcess, run_server
+from inferd.testing.server import free_port, run_server
 
-EDGES = ("inferd", "granian")
+EDGE_SERVER = Path(__file__).resolve().parent / "baselines" / "edge_server.py"
+BARE_EDGES = ("inferd", "granian", "granian-raw")
+wait_listening = _wait_listening
 # Wide enough for the tables when the output is not a terminal (a log, CI).
 console = Console(width=None if sys.stdout.isatty() else 150)
 
@@ -72,11 +75,19 @@ def wait_quiet(below: float, timeout_s: float) -> float:
     return load
 
 
-def measure(server: ServerProcess, url: str, body: bytes, concurrency: int, args: argparse.Namespace) -> Window:
+@dataclass(frozen=True)
+class Target:
+    """An edge under test: its server process and the URL wrk posts to."""
+
+    pid: int
+    url: str
+
+
+def measure(target: Target, body: bytes, concurrency: int, args: argparse.Namespace) -> Window:
     load = wait_quiet(args.quiet_load, args.quiet_timeout)
-    process = psutil.Process(server.process.pid)
+    process = psutil.Process(target.pid)
     before, started = process.cpu_times(), time.perf_counter()
-    result = wrk(url, body, concurrency, args.seconds, args.scratch)
+    result = wrk(target.url, body, concurrency, args.seconds, args.scratch)
     after, wall = process.cpu_times(), time.perf_counter() - started
     cpu = (after.user - before.user) + (after.system - before.system)
     return Window(result.throughput, result.p50_us, result.p99_us, cpu / wall, load)
@@ -86,33 +97,65 @@ def spread(values: list[float], fmt: Callable[[float], str]) -> str:
     return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
 
 
+def in_turns(name: str, body: bytes, targets: dict[str, Target], args: argparse.Namespace) -> None:
+    """Every concurrency, each target in turn, `args.rounds` times (the order reversed every other
+    round); then the report."""
+    edges = list(targets)
+    windows: dict[tuple[str, int], list[Window]] = {(e, c): [] for e in edges for c in args.concurrency}
+    for edge in edges:  # warm-up: sessions, allocators, the batcher's first batches
+        wrk(targets[edge].url, body, max(args.concurrency), 1, args.scratch)
+    for round_index in range(args.rounds):
+        order = edges if round_index % 2 == 0 else edges[::-1]
+        for concurrency in args.concurrency:
+            for edge in order:
+                with console.status(f"{name}: round {round_index + 1}/{args.rounds}, c={concurrency}, {edge}"):
+                    window = measure(targets[edge], body, concurrency, args)
+                windows[edge, concurrency].append(window)
+                console.print(
+                    f"  {name} round {round_index + 1} c={concurrency:<3} {edge:<11} {window.throughput:9,.0f} req/s"
+                    f"  p50 {window.p50_us:7.0f} us  p99 {window.p99_us:7.0f} us  {window.cores:.2f} cores"
+                    f"  load {window.load:.2f}"
+                )
+    report(name, edges, windows, args)
+
+
 def benchmark(name: str, body: bytes, repository: Path, args: argparse.Namespace) -> None:
-    windows: dict[tuple[str, int], list[Window]] = {(e, c): [] for e in EDGES for c in args.concurrency}
+    """`inferd serve` with each edge, every feature on."""
     scratch = args.scratch
     with (
         run_server(repository, scratch / f"{name}-inferd.log", "--http-server", "inferd") as own,
         run_server(repository, scratch / f"{name}-granian.log", "--http-server", "granian") as granian,
     ):
         servers = {"inferd": own, "granian": granian}
-        urls = {edge: f"http://{server.http_url}/v2/models/{name}/infer" for edge, server in servers.items()}
-        for edge in EDGES:  # warm-up: sessions, allocators, the batcher's first batches
-            wrk(urls[edge], body, max(args.concurrency), 1, scratch)
-        for round_index in range(args.rounds):
-            order = EDGES if round_index % 2 == 0 else EDGES[::-1]
-            for concurrency in args.concurrency:
-                for edge in order:
-                    with console.status(f"{name}: round {round_index + 1}/{args.rounds}, c={concurrency}, {edge}"):
-                        window = measure(servers[edge], urls[edge], body, concurrency, args)
-                    windows[edge, concurrency].append(window)
-                    console.print(
-                        f"  {name} round {round_index + 1} c={concurrency:<3} {edge:<8} {window.throughput:9,.0f} req/s"
-                        f"  p50 {window.p50_us:7.0f} us  p99 {window.p99_us:7.0f} us  {window.cores:.2f} cores"
-                        f"  load {window.load:.2f}"
-                    )
-    report(name, windows, args)
+        targets = {
+            edge: Target(server.process.pid, f"http://{server.http_url}/v2/models/{name}/infer")
+            for edge, server in servers.items()
+        }
+        in_turns(name, body, targets, args)
 
 
-def report(name: str, windows: dict[tuple[str, int], list[Window]], args: argparse.Namespace) -> None:
+def bare(body: bytes, args: argparse.Namespace) -> None:
+    """The edges alone (benchmarks/baselines/edge_server.py): a handler that answers a fixed document."""
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    targets: dict[str, Target] = {}
+    try:
+        for edge in BARE_EDGES:
+            port = free_port()
+            processes[edge] = subprocess.Popen(
+                [sys.executable, str(EDGE_SERVER), edge, str(port)],
+                stdout=(args.scratch / f"bare-{edge}.log").open("wb"),
+                stderr=subprocess.STDOUT,
+            )
+            wait_listening(port, processes[edge])
+            targets[edge] = Target(processes[edge].pid, f"http://127.0.0.1:{port}/v2/models/tiny/infer")
+        in_turns("bare edge", body, targets, args)
+    finally:
+        for process in processes.values():
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def report(name: str, edges: list[str], windows: dict[tuple[str, int], list[Window]], args: argparse.Namespace) -> None:
     table = Table(title=f"{name}: the REST edge, HTTP JSON via wrk; median of {args.rounds} rounds in turns (min-max)")
     for column in ("concurrency", "edge", "req/s", "p50 us", "p99 us", "server cores", "req/s per core"):
         table.add_column(column, justify="left" if column == "edge" else "right")
@@ -126,11 +169,12 @@ def report(name: str, windows: dict[tuple[str, int], list[Window]], args: argpar
     def cores(value: float) -> str:
         return f"{value:.2f}"
 
-    ratios = Table(title=f"{name}: granian / inferd, the median of the rounds' paired ratios (min-max)")
-    for column in ("concurrency", "req/s", "p50", "p99", "req/s per core"):
-        ratios.add_column(column, justify="right")
+    base = edges[0]
+    ratios = Table(title=f"{name}: each edge / {base}, the median of the rounds' paired ratios (min-max)")
+    for column in ("concurrency", "edge", "req/s", "p50", "p99", "req/s per core"):
+        ratios.add_column(column, justify="left" if column == "edge" else "right")
     for concurrency in args.concurrency:
-        for edge in EDGES:
+        for edge in edges:
             ws = windows[edge, concurrency]
             table.add_row(
                 str(concurrency),
@@ -141,19 +185,21 @@ def report(name: str, windows: dict[tuple[str, int], list[Window]], args: argpar
                 spread([w.cores for w in ws], cores),
                 spread([w.per_core for w in ws], rate),
             )
-        pairs = list(zip(windows["granian", concurrency], windows["inferd", concurrency], strict=True))
+        for edge in edges[1:]:
+            pairs = list(zip(windows[edge, concurrency], windows[base, concurrency], strict=True))
 
-        def ratio(field: Callable[[Window], float], pairs: list[tuple[Window, Window]] = pairs) -> str:
-            values = [field(g) / field(i) for g, i in pairs if field(i) > 0]
-            return spread(values, lambda v: f"{v:.3f}")
+            def ratio(field: Callable[[Window], float], pairs: list[tuple[Window, Window]] = pairs) -> str:
+                values = [field(e) / field(b) for e, b in pairs if field(b) > 0]
+                return spread(values, lambda v: f"{v:.3f}")
 
-        ratios.add_row(
-            str(concurrency),
-            ratio(lambda w: w.throughput),
-            ratio(lambda w: w.p50_us),
-            ratio(lambda w: w.p99_us),
-            ratio(lambda w: w.per_core),
-        )
+            ratios.add_row(
+                str(concurrency),
+                edge,
+                ratio(lambda w: w.throughput),
+                ratio(lambda w: w.p50_us),
+                ratio(lambda w: w.p99_us),
+                ratio(lambda w: w.per_core),
+            )
     console.print(table)
     console.print(ratios)
     loads = [w.load for ws in windows.values() for w in ws]
@@ -167,6 +213,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each wrk window")
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--models", nargs="+", default=["tiny"], choices=["tiny", "minilm"])
+    parser.add_argument(
+        "--bare",
+        action="store_true",
+        help="measure the edges alone instead (inferd's server, granian through inferd's adapter, granian "
+        "with a bare RSGI app), each answering a fixed document: what the adapter costs, and each edge's floor",
+    )
     parser.add_argument("--quiet-load", type=float, default=0.7, help="wait for a 1-minute load average below this")
     parser.add_argument("--quiet-timeout", type=float, default=180.0, help="but no longer than this (seconds)")
     args = parser.parse_args()
@@ -180,6 +232,9 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory() as scratch:
         args.scratch = Path(scratch)
+        if args.bare:
+            bare(tiny_model().v2_json(), args)
+            return 0
         for name in args.models:
             if name == "tiny":
                 model, source = tiny_model(), None

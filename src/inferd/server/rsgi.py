@@ -48,10 +48,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("inferd.http")
 
-# A body declared up to this size is read whole, with a deadline set by its length; a larger or
-# chunked one is read as it streams in, its pace checked against what has arrived.
+# A body declared under this size is read whole, and must arrive within the read timeout; a larger
+# or chunked one is read as it streams in, its pace checked against what has arrived.
 _READ_WHOLE_BELOW = 64 * 1024
-_TEXT = [("content-type", "text/plain; charset=utf-8")]
 _CLOSE = ("connection", "close")
 
 
