@@ -10,6 +10,7 @@ import pydantic
 
 from inferd.config.server import (
     DEFAULT_MAX_REQUEST_BYTES,
+    HttpServerKind,
     IntraOpPools,
     LogFormat,
     ModelControlMode,
@@ -216,6 +217,14 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     type=click.IntRange(min=1),
     envvar="INFERD_MAX_CONNECTIONS",
     help="Open HTTP connections at most; one more is answered 503 with Retry-After and closed.",
+)
+@click.option(
+    "--http-server",
+    default=HttpServerKind.INFERD.value,
+    type=click.Choice([k.value for k in HttpServerKind]),
+    envvar="INFERD_HTTP_SERVER",
+    hidden=True,
+    help="Experimental: the server of the REST edge, inferd's own or granian's embedded one (pip install granian).",
 )
 @click.option(
     "--intra-op-pools",

@@ -27,6 +27,15 @@ class IntraOpPools(enum.Enum):
     """A pool per session, of cores / the model's instances (its `intra_op_thread_count` wins)."""
 
 
+class HttpServerKind(enum.Enum):
+    """Which HTTP server carries the REST edge."""
+
+    INFERD = "inferd"
+    """inferd's own HTTP/1.1 server (server/http11.py)."""
+    GRANIAN = "granian"
+    """granian's embedded server (experimental; server/rsgi.py; needs `pip install granian`)."""
+
+
 class ModelControlMode(enum.Enum):
     """Triton's model control modes."""
 
@@ -96,6 +105,8 @@ class ServerSettings(BaseModel):
     """HTTP: open connections at most; one more is answered 503 and closed (default 4096)."""
     tracing: TracingSettings | None = None
     """Traces exported by OpenTelemetry (--otlp-endpoint, OTEL_* variables); None: off, and free."""
+    http_server: HttpServerKind = HttpServerKind.INFERD
+    """Which server carries the REST edge (experimental; default inferd's own)."""
     tls_cert: str | None = None
     """A PEM certificate (chain): every listener (HTTP, gRPC, metrics) serves TLS with it and `tls_key`."""
     tls_key: str | None = None

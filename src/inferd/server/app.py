@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from inferd.config.server import IntraOpPools, ModelControlMode, ServerSettings
+from inferd.config.server import HttpServerKind, IntraOpPools, ModelControlMode, ServerSettings
 from inferd.config.tracing import EXTRA, TracingSettings
 from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import LinkedModels, open_repositories
@@ -41,7 +41,8 @@ from inferd.server.tfserving_grpc import add_tfserving_servicers
 from inferd.server.tls import TlsFiles
 from inferd.server.torchserve import TorchServeDoor
 
-if TYPE_CHECKING:  # imported when the server traces, and only then: OpenTelemetry comes with it
+if TYPE_CHECKING:  # imported when the server traces or serves on granian, and only then
+    from inferd.server.rsgi import GranianServer
     from inferd.server.tracing import Tracing
 
 logger = logging.getLogger("inferd.server")
@@ -122,7 +123,6 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     regions = SharedMemoryRegions()
     access = access_policy(settings)
     tls = tls_files(settings)
-    http_tls = tls.http_context() if tls is not None else None
     router = build_router(service, settings, regions, access)
     # Tokens first: a call refused for its credentials makes no span.
     interceptors: list[grpc.aio.ServerInterceptor] = [TokenInterceptor(access)] if access is not None else []
@@ -139,14 +139,12 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         write_timeout_s=settings.write_timeout_s,
         max_connections=settings.max_connections,
     )
-    http_server = HttpServer(http_app, limits)
-    management_server = None
+    management_app = None
     if settings.torchserve_management_port is not None:
         management = TorchServeDoor(service, KServeDoor(service, settings.max_request_bytes)).management_routes()
         management_app = HttpApp(
             Router([management], fallback=management), max_request_bytes=settings.max_request_bytes, access=access
         )
-        management_server = HttpServer(management_app, limits)
     grpc_server = build_grpc_server(
         service, max_message_bytes=settings.max_request_bytes, regions=regions, interceptors=interceptors
     )
@@ -172,9 +170,11 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     if tfserving_server is not None:
         await tfserving_server.start()
         logger.info("TF Serving gRPC API on %s:%d", settings.host, settings.tfserving_grpc_port)
-    await http_server.start(settings.host, settings.http_port, tls=http_tls)
-    if management_server is not None and settings.torchserve_management_port is not None:
-        await management_server.start(settings.host, settings.torchserve_management_port, tls=http_tls)
+    http_server = await start_http_server(settings, http_app, limits, settings.http_port, tls)
+    management_server = None
+    if management_app is not None and settings.torchserve_management_port is not None:
+        port = settings.torchserve_management_port
+        management_server = await start_http_server(settings, management_app, limits, port, tls)
         logger.info("TorchServe management API on %s:%d", settings.host, settings.torchserve_management_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -239,6 +239,22 @@ def access_policy(settings: ServerSettings) -> AccessPolicy | None:
             "platform calls them after authenticating its callers with IAM"
         )
     return AccessPolicy(management=management, data=data)
+
+
+async def start_http_server(
+    settings: ServerSettings, app: HttpApp, limits: HttpLimits, port: int, tls: TlsFiles | None
+) -> HttpServer | GranianServer:
+    """`app` served on `port` by the server `settings.http_server` names."""
+    if settings.http_server is HttpServerKind.GRANIAN:
+        from inferd.server.rsgi import GranianServer
+
+        granian = GranianServer(app, limits)
+        await granian.start(settings.host, port, tls=tls)
+        logger.warning("experimental: the REST edge on %s is served by granian", port)
+        return granian
+    server = HttpServer(app, limits)
+    await server.start(settings.host, port, tls=tls.http_context() if tls is not None else None)
+    return server
 
 
 def tls_files(settings: ServerSettings) -> TlsFiles | None:
