@@ -397,3 +397,64 @@ async def test_pipelining_past_the_cap_closes_after_the_answered_ones(served: tu
     assert (await read_response(reader))[0] == 200
     assert await asyncio.wait_for(reader.read(), 5) == b""
     assert [r.path for r in handler.seen] == ["/slow"]
+
+
+# Requests a proxy in front and inferd could read differently (request smuggling), and heads that
+# break the grammar: each is refused with its status and the connection closed, so nothing after
+# it on the connection is read as a request. nginx also refuses the framing ones (400) and an
+# unknown transfer coding (501); it accepts a bare LF, which llhttp, and so inferd, does not.
+POST = b"POST /a HTTP/1.1\r\nHost: x\r\n"
+CHUNKED = POST + b"Transfer-Encoding: chunked\r\n\r\n"
+FRAMING = {
+    "content-length-with-transfer-encoding": (
+        POST + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+    "transfer-encoding-with-content-length": (
+        POST + b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", 400),
+    "repeated-content-length": (POST + b"Content-Length: 3\r\nContent-Length: 5\r\n\r\nabc", 400),
+    "content-length-list": (POST + b"Content-Length: 3, 3\r\n\r\nabc", 400),
+    "negative-content-length": (POST + b"Content-Length: -1\r\n\r\n", 400),
+    "signed-content-length": (POST + b"Content-Length: +3\r\n\r\nabc", 400),
+    "obsolete-line-folding": (b"GET /a HTTP/1.1\r\nHost: x\r\nX-A: one\r\n two\r\n\r\n", 400),
+    "space-before-colon": (b"GET /a HTTP/1.1\r\nHost : x\r\n\r\n", 400),
+    "bare-lf": (b"GET /a HTTP/1.1\nHost: x\n\n", 400),
+    "invalid-chunk-size": (CHUNKED + b"zz\r\nabc\r\n0\r\n\r\n", 400),
+    "chunk-size-overflow": (CHUNKED + b"ffffffffffffffffff\r\nabc\r\n0\r\n\r\n", 400),
+    "invalid-chunk-extension": (CHUNKED + b"3;\x01\r\nabc\r\n0\r\n\r\n", 400),
+    "chunked-not-last": (POST + b"Transfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n", 400),
+    "unsupported-transfer-coding": (POST + b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", FRAMING)
+async def test_ambiguous_or_malformed_framing_is_refused_and_closes(
+    served: tuple[HttpServer, EchoHandler], name: str
+) -> None:
+    server, handler = served
+    request, status = FRAMING[name]
+    reader, writer = await connect(server)
+    # A second request behind it, which must never be read as one.
+    writer.write(request + b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer, headers, _ = await read_response(reader)
+    assert (answer, headers[b"connection"]) == (status, b"close")
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    assert [r.path for r in handler.seen if r.path == "/smuggled"] == []
+
+
+async def test_chunk_extensions_are_allowed_and_ignored(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, _ = served
+    reader, writer = await connect(server)
+    writer.write(CHUNKED + b"3;name=value\r\nabc\r\n0\r\n\r\n")
+    assert (await read_response(reader))[::2] == (200, b"POST /a abc")
+
+
+async def test_too_many_header_fields_get_431(served: tuple[HttpServer, EchoHandler]) -> None:
+    server, _ = served
+    reader, writer = await connect(server)
+    fields = b"".join(b"h%d: v\r\n" % i for i in range(server.limits.max_header_count))
+    writer.write(b"GET /a HTTP/1.1\r\nHost: x\r\n" + fields + b"\r\n")  # one more than the limit with Host
+    status, headers, body = await read_response(reader)
+    assert (status, headers[b"connection"]) == (431, b"close")
+    assert b"more than 100 header fields" in body
+    reader, writer = await connect(server)
+    writer.write(b"GET /a HTTP/1.1\r\n" + fields + b"\r\n")  # exactly the limit
+    assert (await read_response(reader))[0] == 200

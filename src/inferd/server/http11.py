@@ -58,6 +58,8 @@ class HttpLimits:
     """Largest body accepted, declared or chunked."""
     max_head_bytes: int = 64 * 1024
     """Largest request line plus headers (431 above it)."""
+    max_header_count: int = 100
+    """Header fields at most (431 above it), as Apache's LimitRequestFields and Envoy's default."""
     keep_alive_s: float = 5.0
     """An idle connection (no request started) closes after this long."""
     read_timeout_s: float = 10.0
@@ -213,6 +215,7 @@ class _Connection(asyncio.Protocol):
         self._messages_begun = 0
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
+        self._header_count = 0
         self._head_bytes = 0
         self._chunks: list[bytes] = []
         self._body_bytes = 0
@@ -339,6 +342,7 @@ class _Connection(asyncio.Protocol):
         self._head_ended_at = None
         self._url = b""
         self._headers = {}
+        self._header_count = 0
         self._head_bytes = 0
         self._chunks = []
         self._body_bytes = 0
@@ -349,7 +353,16 @@ class _Connection(asyncio.Protocol):
         self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers[name.lower()] = value
+        self._header_count += 1
+        if self._header_count > self._limits.max_header_count:
+            raise _Rejected(431, f"request has more than {self._limits.max_header_count} header fields")
+        lowered = name.lower()
+        if lowered == b"transfer-encoding" and value.strip().lower() != b"chunked":
+            # A coding inferd would not undo (gzip, chunked) must not reach a handler as if it were
+            # the body: refused, as RFC 9112 asks and nginx does. (llhttp refuses chunked before
+            # another coding, and Transfer-Encoding beside Content-Length.)
+            raise _Rejected(501, f"Transfer-Encoding {value.decode('latin-1')!r} is not supported; use chunked")
+        self._headers[lowered] = value
         self._count_head(len(name) + len(value))
 
     def on_headers_complete(self) -> None:
