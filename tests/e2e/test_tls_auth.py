@@ -29,6 +29,7 @@ from inferd.errors import PermissionDeniedError, UnauthenticatedError
 from inferd.testing.models import mlp_model
 from inferd.testing.models import write_config as write_model_config
 from inferd.testing.server import ServerProcess, run_server
+from tests.e2e.conftest import http_request
 
 pytestmark = pytest.mark.e2e
 X = np.linspace(-1, 1, 32, dtype=np.float32).reshape(2, 16)
@@ -222,14 +223,10 @@ def token_server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 def _request(
     server: ServerProcess, method: str, path: str, token: str | None, body: bytes = b""
 ) -> tuple[int, dict[str, str], bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+    """conftest's http_request, with the token as a bearer (none when None)."""
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    try:
-        connection.request(method, path, body=body or None, headers=headers)
-        response = connection.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
-    finally:
-        connection.close()
+    reply = http_request(server, method, path, body or None, headers)
+    return reply.status, reply.headers, reply.body
 
 
 _SHM_KEY = f"/inferd_auth_{uuid.uuid4().hex[:8]}"
