@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import grpc
@@ -249,14 +248,6 @@ def test_failed_models_fail_alone_with_their_reason(server: ServerProcess) -> No
     # Everyone else still serves.
     status, body = post_infer(server, "mlp", {"inputs": [fp32_input("x", [1, 16])]})
     assert status == 200
-
-
-def test_error_is_logged_with_request_id(server: ServerProcess) -> None:
-    post_infer(server, "add_sub", {"inputs": [fp32_input("INPUT0", [16])]}, {"X-Request-ID": "log-me-42"})
-    lines = [json.loads(line) for line in server.log().splitlines() if "log-me-42" in line]
-    assert lines, "the error was not logged with its request id"
-    assert lines[0]["request_id"] == "log-me-42"
-    assert lines[0]["level"] == "WARNING"
 
 
 # -- gRPC -------------------------------------------------------------------------------------

@@ -41,6 +41,8 @@ from inferd.types import DataType
 CONFIG_FILE_NAME = "config.pbtxt"
 # Triton's --backend-config=default-max-batch-size: what an auto-completed batching model gets.
 DEFAULT_MAX_BATCH_SIZE = 4
+# The model parameter that makes dynamic_batching's max_queue_size count executing requests too.
+QUEUE_INCLUDES_EXECUTING_PARAMETER = "max_queue_size_includes_executing"
 
 # Triton's TYPE_* names → v2 datatypes. TYPE_STRING is the BYTES tensor.
 DATATYPES_BY_CONFIG_NAME = {
@@ -157,7 +159,7 @@ def _from_message(message: Any, pb: Any, *, model_name: str, source: str) -> Mod
         outputs=tuple(_tensor(t, pb, source, is_input=False) for t in message.output),
         instance_groups=tuple(_instance_group(g, pb, source) for g in message.instance_group),
         version_policy=_version_policy(message, source),
-        dynamic_batching=_dynamic_batching(message, pb) if message.HasField("dynamic_batching") else None,
+        dynamic_batching=_dynamic_batching(message, pb, source) if message.HasField("dynamic_batching") else None,
         warmup=tuple(_warmup(w, pb, source) for w in message.model_warmup),
         parameters={key: value.string_value for key, value in message.parameters.items()},
         ensemble=_ensemble(message, source),
@@ -329,7 +331,7 @@ def _ensemble(message: Any, source: str) -> EnsembleConfig | None:
     return EnsembleConfig(steps=tuple(steps))
 
 
-def _dynamic_batching(message: Any, pb: Any) -> DynamicBatchingConfig:
+def _dynamic_batching(message: Any, pb: Any, source: str) -> DynamicBatchingConfig:
     batching = message.dynamic_batching
     return DynamicBatchingConfig(
         max_queue_delay_us=int(batching.max_queue_delay_microseconds),
@@ -341,7 +343,18 @@ def _dynamic_batching(message: Any, pb: Any) -> DynamicBatchingConfig:
         priority_queue_policies={
             int(level): _queue_policy(policy, pb) for level, policy in batching.priority_queue_policy.items()
         },
+        max_queue_size_includes_executing=_boolean_parameter(message, QUEUE_INCLUDES_EXECUTING_PARAMETER, source),
     )
+
+
+def _boolean_parameter(message: Any, key: str, source: str) -> bool:
+    """A `parameters` entry that must read true or false (false when absent)."""
+    if key not in message.parameters:
+        return False
+    value = str(message.parameters[key].string_value)
+    if value.lower() not in ("true", "false"):
+        raise ModelConfigError(f"{source}: parameter {key} must be true or false, got {value!r}")
+    return value.lower() == "true"
 
 
 def _sequence_batching(message: Any, pb: Any, source: str) -> SequenceBatchingConfig:

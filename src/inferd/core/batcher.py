@@ -15,6 +15,16 @@ non-empty queue, adding later requests whose non-batch shapes and datatypes matc
 otherwise arm one timer for that delay. So a lone request on an idle server runs at once, and
 under load batches grow while the instances are busy.
 
+The queue's bound. Triton's `max_queue_size` counts queued requests only, so under overload an
+admitted request waits for a full queue ahead of it and for the batch executing: about two batches'
+time when batches are as large as the queue (MiniLM on 2 cores: p99 2.4x the time a full queue
+takes to drain, benchmarks/overload.py). With the model parameter
+`max_queue_size_includes_executing: true` the bound counts the executing requests too, so no
+admitted request has more than `max_queue_size` requests ahead of it: p99 about one queue-drain
+time, at the cost of smaller batches under overload (the executing batch and the queue share the
+bound), which costs a CPU model nearly nothing (execution time grows with rows) and a GPU model up
+to half its throughput (a batch of 16 takes as long as one of 32), hence not the default.
+
 Company that comes just too late. When clients wait for their answers before they send again (a
 closed loop: a pipeline's steps, a fixed set of clients), the rule above splits them into groups
 that take turns: while one group's batch runs, the other queues, and when the instance frees, the
@@ -125,6 +135,8 @@ class DynamicBatcher:
         # Requests in the batch when it began to wait on an idle model (0: it is not waiting so).
         self._idle_wait_requests = 0
         self._fruitless_waits = 0
+        # Requests in batches executing now (the queue bound may count them: see _overloaded).
+        self._executing = 0
 
     @property
     def queued(self) -> int:
@@ -152,13 +164,9 @@ class DynamicBatcher:
         if self._dispatched_alone_this_turn:  # company after all: wait for it from now on
             self._expect_company, self._lone_batches = True, 0
         policy = self._config.queue_policy(level + 1)
-        if policy.max_queue_size and len(queue) >= policy.max_queue_size:
-            raise OverloadedError(
-                f"model '{self._model_name}' is overloaded: its queue"
-                f"{f' for priority {level + 1}' if self._config.priority_queue_policies else ''} holds max_queue_size "
-                f"{policy.max_queue_size} requests; retry later",
-                retry_after_s=self.estimated_wait_s(),
-            )
+        overloaded = self._overloaded(level)
+        if overloaded is not None:
+            raise overloaded
         now = self._clock()
         if deadline_s is not None:
             estimate_s = self.estimated_wait_s()
@@ -201,6 +209,27 @@ class DynamicBatcher:
         # dispatcher drops the request when it reaches it, before spending compute on it.
         return await pending.future
 
+    def refusal(self, priority: int = 0) -> OverloadedError | None:
+        """The error a request of `priority` would be refused with now, its queue being full;
+        None when it would be admitted. Doors ask before decoding a body, so that shedding load
+        costs as little as it can."""
+        return self._overloaded(self._priority_index(priority))
+
+    def _overloaded(self, level: int) -> OverloadedError | None:
+        policy = self._config.queue_policy(level + 1)
+        if not policy.max_queue_size:
+            return None
+        counts_executing = self._config.max_queue_size_includes_executing
+        ahead = len(self._queues[level]) + (self._executing if counts_executing else 0)
+        if ahead < policy.max_queue_size:
+            return None
+        return OverloadedError(
+            f"model '{self._model_name}' is overloaded: its queue"
+            f"{f' for priority {level + 1}' if self._config.priority_queue_policies else ''} holds max_queue_size "
+            f"{policy.max_queue_size} requests{', executing ones included' if counts_executing else ''}; retry later",
+            retry_after_s=self.estimated_wait_s(),
+        )
+
     async def _run_alone(
         self,
         feeds: Mapping[str, np.ndarray[Any, Any]],
@@ -218,7 +247,11 @@ class DynamicBatcher:
         asyncio.get_running_loop().call_soon(self._turn_over)
         self._learn_company(1)
         started = time.perf_counter()
-        results, timing.queue_s = await self._pool.execute(feeds, output_names, rows, deadline_s)
+        self._executing += 1
+        try:
+            results, timing.queue_s = await self._pool.execute(feeds, output_names, rows, deadline_s)
+        finally:
+            self._executing -= 1
         timing.compute_infer_s = time.perf_counter() - started - timing.queue_s
         timing.batch_rows = rows
         if self._tracer is not None:
@@ -356,9 +389,11 @@ class DynamicBatcher:
     def _start(self, instance: Runtime, batch: list[_Pending], dispatched_s: float) -> None:
         idle_since_s = self._idle_since.get(id(instance), 0.0)
         turn = self._take_turn() if self._config.preserve_ordering else None
+        self._executing += len(batch)
 
         def done(outcome: tuple[list[Arrays | BaseException], tuple[float, float, float]] | BaseException) -> None:
             self._idle_since[id(instance)] = self._freed_s = finished_s = self._clock()
+            self._executing -= len(batch)
             outcomes: list[Arrays | BaseException]
             if isinstance(outcome, BaseException):  # cancelled at shutdown, or a bug: every waiter hears
                 outcomes, phases = [outcome] * len(batch), _NO_PHASES

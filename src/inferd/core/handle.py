@@ -27,7 +27,13 @@ from inferd.core.executor import Arrays, InstancePool
 from inferd.core.sequence import SequenceBatcher
 from inferd.core.tracing import ExecutionTracer
 from inferd.core.validation import check_output_rows, output_names, prepare_inputs
-from inferd.errors import DeadlineUnreachableError, InvalidRequestError, ModelNotReadyError, ModelOutputError
+from inferd.errors import (
+    DeadlineUnreachableError,
+    InvalidRequestError,
+    ModelNotReadyError,
+    ModelOutputError,
+    OverloadedError,
+)
 from inferd.types import DataType, InferRequest, InferResponse, RequestTiming, Tensor
 
 
@@ -53,6 +59,11 @@ class Handle:
     def queued(self) -> int:
         """Requests waiting in a batcher's queue (0 for a handle without one)."""
         return 0
+
+    def refusal(self) -> OverloadedError | None:
+        """The error any request would be refused with now, before its body is decoded (a full
+        queue); None when one may be admitted."""
+        return None
 
     async def infer(self, request: InferRequest) -> InferResponse:
         if self.state is HandleState.CLOSED:
@@ -103,6 +114,13 @@ class ModelHandle(Handle):
     @property
     def queued(self) -> int:
         return self.batcher.queued if self.batcher is not None else 0
+
+    def refusal(self) -> OverloadedError | None:
+        # With priority levels, which queue a request joins is in its body: decode it first.
+        batching = self.config.dynamic_batching
+        if self.batcher is None or batching is None or batching.priority_levels > 1:
+            return None
+        return self.batcher.refusal()
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         if not self.config.decoupled:

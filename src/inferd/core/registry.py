@@ -292,6 +292,10 @@ class ModelRegistry:
             self._metrics.on_demand_hit()
         return handle
 
+    def peek(self, name: str, version: str) -> Handle | None:
+        """The handle serving (name, version) now, or None, without counting it as a use."""
+        return self._snapshot.serving.get((name, version))
+
     async def lease(self, name: str, version: str) -> Handle:
         """The handle serving (name, version), loading the model first when on-demand loading is on
         and the model is in the repository but not loaded (concurrent callers share the one load);

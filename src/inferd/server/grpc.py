@@ -24,11 +24,12 @@ from inferd.protocol import grpc_v2, server_timing, shared_memory
 from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
 from inferd.protocol.status import grpc_status
 from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy
-from inferd.server.logging import current_request_id
+from inferd.server.logging import RequestErrorLog, current_request_id
 from inferd.server.shared_memory import SharedMemoryRegions
 from inferd.types import new_request_id
 
 logger = logging.getLogger("inferd.grpc")
+_errors_log = RequestErrorLog(logger)
 
 T = TypeVar("T")
 
@@ -181,6 +182,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         request_id = str(metadata.get(REQUEST_ID_HEADER, ""))
         token = current_request_id.set(request_id)
         try:
+            self._service.shed(request.model_name, request.model_version, "kserve_grpc")
             decode_started = time.perf_counter()
             remaining_s = context.time_remaining()
             deadline_s = time.monotonic() + remaining_s if remaining_s is not None else None
@@ -252,8 +254,16 @@ async def call_async(context: grpc.aio.ServicerContext, method: str, build: Call
 
 async def abort(context: grpc.aio.ServicerContext, method: str, error: InferdError, request_id: str) -> None:
     status = grpc_status(error.code)
-    log = logger.error if status is grpc.StatusCode.INTERNAL else logger.warning
-    log("%s -> %s %s: %s", method, status.name, error.code.value, error.message, extra={"request_id": request_id})
+    _errors_log.log(
+        status is grpc.StatusCode.INTERNAL,
+        error.code,
+        "%s -> %s %s: %s",
+        method,
+        status.name,
+        error.code.value,
+        error.message,
+        extra={"request_id": request_id},
+    )
     # The machine-readable fields the REST body carries, as trailing metadata: inferd-code, inferd-tensor, ...
     details = tuple(
         (f"inferd-{key.replace('_', '-')}", header_value(str(value))) for key, value in error.details().items()

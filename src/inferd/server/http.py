@@ -30,11 +30,12 @@ from inferd.protocol.request_id import check_request_id, header_value
 from inferd.protocol.status import HTTP_STATUS
 from inferd.server.auth import AUTHORIZATION_HEADER, WWW_AUTHENTICATE, AccessPolicy
 from inferd.server.http11 import HttpRequest, HttpResponse
-from inferd.server.logging import current_request_id
+from inferd.server.logging import RequestErrorLog, current_request_id
 from inferd.server.routes import RouteGroup, Router
 from inferd.types import InferRequest, RequestedOutput, Tensor, new_request_id
 
 logger = logging.getLogger("inferd.http")
+_errors_log = RequestErrorLog(logger)
 
 REQUEST_ID_HEADER = _REQUEST_ID_HEADER.encode()
 # How long the client will wait, in milliseconds; a request that cannot make it is refused at once.
@@ -91,8 +92,9 @@ class HttpApp:
     def _error(self, request: HttpRequest, group: RouteGroup, error: InferdError, request_id: str) -> HttpResponse:
         status, body, content_type = group.encode_error(error, request_id)
         # A server fault is an error in the log; a client's mistake or an overload a warning.
-        log = logger.error if HTTP_STATUS[error.code] == 500 else logger.warning
-        log(
+        _errors_log.log(
+            HTTP_STATUS[error.code] == 500,
+            (group.protocol, error.code),
             "%s %s -> %d %s: %s",
             request.method,
             request.path,

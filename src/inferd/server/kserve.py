@@ -84,6 +84,7 @@ class KServeDoor:
         """A v2 infer request (JSON, or with binary tensors), by any door that takes v2 bodies;
         `header_length`: the JSON header's length when the door carries it elsewhere than in
         Inference-Header-Content-Length (SageMaker's content type)."""
+        self._service.shed(model, version, protocol)
         headers = http_request.headers
         decode_started = time.perf_counter()
         body = http_compression.decode_body(http_request.body, headers.get(b"content-encoding"),

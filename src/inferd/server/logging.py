@@ -10,6 +10,8 @@ import contextvars
 import logging
 import sys
 import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -62,3 +64,54 @@ def configure_logging(log_format: LogFormat, level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    refilled_s: float
+    suppressed: int = 0
+
+
+class RequestErrorLog:
+    """The log lines of the errors requests are answered with. A server fault is always logged; a
+    client's mistake or an overload refusal is a warning, `burst` of each kind at once and then
+    one a second, the next line saying how many like it were left out. Those come in floods
+    (4x MiniLM's throughput sheds 300 requests a second, a hostile client sends bad requests as
+    fast as it can): a line each cost the event loop a twentieth of its time and fills disks. The
+    kinds (a door and an error code) are a fixed set, so the buckets are bounded."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        burst: int = 10,
+        per_second: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._logger = logger
+        self._burst = burst
+        self._per_second = per_second
+        self._clock = clock
+        self._buckets: dict[Hashable, _Bucket] = {}
+
+    def log(self, fault: bool, kind: Hashable, message: str, *args: object, extra: dict[str, Any]) -> None:
+        if fault:
+            self._logger.error(message, *args, extra=extra)
+            return
+        now = self._clock()
+        bucket = self._buckets.get(kind)
+        if bucket is None:
+            bucket = self._buckets[kind] = _Bucket(self._burst, now)
+        bucket.tokens = min(self._burst, bucket.tokens + (now - bucket.refilled_s) * self._per_second)
+        bucket.refilled_s = now
+        if bucket.tokens < 1:
+            bucket.suppressed += 1
+            return
+        bucket.tokens -= 1
+        if bucket.suppressed:
+            message += " (%d more like it not logged)"
+            args = (*args, bucket.suppressed)
+            extra = {**extra, "suppressed": bucket.suppressed}
+            bucket.suppressed = 0
+        self._logger.warning(message, *args, extra=extra)

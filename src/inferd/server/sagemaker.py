@@ -155,6 +155,7 @@ class SageMakerDoor:
         return loaded[0]
 
     async def _infer(self, request: HttpRequest, model: str) -> HttpResponse:
+        self._service.shed(model, "", "sagemaker")
         kind, parameters = sagemaker.media_type(request.headers.get(_CONTENT_TYPE))
         sagemaker.check_readable(kind)
         if kind in (sagemaker.JSON, sagemaker.TRITON_BINARY):

@@ -75,6 +75,7 @@ class TfServingDoor:
     ) -> HttpResponse:
         """A `:predict` body, by any door that takes TF Serving bodies (SageMaker's /invocations,
         which passes the `document` it parsed already)."""
+        self._service.shed(model, version, protocol)
         decode_started = time.perf_counter()
         signature = await self._service.serving_metadata(model, version)
         if document is None:

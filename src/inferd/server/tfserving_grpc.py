@@ -36,6 +36,7 @@ class PredictionServicer(serving_grpc.PredictionServiceServicer):
             try:
                 started = time.perf_counter()
                 model, version = message.model_spec.name, await self._version(message.model_spec)
+                self._service.shed(model, version, "tfserving_grpc")
                 inputs, outputs = tfserving_grpc.decode_predict(message)
                 remaining_s = context.time_remaining()
                 request = InferRequest(

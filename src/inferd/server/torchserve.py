@@ -58,6 +58,7 @@ class TorchServeDoor:
 
     async def _predict(self, http_request: HttpRequest, params: Params) -> HttpResponse:
         model, version = params["model"], params.get("version", "")
+        self._service.shed(model, version, "torchserve")
         started = time.perf_counter()
         kind, _ = sagemaker.media_type(http_request.headers.get(b"content-type"))
         document: Any = None

@@ -248,6 +248,36 @@ async def test_full_queue_refuses_at_once_naming_model_and_limit() -> None:
     await asyncio.gather(blocker, *queued)
 
 
+async def test_a_bound_that_includes_executing_requests_counts_the_batch_running() -> None:
+    gate = threading.Event()
+    runtime = FakeRuntime(gate)
+    batcher = make(
+        [runtime], default_queue_policy=QueuePolicy(max_queue_size=2), max_queue_size_includes_executing=True
+    )
+    blocker = await occupy(batcher, runtime)  # one request executing
+    queued = asyncio.ensure_future(submit(batcher, [1.0]))
+    await until(lambda: batcher.queued == 1)
+    assert batcher.refusal() is not None  # 1 queued + 1 executing
+    with pytest.raises(OverloadedError, match=r"max_queue_size 2 requests, executing ones included"):
+        await submit(batcher, [1.0])
+    gate.set()
+    await asyncio.gather(blocker, queued)
+    assert batcher.refusal() is None  # nothing queued or executing: room again
+    assert (await asyncio.wait_for(submit(batcher, [1.0]), timeout=10)).tolist() == [[2.0, 2.0]]
+
+
+async def test_triton_s_bound_counts_queued_requests_only() -> None:
+    gate = threading.Event()
+    runtime = FakeRuntime(gate)
+    batcher = make([runtime], default_queue_policy=QueuePolicy(max_queue_size=2))
+    blocker = await occupy(batcher, runtime)
+    queued = asyncio.ensure_future(submit(batcher, [1.0]))
+    await until(lambda: batcher.queued == 1)
+    assert batcher.refusal() is None  # one executing, one queued: the queue has room for one more
+    gate.set()
+    await asyncio.gather(blocker, queued)
+
+
 async def test_a_bad_request_fails_alone() -> None:
     gate = threading.Event()
     runtime = FakeRuntime(gate)
