@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXAMPLE_REPOSITORY := examples/model_repository
 
-.PHONY: serve test setup setup-example perf-analyzer tfserving-client nginx example lint unit
+.PHONY: serve test setup setup-example perf-analyzer tfserving-client nginx h2load example lint unit
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ tfserving-client:
 # nginx (Debian's), in front of the local fleet in the inferd fleet tests.
 nginx:
 	scripts/install_nginx.sh
+
+# h2load (Debian's), the open-loop client of benchmarks/overload.py (not needed by the tests).
+h2load:
+	scripts/install_h2load.sh
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,176 +1,215 @@
 #!/usr/bin/env python3
 """inferd under overload: open-loop load at a multiple (default 4x) of the throughput the server
-sustains, on the example MiniLM model with a bounded queue. Prints the shed ratio, the latency of
-the admitted requests, the health endpoint's worst latency during the run, the server's peak RSS
-and how soon it serves normally after the load stops.
+sustains, on the example MiniLM model with a bounded queue (max_queue_size 32). Prints, per round,
+the admitted requests' rate and latency against the sustainable rate and the time a full queue
+takes to drain, the shed ratio, the health endpoint's worst latency, the server-side split of the
+admitted requests' time, and the server's RSS before, at its peak and after light traffic.
 
-    make example && .venv/bin/python benchmarks/overload.py [--factor 4] [--seconds 20]
+    make example h2load && .venv/bin/python benchmarks/overload.py [--factor 4] [--seconds 20] [--rounds 2]
 
-The sustainable throughput is measured first with perf_analyzer (closed loop, binary HTTP, best of
-concurrency 8/16). The overload itself is open loop at a fixed rate, which a closed-loop C
-generator (wrk, perf_analyzer) cannot do; at a few hundred requests per second an asyncio client
-is far from being the bottleneck.
+Two ways of bounding the queue are measured in turns, each on its own server: Triton's
+(`max_queue_size` counts queued requests) and `max_queue_size_includes_executing` (the bound counts
+the executing ones too; see core/batcher.py). Targets (issue "Hardening", part 4): admitted p99
+within 1.5x the queue-drain time (max_queue_size / sustainable rate), admitted rate >= 0.9x the
+sustainable one, RSS back within 10% of its start after the load.
+
+Load comes from h2load (C++, Debian's nghttp2-client), with the same JSON request (all of MiniLM's
+outputs, 540 KB of JSON an answer) for both measures: the sustainable rate is the best of closed
+loops at concurrency 16 and 32 (keep-alive); the overload is an open loop, a new connection a
+request started at a fixed rate whatever the server answers (closed-loop generators such as wrk
+and perf_analyzer slow down with the server, and perf_analyzer stops at the first 503), each
+request's status and latency logged. The health probe is a second h2load, 10 GETs a second.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
+import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serving import MINILM, minilm_model, perf_analyzer
+from serving import MINILM, minilm_model
 
 from inferd.testing.models import write_config
 from inferd.testing.server import run_server
 
-console = Console()
+console = Console(width=220)
 MAX_QUEUE_SIZE = 32
+# How each way of bounding the queue is written in the model's config.pbtxt.
+BOUNDS = {
+    "queued (Triton's)": "",
+    "queued + executing": 'parameters { key: "max_queue_size_includes_executing" value: { string_value: "true" } }\n',
+}
 
 
-def build_repository(root: Path) -> Path:
+def build_repository(root: Path, bound: str) -> Path:
     (root / "minilm" / "1").mkdir(parents=True)
     (root / "minilm" / "1" / "model.onnx").symlink_to(MINILM)
     write_config(
         root / "minilm",
         "max_batch_size: 32\n"
         "dynamic_batching { max_queue_delay_microseconds: 2000 "
-        f"default_queue_policy {{ max_queue_size: {MAX_QUEUE_SIZE} }} }}\n",
+        f"default_queue_policy {{ max_queue_size: {MAX_QUEUE_SIZE} }} }}\n" + BOUNDS[bound],
     )
     return root
 
 
-def peak_rss_mb(pid: int) -> tuple[float, float]:
+def rss_mb(pid: int) -> tuple[float, float]:
     """(current, peak) resident memory of a process, in MiB."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
-async def open_loop(url: str, body: bytes, rate: float, seconds: float) -> list[tuple[int, float]]:
-    """Send at `rate` per second for `seconds`, not waiting for answers; (status, latency s) each."""
-    results: list[tuple[int, float]] = []
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector) as session:
-
-        async def one() -> None:
-            started = time.perf_counter()
-            try:
-                async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
-                    await response.read()
-                    results.append((response.status, time.perf_counter() - started))
-            except aiohttp.ClientError:
-                results.append((0, time.perf_counter() - started))
-
-        tasks = []
-        start = time.perf_counter()
-        for index in range(int(rate * seconds)):
-            delay = start + index / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(one()))
-        await asyncio.wait_for(asyncio.gather(*tasks), timeout=seconds + 120)
-    return results
+def h2load(*arguments: str, timeout_s: float) -> str:
+    completed = subprocess.run(
+        ["h2load", "--h1", "-t", "1", *arguments], capture_output=True, text=True, timeout=timeout_s, check=True
+    )
+    return completed.stdout
 
 
-async def health_probe(url: str, stop: asyncio.Event) -> list[float]:
-    latencies = []
-    async with aiohttp.ClientSession() as session:
-        while not stop.is_set():
-            started = time.perf_counter()
-            async with session.get(url) as response:
-                await response.read()
-            latencies.append(time.perf_counter() - started)
-            await asyncio.sleep(0.1)
-    return latencies
+def closed_loop_rate(url: str, body: Path, concurrency: int, seconds: float) -> float:
+    """Requests a second answered 200 by `concurrency` keep-alive connections, each sending again
+    when answered."""
+    output = h2load(
+        "-d", str(body), "-H", "content-type: application/json", "-c", str(concurrency),
+        "-D", str(round(seconds)), "--warm-up-time", "2", url, timeout_s=seconds + 60,
+    )  # fmt: skip
+    succeeded = int(output.split(" succeeded")[0].rsplit(" ", 1)[1])
+    return succeeded / round(seconds)
 
 
-async def run(
-    args: argparse.Namespace, server_url: str, body: bytes, rate: float
-) -> tuple[list[tuple[int, float]], list[float]]:
-    stop = asyncio.Event()
-    probe = asyncio.ensure_future(health_probe(f"http://{server_url}/v2/health/live", stop))
-    results = await open_loop(f"http://{server_url}/v2/models/minilm/infer", body, rate, args.seconds)
-    stop.set()
-    return results, await probe
+def rate_schedule(rate: float) -> tuple[int, int]:
+    """(connections, period in ms) for h2load's --rate and --rate-period closest to `rate` a second."""
+    return min(
+        ((max(1, round(rate * period / 1000)), period) for period in range(1, 51)),
+        key=lambda pair: abs(pair[0] * 1000 / pair[1] - rate),
+    )
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--factor", type=float, default=4.0, help="offered load / sustainable throughput")
-    parser.add_argument("--seconds", type=float, default=20.0, help="length of the overload")
-    args = parser.parse_args()
-    if not MINILM.exists():
-        print("run `make example` first", file=sys.stderr)
-        return 2
+def open_loop(url: str, body: Path, rate: float, seconds: float, log: Path) -> np.ndarray:
+    """Requests started at `rate` a second for `seconds`, each on a connection of its own; rows of
+    (start us, status, latency us), status -1 for a failed stream."""
+    connections, period_ms = rate_schedule(rate)
+    total = round(connections * 1000 / period_ms * seconds)
+    h2load(
+        "-d", str(body), "-H", "content-type: application/json", "-r", str(connections),
+        "--rate-period", f"{period_ms}ms", "-c", str(total), "-n", str(total), "--log-file", str(log),
+        url, timeout_s=seconds + 180,
+    )  # fmt: skip
+    return np.loadtxt(log, dtype=np.int64, ndmin=2)
+
+
+@dataclass(frozen=True)
+class Round:
+    bound: str
+    sustained: float
+    offered: float
+    admitted_rate: float
+    shed: int
+    other: int
+    p50_ms: float
+    p99_ms: float
+    health_worst_ms: float
+    inside_ms: tuple[float, float, float]
+    rss_before: float
+    rss_peak: float
+    rss_after: float
+
+    @property
+    def drain_ms(self) -> float:
+        """The time a full queue takes to drain at the sustainable rate."""
+        return MAX_QUEUE_SIZE / self.sustained * 1000
+
+    @property
+    def p99_over_drain(self) -> float:
+        return self.p99_ms / self.drain_ms
+
+    @property
+    def admitted_over_sustained(self) -> float:
+        return self.admitted_rate / self.sustained
+
+    @property
+    def rss_after_over_before(self) -> float:
+        return self.rss_after / self.rss_before
+
+
+def one_round(bound: str, args: argparse.Namespace, scratch: Path) -> Round:
     model = minilm_model()
-    body = model.v2_json()
-    with tempfile.TemporaryDirectory() as scratch:
-        repository = build_repository(Path(scratch) / "repository")
-        with run_server(repository, Path(scratch) / "server.log") as server:
-            with console.status("sustainable throughput (perf_analyzer, binary HTTP)"):
-                sustained = max(
-                    perf_analyzer(model, server.http_url, "http", c, 5, Path(scratch)).throughput for c in (8, 16)
-                )
-            rss_before, _ = peak_rss_mb(server.process.pid)
-            rate = sustained * args.factor
-            stats_before = model_statistics(server.http_url)
-            with console.status(f"overload: {rate:.0f} requests/s for {args.seconds:.0f} s"):
-                results, health = asyncio.run(run(args, server.http_url, body, rate))
-            rss_after, rss_peak = peak_rss_mb(server.process.pid)
-            inside = server_side_ms(stats_before, model_statistics(server.http_url))
-            with console.status("recovery"):
-                recovered_after = recovery_s(server.http_url, body)
-                # Light traffic after the load: the first small execution gives back the arena
-                # the load's batches grew (runtimes.onnx.ArenaShrink).
-                for _ in range(5):
-                    recovery_s(server.http_url, body)
-                    time.sleep(0.2)
-            rss_settled, _ = peak_rss_mb(server.process.pid)
-    statuses = np.array([s for s, _ in results])
-    admitted = np.array([latency for status, latency in results if status == 200]) * 1000
-    table = Table(title=f"MiniLM under {args.factor:.0f}x overload (max_queue_size {MAX_QUEUE_SIZE})")
-    table.add_column("measure")
-    table.add_column("value", justify="right")
-    for label, value in (
-        ("sustainable throughput (req/s)", f"{sustained:.1f}"),
-        ("offered load (req/s)", f"{rate:.1f}"),
-        ("requests sent", f"{len(results)}"),
-        ("admitted (200)", f"{int((statuses == 200).sum())}"),
-        ("shed (503)", f"{int((statuses == 503).sum())}"),
-        ("other outcomes", f"{int(((statuses != 200) & (statuses != 503)).sum())}"),
-        ("shed ratio", f"{(statuses == 503).mean():.3f}"),
-        ("admitted p50 / p99 latency (ms)", f"{np.percentile(admitted, 50):.0f} / {np.percentile(admitted, 99):.0f}"),
-        ("server side: queue / compute / whole, mean (ms)", " / ".join(f"{v:.0f}" for v in inside)),
-        ("health endpoint worst latency (ms)", f"{max(health) * 1000:.1f}"),
-        ("server RSS before / after / peak (MiB)", f"{rss_before:.0f} / {rss_after:.0f} / {rss_peak:.0f}"),
-        ("server RSS after light traffic (MiB)", f"{rss_settled:.0f} ({rss_settled / rss_before - 1:+.1%})"),
-        ("first normal answer after the load (s)", f"{recovered_after:.2f}"),
-    ):
-        table.add_row(label, value)
-    console.print(table)
-    return 0
+    body = scratch / "request.json"
+    body.write_bytes(model.v2_json())
+    folder = Path(tempfile.mkdtemp(dir=scratch))
+    repository = build_repository(folder / "repository", bound)
+    with run_server(repository, folder / "server.log") as server:
+        url = f"http://{server.http_url}/v2/models/minilm/infer"
+        sustained = max(closed_loop_rate(url, body, c, args.sustain_seconds) for c in (16, 32))
+        rss_before, _ = rss_mb(server.process.pid)
+        stats_before = model_statistics(server.http_url)
+        rate = sustained * args.factor
+        health_log = folder / "health.log"
+        health = subprocess.Popen(
+            ["h2load", "--h1", "-t", "1", "-c", "1", "--rps", "10", "-n", str(round(args.seconds * 10)),
+             "--log-file", str(health_log), f"http://{server.http_url}/v2/health/live"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        rows = open_loop(url, body, rate, args.seconds, folder / "overload.log")
+        health.wait(timeout=args.seconds + 60)
+        _, rss_peak = rss_mb(server.process.pid)
+        inside = server_side_ms(stats_before, model_statistics(server.http_url))
+        # Light traffic after the load, a request every half second: the first small execution
+        # 10 s or more after the last shrink gives back the arena the load's batches grew
+        # (runtimes.onnx.ArenaShrink).
+        settle_until = time.monotonic() + args.settle_seconds
+        while time.monotonic() < settle_until:
+            answer(url, body.read_bytes())
+            time.sleep(0.5)
+        rss_after, _ = rss_mb(server.process.pid)
+    health_rows = np.loadtxt(health_log, dtype=np.int64, ndmin=2)
+    duration_s = (rows[:, 0].max() - rows[:, 0].min()) / 1e6
+    statuses, latencies_ms = rows[:, 1], rows[:, 2] / 1000
+    admitted = latencies_ms[statuses == 200]
+    return Round(
+        bound=bound,
+        sustained=sustained,
+        offered=len(rows) / duration_s,
+        admitted_rate=len(admitted) / duration_s,
+        shed=int((statuses == 503).sum()),
+        other=int(((statuses != 200) & (statuses != 503)).sum()),
+        p50_ms=float(np.percentile(admitted, 50)),
+        p99_ms=float(np.percentile(admitted, 99)),
+        health_worst_ms=float(health_rows[:, 2].max() / 1000),
+        inside_ms=inside,
+        rss_before=rss_before,
+        rss_peak=rss_peak,
+        rss_after=rss_after,
+    )
+
+
+def answer(url: str, body: bytes) -> int:
+    request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return int(response.status)
 
 
 def model_statistics(server_url: str) -> dict[str, dict[str, int]]:
     """MiniLM's inference_stats (Triton's statistics extension)."""
-    import json
-    import urllib.request
-
     with urllib.request.urlopen(f"http://{server_url}/v2/models/minilm/stats", timeout=30) as response:
         return json.loads(response.read())["model_stats"][0]["inference_stats"]  # type: ignore[no-any-return]
 
 
 def server_side_ms(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> tuple[float, float, float]:
-    """Mean queue, compute and whole time inside the server of the requests served in between: what
-    the admitted requests' latency at the client has beyond this waited outside the model's queue."""
+    """Mean queue, compute and whole time inside the server of the requests served in between."""
 
     def mean(key: str) -> float:
         count = after[key]["count"] - before[key]["count"]
@@ -180,19 +219,72 @@ def server_side_ms(before: dict[str, dict[str, int]], after: dict[str, dict[str,
     return mean("queue"), compute, mean("success")
 
 
-def recovery_s(server_url: str, body: bytes) -> float:
-    """Seconds from the end of the load until a request is answered 200 (polled, bounded)."""
-    import http.client
+def report(rounds: list[Round], factor: float) -> None:
+    table = Table(title=f"MiniLM under {factor:g}x overload, max_queue_size {MAX_QUEUE_SIZE}, open loop (h2load)")
+    for column in (
+        "queue bound counts", "sustainable req/s", "offered req/s", "admitted req/s (x sustainable)",
+        "shed", "other", "admitted p50 / p99 ms", "drain ms", "p99 / drain", "server: queue / compute / whole ms",
+        "health worst ms", "RSS MiB before / peak / after (after/before)",
+    ):  # fmt: skip
+        table.add_column(column, justify="right")
+    for r in rounds:
+        table.add_row(
+            r.bound,
+            f"{r.sustained:.1f}",
+            f"{r.offered:.0f}",
+            f"{r.admitted_rate:.1f} ({r.admitted_over_sustained:.2f}x)",
+            str(r.shed),
+            str(r.other),
+            f"{r.p50_ms:.0f} / {r.p99_ms:.0f}",
+            f"{r.drain_ms:.0f}",
+            f"{r.p99_over_drain:.2f}",
+            " / ".join(f"{v:.0f}" for v in r.inside_ms),
+            f"{r.health_worst_ms:.1f}",
+            f"{r.rss_before:.0f} / {r.rss_peak:.0f} / {r.rss_after:.0f} ({r.rss_after_over_before:.2f})",
+        )
+    console.print(table)
+    summary = Table(title="medians over the rounds, against the targets")
+    for column in ("queue bound counts", "p99 / drain (<= 1.5)", "admitted / sustainable (>= 0.9)",
+                   "RSS after / before (<= 1.1)", "health worst ms"):  # fmt: skip
+        summary.add_column(column, justify="right")
+    for bound in BOUNDS:
+        mine = [r for r in rounds if r.bound == bound]
+        if not mine:
+            continue
+        summary.add_row(
+            bound,
+            f"{statistics.median(r.p99_over_drain for r in mine):.2f}",
+            f"{statistics.median(r.admitted_over_sustained for r in mine):.2f}",
+            f"{statistics.median(r.rss_after_over_before for r in mine):.2f}",
+            f"{statistics.median(r.health_worst_ms for r in mine):.1f}",
+        )
+    console.print(summary)
 
-    started = time.perf_counter()
-    while time.perf_counter() - started < 60:
-        connection = http.client.HTTPConnection(*server_url.split(":"), timeout=30)
-        connection.request("POST", "/v2/models/minilm/infer", body, {"Content-Type": "application/json"})
-        if connection.getresponse().status == 200:
-            return time.perf_counter() - started
-        connection.close()
-        time.sleep(0.05)
-    return float("inf")
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--factor", type=float, default=4.0, help="offered load / sustainable throughput")
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of the overload")
+    parser.add_argument("--sustain-seconds", type=float, default=8.0, help="length of each closed-loop measure")
+    parser.add_argument("--settle-seconds", type=float, default=12.0, help="light traffic after the load")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of each queue bound, in turns")
+    parser.add_argument("--bound", choices=list(BOUNDS), action="append", help="measure only these bounds")
+    args = parser.parse_args()
+    if not MINILM.exists():
+        print("run `make example` first", file=sys.stderr)
+        return 2
+    if shutil.which("h2load") is None:
+        print("h2load not found: run `make h2load` (Debian's nghttp2-client)", file=sys.stderr)
+        return 2
+    rounds = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for index in range(args.rounds):
+            for bound in args.bound or list(BOUNDS):
+                with console.status(f"round {index + 1}/{args.rounds}: queue bound counting {bound}"):
+                    rounds.append(one_round(bound, args, Path(scratch)))
+                console.print(rounds[-1])
+    report(rounds, args.factor)
+    return 0
 
 
 if __name__ == "__main__":
