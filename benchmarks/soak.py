@@ -8,10 +8,10 @@ sampled throughout, failed requests counted and p99 given per window.
 
 Load: wrk (C) paced with a per-request pause at `--load` (0.7) of the flat-out rate, on MiniLM
 (`examples/requests/minilm.json`, dynamic batching as the example configures it) and on the tiny
-`simple_mlp` at once. Every minute, in turns: MiniLM is reloaded while it serves (a hot swap:
-requests in flight finish on the old version, the rest go to the new one; none may fail), and
-`add_sub` is unloaded then loaded again (model management under load). Targets (issue
-"Hardening", part 7): 0 failed requests, RSS growth under 1% after the first window (warm-up), and
+`simple_mlp` at once. Every minute, in turns: MiniLM is loaded again with another config while it
+serves (a hot swap to a new session: requests in flight finish on the old one, the rest go to the
+new one; none may fail), and `add_sub` is unloaded then loaded again (model management under load).
+Targets (issue "Hardening", part 7): 0 failed requests, RSS growth under 1% after the first window (warm-up), and
 a flat p99 across windows. Windows, samples and the RSS slope are printed and written as CSV.
 """
 
@@ -70,18 +70,23 @@ def sample(pid: int, started: float) -> Sample:
 
 
 def swap_every_minute(http_port: int, stop: threading.Event, log: list[tuple[float, str, int]]) -> None:
-    """Reload MiniLM and cycle add_sub in turns, one a minute, until `stop`."""
-    actions = [
-        ("reload minilm", ["/v2/repository/models/minilm/load"]),
-        ("unload+load add_sub", ["/v2/repository/models/add_sub/unload", "/v2/repository/models/add_sub/load"]),
-    ]
+    """Swap MiniLM's version and cycle add_sub in turns, one a minute, until `stop`. A load of files
+    and config already serving keeps the version serving, so each swap loads MiniLM with a config
+    that differs from the one serving (its queue delay, 2999 or 2998 us): a new session every time."""
     turn = 0
     while not stop.wait(60):
-        name, paths = actions[turn % len(actions)]
+        if turn % 2 == 0:
+            delay_us = 2999 - turn // 2 % 2
+            config = {"max_batch_size": 32, "dynamic_batching": {"max_queue_delay_microseconds": delay_us}}
+            name, calls = "swap minilm", [("minilm/load", json.dumps({"parameters": {"config": json.dumps(config)}}))]
+        else:
+            name, calls = "unload+load add_sub", [("add_sub/unload", ""), ("add_sub/load", "")]
         turn += 1
         status = 200
-        for path in paths:
-            request = urllib.request.Request(f"http://127.0.0.1:{http_port}{path}", data=b"", method="POST")
+        for path, body in calls:
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{http_port}/v2/repository/models/{path}", data=body.encode(), method="POST"
+            )
             try:
                 with urllib.request.urlopen(request, timeout=120) as response:
                     status = max(status, response.status)

@@ -34,6 +34,7 @@ from inferd.errors import (
     ModelOutputError,
     OverloadedError,
 )
+from inferd.runtimes.base import release_freed_memory
 from inferd.types import DataType, InferRequest, InferResponse, RequestTiming, Tensor
 
 
@@ -186,6 +187,9 @@ class ModelHandle(Handle):
             await self.sequencer.close()
         self.state = HandleState.CLOSED
         await asyncio.to_thread(self.pool.close)
+        # The sessions' memory is free now, but the C heap keeps its pages: an unload or a hot
+        # swap would leave the process larger each time.
+        await asyncio.to_thread(release_freed_memory)
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         feeds, batch_size = prepare_inputs(self.config, request)

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import ctypes
+import ctypes.util
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +28,24 @@ from inferd.errors import ModelConfigError
 # The earliest deadline (time.monotonic()) of the requests in the batch being executed, None when
 # none has one: set around each `execute` call, for runtimes that pass the work on (remote).
 EXECUTION_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("execution_deadline", default=None)
+
+
+def release_freed_memory() -> None:
+    """Give the pages that freed allocations left in the C heap back to the system (glibc's
+    `malloc_trim`; nothing elsewhere). glibc keeps them: a MiniLM session deleted left 60-90 MiB
+    resident of the 150 it held, and an arena shrink 20-30 MiB of what it freed; trimmed, the
+    process returns to the same size each time (2-6 ms a call). Called after a version is closed
+    and after an arena shrink, never per request."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    name = ctypes.util.find_library("c")
+    library = ctypes.CDLL(name) if name else None
+    return getattr(library, "malloc_trim", None)
 
 
 def cores_available() -> int:

@@ -20,7 +20,7 @@ import onnxruntime as ort
 
 from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorSpec
 from inferd.errors import InternalError, InvalidRequestError, ModelLoadError
-from inferd.runtimes.base import RuntimeOptions, cores_available
+from inferd.runtimes.base import RuntimeOptions, cores_available, release_freed_memory
 from inferd.runtimes.onnx_strings import bytes_from_ort, str_for_ort
 from inferd.types import DataType
 
@@ -216,6 +216,8 @@ class OnnxRuntime:
             raise InvalidRequestError(f"the model rejected the inputs: {exc}") from exc
         except Exception as exc:
             raise InternalError(f"onnxruntime failed: {exc}") from exc
+        if shrink:  # the arena freed its chunks; the C heap keeps their pages unless trimmed
+            release_freed_memory()
         return {
             name: _from_ort_strings(array) if name in self._string_outputs else array
             for name, array in zip(output_names, results, strict=True)
