@@ -60,6 +60,11 @@ class Window:
     tiny: Measurement
     swaps: int
     swap_failures: int
+    # Seconds from the start of the load to the window's end.
+    ended_s: float = 0.0
+
+    def samples(self, samples: list[Sample], window_s: float) -> list[Sample]:
+        return [s for s in samples if self.ended_s - window_s < s.at_s <= self.ended_s]
 
 
 def sample(pid: int, started: float) -> Sample:
@@ -67,6 +72,13 @@ def sample(pid: int, started: float) -> Sample:
     return Sample(
         time.monotonic() - started, process.memory_info().rss / 2**20, process.num_fds(), process.num_threads()
     )
+
+
+def sample_every_second(pid: int, started: float, stop: threading.Event, samples: list[Sample]) -> None:
+    """RSS, fds and threads once a second until `stop`: ONNX Runtime's arena grows with a batch and
+    shrinks at the next small one, so a sample a window would read that swing as growth."""
+    while not stop.wait(1.0):
+        samples.append(sample(pid, started))
 
 
 def swap_every_minute(http_port: int, stop: threading.Event, log: list[tuple[float, str, int]]) -> None:
@@ -130,20 +142,25 @@ def main() -> int:
             swapper.start()
             count = max(1, round(args.minutes * 60 / args.window))
             samples.append(sample(server.process.pid, started))
+            sampler = threading.Thread(
+                target=sample_every_second, args=(server.process.pid, started, stop, samples), daemon=True
+            )
+            sampler.start()
             with Progress(console=console) as progress, ThreadPoolExecutor(2) as pool:
                 task = progress.add_task("soak", total=count)
                 for index in range(count):
                     before = len(swaps)
                     minilm = pool.submit(paced_wrk, minilm_url, minilm_body, minilm_rate, args.window, scratch, 8)
                     tiny = pool.submit(paced_wrk, tiny_url, tiny_body, tiny_rate, args.window, scratch, 4)
-                    window = Window(index, minilm.result(), tiny.result(), 0, 0)
+                    window = Window(index, minilm.result(), tiny.result(), 0, 0, time.monotonic() - started)
                     window.swaps = len(swaps) - before
                     window.swap_failures = sum(1 for _, _, status in swaps[before:] if status != 200)
                     windows.append(window)
-                    samples.append(sample(server.process.pid, started))
                     progress.advance(task)
             stop.set()
             swapper.join(150)
+            sampler.join(10)
+            samples.append(sample(server.process.pid, started))
             alive = server.process.poll() is None
     report(args, windows, samples, swaps, alive)
     if args.csv is not None:
@@ -164,14 +181,18 @@ def simple_mlp_body(http_port: int) -> bytes:
     return json.dumps({"inputs": inputs}).encode()
 
 
-def rss_growth(samples: list[Sample]) -> tuple[float, float]:
-    """(growth % from the end of the first window to the end, least-squares slope in MiB/hour) after warm-up."""
-    after_warmup = samples[1:] if len(samples) > 2 else samples
+def rss_growth(samples: list[Sample], warmup_s: float) -> tuple[float, float]:
+    """(growth %, slope in MiB/hour) after warm-up, from the least-squares line through the samples
+    after `warmup_s`: the trend, which the arena's swing around it (tens of MiB either way between a
+    batch and the next shrink) does not move as it moves any two single samples."""
+    after_warmup = [s for s in samples if s.at_s > warmup_s] or samples
+    if len(after_warmup) < 2:
+        return 0.0, 0.0
     times = np.array([s.at_s for s in after_warmup])
     rss = np.array([s.rss_mb for s in after_warmup])
-    growth = (rss[-1] - rss[0]) / rss[0] * 100
-    slope = float(np.polyfit(times, rss, 1)[0]) * 3600 if len(after_warmup) > 1 else 0.0
-    return growth, slope
+    slope, intercept = np.polyfit(times, rss, 1)
+    start, end = slope * times[0] + intercept, slope * times[-1] + intercept
+    return float((end - start) / start * 100), float(slope * 3600)
 
 
 def report(
@@ -183,9 +204,11 @@ def report(
 ) -> None:
     table = Table(title=f"Soak: {args.minutes:g} min at {args.load:.0%} of flat out, {args.window:g} s windows")
     for column in ("window", "MiniLM req/s", "MiniLM p99 ms", "tiny req/s", "tiny p99 ms", "failed", "swaps",
-                   "RSS MiB", "fds", "threads"):  # fmt: skip
+                   "RSS MiB min / median / max", "fds max", "threads max"):  # fmt: skip
         table.add_column(column, justify="right")
-    for window, point in zip(windows, samples[1:], strict=True):
+    for window in windows:
+        inside = window.samples(samples, args.window) or samples[-1:]
+        rss = [s.rss_mb for s in inside]
         table.add_row(
             str(window.index + 1),
             f"{window.minilm.throughput:.1f}",
@@ -194,36 +217,42 @@ def report(
             f"{window.tiny.p99_us / 1000:.1f}",
             str(window.minilm.failures + window.tiny.failures),
             f"{window.swaps} ({window.swap_failures} failed)" if window.swap_failures else str(window.swaps),
-            f"{point.rss_mb:.0f}",
-            str(point.fds),
-            str(point.threads),
+            f"{min(rss):.0f} / {float(np.median(rss)):.0f} / {max(rss):.0f}",
+            str(max(s.fds for s in inside)),
+            str(max(s.threads for s in inside)),
         )
     console.print(table)
-    growth, slope = rss_growth(samples)
+    growth, slope = rss_growth(samples[:-1], args.window)  # the last: after the load stopped
     first, last = samples[0], samples[-1]
     failed = sum(w.minilm.failures + w.tiny.failures for w in windows)
     console.print(
-        f"start: RSS {first.rss_mb:.0f} MiB, {first.fds} fds, {first.threads} threads; end: RSS {last.rss_mb:.0f} "
-        f"MiB, {last.fds} fds, {last.threads} threads"
+        f"start: RSS {first.rss_mb:.0f} MiB, {first.fds} fds, {first.threads} threads; end (load stopped): RSS "
+        f"{last.rss_mb:.0f} MiB, {last.fds} fds, {last.threads} threads; {len(samples)} samples"
     )
     console.print(
-        f"RSS growth after warm-up {growth:+.2f}% (target < 1%), slope {slope:+.1f} MiB/hour; failed requests "
-        f"{failed} (target 0); model swaps {len(swaps)} ({sum(1 for *_, s in swaps if s != 200)} failed); "
-        f"server alive: {alive}"
+        f"RSS growth after warm-up (the first window) {growth:+.2f}% by the least-squares line (target < 1%), slope "
+        f"{slope:+.1f} MiB/hour; failed requests {failed} (target 0); model swaps {len(swaps)} "
+        f"({sum(1 for *_, s in swaps if s != 200)} failed); server alive: {alive}"
     )
 
 
 def write_csv(path: Path, windows: list[Window], samples: list[Sample]) -> None:
     with path.open("w", newline="") as file:
         writer = csv.writer(file)
-        writer.writerow(["window", "minilm_rps", "minilm_p99_ms", "tiny_rps", "tiny_p99_ms", "failed", "rss_mb"])
-        for window, point in zip(windows, samples[1:], strict=True):
+        writer.writerow(["window", "minilm_rps", "minilm_p99_ms", "tiny_rps", "tiny_p99_ms", "failed", "ended_s"])
+        for window in windows:
             writer.writerow([
                 window.index + 1, round(window.minilm.throughput, 1), round(window.minilm.p99_us / 1000, 1),
                 round(window.tiny.throughput), round(window.tiny.p99_us / 1000, 2),
-                window.minilm.failures + window.tiny.failures, round(point.rss_mb, 1),
+                window.minilm.failures + window.tiny.failures, round(window.ended_s, 1),
             ])  # fmt: skip
-    console.print(f"windows written to {path}")
+    samples_path = path.with_name(path.stem + "-samples.csv")
+    with samples_path.open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["at_s", "rss_mb", "fds", "threads"])
+        for point in samples:
+            writer.writerow([round(point.at_s, 1), round(point.rss_mb, 1), point.fds, point.threads])
+    console.print(f"windows written to {path}, samples to {samples_path}")
 
 
 if __name__ == "__main__":
