@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 
 from inferd.server.http11 import HttpLimits, HttpRequest, HttpResponse, HttpServer
+from inferd.testing.framing import CHUNKED, FRAMING, SMUGGLED, NginxFront, exchange, nginx_in_front
 
 LIMIT = 1024
 MAX_CONNECTIONS = 16
@@ -400,31 +402,8 @@ async def test_pipelining_past_the_cap_closes_after_the_answered_ones(served: tu
 
 
 # Requests a proxy in front and inferd could read differently (request smuggling), and heads that
-# break the grammar: each is refused with its status and the connection closed, so nothing after
-# it on the connection is read as a request. nginx also refuses the framing ones (400) and an
-# unknown transfer coding (501); it accepts a bare LF, which llhttp, and so inferd, does not.
-POST = b"POST /a HTTP/1.1\r\nHost: x\r\n"
-CHUNKED = POST + b"Transfer-Encoding: chunked\r\n\r\n"
-FRAMING = {
-    "content-length-with-transfer-encoding": (
-        POST + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
-    "transfer-encoding-with-content-length": (
-        POST + b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", 400),
-    "repeated-content-length": (POST + b"Content-Length: 3\r\nContent-Length: 5\r\n\r\nabc", 400),
-    "content-length-list": (POST + b"Content-Length: 3, 3\r\n\r\nabc", 400),
-    "negative-content-length": (POST + b"Content-Length: -1\r\n\r\n", 400),
-    "signed-content-length": (POST + b"Content-Length: +3\r\n\r\nabc", 400),
-    "obsolete-line-folding": (b"GET /a HTTP/1.1\r\nHost: x\r\nX-A: one\r\n two\r\n\r\n", 400),
-    "space-before-colon": (b"GET /a HTTP/1.1\r\nHost : x\r\n\r\n", 400),
-    "bare-lf": (b"GET /a HTTP/1.1\nHost: x\n\n", 400),
-    "invalid-chunk-size": (CHUNKED + b"zz\r\nabc\r\n0\r\n\r\n", 400),
-    "chunk-size-overflow": (CHUNKED + b"ffffffffffffffffff\r\nabc\r\n0\r\n\r\n", 400),
-    "invalid-chunk-extension": (CHUNKED + b"3;\x01\r\nabc\r\n0\r\n\r\n", 400),
-    "chunked-not-last": (POST + b"Transfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n", 400),
-    "unsupported-transfer-coding": (POST + b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501),
-}  # fmt: skip
-
-
+# break the grammar (inferd.testing.framing.FRAMING): each is refused with its status and the
+# connection closed, so nothing after it on the connection is read as a request.
 @pytest.mark.parametrize("name", FRAMING)
 async def test_ambiguous_or_malformed_framing_is_refused_and_closes(
     served: tuple[HttpServer, EchoHandler], name: str
@@ -432,12 +411,38 @@ async def test_ambiguous_or_malformed_framing_is_refused_and_closes(
     server, handler = served
     request, status = FRAMING[name]
     reader, writer = await connect(server)
-    # A second request behind it, which must never be read as one.
-    writer.write(request + b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+    writer.write(request + SMUGGLED)  # a second request behind it, which must never be read as one
     answer, headers, _ = await read_response(reader)
     assert (answer, headers[b"connection"]) == (status, b"close")
     assert await asyncio.wait_for(reader.read(), 5) == b""
     assert [r.path for r in handler.seen if r.path == "/smuggled"] == []
+
+
+@pytest.fixture
+async def behind_nginx(tmp_path: Path) -> AsyncIterator[tuple[NginxFront, EchoHandler]]:
+    handler = EchoHandler()
+    server = HttpServer(handler, HttpLimits())
+    await server.start("127.0.0.1", 0)
+    try:
+        with nginx_in_front(server.port, tmp_path) as front:
+            yield front, handler
+    finally:
+        await server.shutdown(1.0)
+
+
+@pytest.mark.parametrize("name", FRAMING)
+async def test_behind_nginx_inferd_reads_exactly_the_requests_nginx_forwards(
+    behind_nginx: tuple[NginxFront, EchoHandler], name: str
+) -> None:
+    """nginx in front (HTTP/1.1 keep-alive to inferd, as ingress-nginx): whatever nginx makes of a
+    case (it refuses most; it accepts a bare LF and forwards well-formed requests), inferd parses
+    the same requests nginx sent it, no more: nothing is smuggled past the proxy."""
+    front, handler = behind_nginx
+    request, _ = FRAMING[name]
+    statuses = await exchange(front.port, request + SMUGGLED)
+    assert statuses, "nginx gave no answer"
+    assert [r.path for r in handler.seen] == front.forwarded()
+    assert all(status < 500 or status == 501 for status in statuses), statuses
 
 
 async def test_chunk_extensions_are_allowed_and_ignored(served: tuple[HttpServer, EchoHandler]) -> None:
