@@ -24,6 +24,7 @@ from inferd.core.repository import LinkedModels, open_repositories
 from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
 from inferd.protocol.tfserving_batching import read_batching_parameters
+from inferd.runtimes.base import keep_large_blocks_off_the_heap
 from inferd.server.auth import Access, AccessPolicy, read_tokens
 from inferd.server.grpc import TokenInterceptor, build_grpc_server, new_grpc_server
 from inferd.server.http import HttpApp
@@ -55,6 +56,7 @@ def run(settings: ServerSettings) -> None:
     # the decoders' fast path lets numpy cast without np.errstate (a microsecond a request), so
     # numpy's warning about it is the server's to silence, not a line in its log.
     warnings.filterwarnings("ignore", "overflow encountered in cast", RuntimeWarning)
+    keep_large_blocks_off_the_heap()
     try:
         import uvloop
 
