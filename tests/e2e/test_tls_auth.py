@@ -6,6 +6,8 @@ is given, and every state-changing route and method asks for a management token 
 from __future__ import annotations
 
 import http.client
+import json
+import os
 import queue
 import ssl
 import subprocess
@@ -353,3 +355,43 @@ def test_inferds_own_client_speaks_tls_and_sends_tokens(
         with Client(url, token=MANAGEMENT_TOKEN, timeout_s=60) as admin:
             admin.load_model("spare")
             admin.unload_model("spare")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "inferd", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_the_cli_reaches_servers_behind_tls_and_tokens(
+    mtls_server: ServerProcess, token_server: ServerProcess, pki: Pki
+) -> None:
+    """`inferd health` and `inferd perf` take the CA, the client certificate and a token."""
+    certificates = (
+        "--ca-cert",
+        str(pki.ca),
+        "--client-cert",
+        str(pki.client_cert),
+        "--client-key",
+        str(pki.client_key),
+    )
+    https = f"https://{mtls_server.http_url}"
+    assert _cli("health", "--url", https, *certificates).returncode == 0
+    refused = _cli("health", "--url", https, "--ca-cert", str(pki.ca))  # no client certificate
+    assert refused.returncode == 1 and "not ready" in refused.stderr
+    assert _cli("health", "--url", https, "--client-cert", str(pki.client_cert)).returncode == 2  # no key: usage
+    short = ("--concurrency", "1", "-p", "300", "-r", "2", "--output", "json")
+    for url in (https, f"grpcs://{mtls_server.grpc_url}"):
+        measured = _cli("perf", "-m", "mlp", "-u", url, *certificates, *short)
+        assert measured.returncode == 0, measured.stderr
+        assert json.loads(measured.stdout)["client_requests"] > 0
+    url = f"http://{token_server.http_url}"
+    anonymous = _cli("perf", "-m", "mlp", "-u", url, *short)
+    assert anonymous.returncode == 1 and "needs a token" in anonymous.stderr
+    with_token = subprocess.run(
+        [sys.executable, "-m", "inferd", "perf", "-m", "mlp", "-u", url, *short],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "INFERD_TOKEN": INFERENCE_TOKEN},
+    )
+    assert with_token.returncode == 0, with_token.stderr
+    assert json.loads(with_token.stdout)["client_errors"] == {}

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from inferd.cli.client_options import client_security_options, client_tls
+
 
 def parse_loads(text: str, *, whole: bool) -> tuple[float, ...]:
     """`1:64:x2` (1, 2, 4, ... 64), `1:8:2` (1, 3, 5, 7), `4`, or `1,2,8`."""
@@ -78,6 +80,7 @@ def _print_locustfile(context: click.Context, parameter: click.Parameter, value:
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.001), default=30.0, show_default=True)
 @click.option("--output", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("-f", "--output-file", type=click.Path(dir_okay=False, path_type=Path), help="Also write .csv or .json.")
+@client_security_options
 def perf(
     model: str,
     model_version: str,
@@ -99,6 +102,10 @@ def perf(
     timeout_s: float,
     output: str,
     output_file: Path | None,
+    ca_cert: Path | None,
+    client_cert: Path | None,
+    client_key: Path | None,
+    token: str | None,
 ) -> None:
     """Load a model at each concurrency (or request rate) until the figures are stable; print
     throughput, latency percentiles, errors, and the server's queue, compute and batch size."""
@@ -133,6 +140,8 @@ def perf(
             latency_limit_ms=latency_limit_ms,
             processes=processes,
             timeout_s=timeout_s,
+            tls=client_tls(ca_cert, client_cert, client_key),
+            token=token,
         )
         console = Console(stderr=True)
         with report.live_display(console, f"{model} at {settings.url}") as on_window:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from inferd.client import NO_RETRIES, AsyncClient
+from inferd.client import NO_RETRIES, AsyncClient, ClientTls
 from inferd.client.aio import as_tensors
 from inferd.errors import InferdError
 from inferd.tools.inputs import Sample
@@ -49,6 +49,8 @@ class Target:
     binary: bool = True
     outputs: tuple[str, ...] = ()
     timeout_s: float = 30.0
+    tls: ClientTls | None = None
+    token: str | None = None
 
 
 @dataclass(slots=True)
@@ -171,7 +173,10 @@ class _Worker:
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
-        self._client = AsyncClient(self._target.url, binary=self._target.binary, retry=NO_RETRIES, max_in_flight=4096)
+        target = self._target
+        self._client = AsyncClient(
+            target.url, binary=target.binary, retry=NO_RETRIES, max_in_flight=4096, tls=target.tls, token=target.token
+        )
         self._pipe.send("ready")
         while True:
             command = await loop.run_in_executor(None, self._pipe.recv)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.client import Client
+from inferd.client import Client, ClientTls
 from inferd.tools.inputs import file_samples, request_shapes, synthetic_samples
 from inferd.tools.perf.load import Completed, Distribution, LoadGenerator, Mode, Target
 from inferd.types import ModelStatistics
@@ -52,6 +52,10 @@ class PerfSettings:
     """Stop the sweep after the first load whose latency is over this."""
     processes: int = 1
     timeout_s: float = 30.0
+    tls: ClientTls | None = None
+    """The CA (and client certificate) for an https:// or grpcs:// url."""
+    token: str | None = None
+    """A bearer token sent with every call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +117,9 @@ WindowCallback = Callable[[float, int, StepResult], None]
 def run_perf(settings: PerfSettings, on_window: WindowCallback | None = None) -> PerfReport:
     """Measure each load of `settings` in turn. `on_window(load, window, figures so far)` is called
     after each window (the live display)."""
-    with Client(settings.url, binary=settings.binary, timeout_s=settings.timeout_s) as client:
+    with Client(
+        settings.url, binary=settings.binary, timeout_s=settings.timeout_s, tls=settings.tls, token=settings.token
+    ) as client:
         metadata = client.model_metadata(settings.model, settings.version)
         max_batch_size = int(client.model_config(settings.model, settings.version).get("max_batch_size", 0))
         shapes = request_shapes(metadata, max_batch_size, settings.batch_size, settings.shapes)
@@ -122,7 +128,15 @@ def run_perf(settings: PerfSettings, on_window: WindowCallback | None = None) ->
         else:
             samples = file_samples(Path(settings.input_data), metadata, shapes)
         target = Target(
-            settings.url, settings.model, settings.version, samples, settings.binary, (), settings.timeout_s
+            settings.url,
+            settings.model,
+            settings.version,
+            samples,
+            settings.binary,
+            (),
+            settings.timeout_s,
+            tls=settings.tls,
+            token=settings.token,
         )
 
         def statistics() -> list[ModelStatistics]:
