@@ -111,17 +111,27 @@ class ModelHandle(Handle):
     sequencer: SequenceBatcher | None = None
     # Present when the server traces: hears of executions that ran without the batcher.
     tracer: ExecutionTracer | None = None
+    # The batcher when a full queue can refuse a request before its body is decoded.
+    _shedder: DynamicBatcher | None = field(default=None, init=False)
 
     @property
     def queued(self) -> int:
         return self.batcher.queued if self.batcher is not None else 0
 
     def refusal(self) -> OverloadedError | None:
-        # With priority levels, which queue a request joins is in its body: decode it first.
+        return self._shedder.refusal() if self._shedder is not None else None
+
+    def __post_init__(self) -> None:
+        # Asked before every request's body is decoded: a handle whose batcher has no queue bound
+        # (most) answers with one attribute read. With priority levels, which queue a request
+        # joins is in its body: such requests are decoded first.
         batching = self.config.dynamic_batching
-        if self.batcher is None or batching is None or batching.priority_levels > 1:
-            return None
-        return self.batcher.refusal()
+        bounded = batching is not None and any(
+            policy.max_queue_size
+            for policy in (batching.default_queue_policy, *batching.priority_queue_policies.values())
+        )
+        single_level = batching is not None and batching.priority_levels <= 1
+        self._shedder = self.batcher if bounded and single_level else None
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         if not self.config.decoupled:

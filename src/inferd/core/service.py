@@ -143,8 +143,10 @@ class InferenceService:
         decoding, at 4x MiniLM's throughput, was a tenth of the event loop). Counted as the same
         refusal after decoding would be. A model not loaded, or one that may admit it, passes."""
         handle = self._registry.peek(name, version)
-        refusal = handle.refusal() if handle is not None else None
-        if refusal is None or handle is None:
+        if handle is None:
+            return
+        refusal = handle.refusal()
+        if refusal is None:
             return
         self._statistics.request_finished(
             name, str(handle.version), protocol, refusal.code.value, 0.0, 0, RequestTiming()
