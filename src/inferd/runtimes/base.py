@@ -36,7 +36,7 @@ def release_freed_memory() -> None:
     resident of the 150 it held, and an arena shrink 20-30 MiB of what it freed; trimmed, the
     process returns to the same size each time (2-6 ms a call). Called after a version is closed
     and after an arena shrink, never per request."""
-    trim = _malloc_trim()
+    trim = _libc_function("malloc_trim")
     if trim is not None:
         trim(0)
 
@@ -59,10 +59,6 @@ def keep_large_blocks_off_the_heap() -> None:
     mallopt = _libc_function("mallopt")
     if mallopt is not None:
         mallopt(_M_MMAP_THRESHOLD, LARGE_BLOCK_BYTES)
-
-
-def _malloc_trim() -> Any:
-    return _libc_function("malloc_trim")
 
 
 @functools.cache
