@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.config.model import DynamicBatchingConfig
+from inferd.config.model import DynamicBatchingConfig, QueuePolicy
 from inferd.core.executor import Arrays, Execution, InstancePool, timed_execute
 from inferd.core.tracing import ExecutionTracer
 from inferd.core.validation import check_output_rows
@@ -164,9 +164,10 @@ class DynamicBatcher:
         if self._dispatched_alone_this_turn:  # company after all: wait for it from now on
             self._expect_company, self._lone_batches = True, 0
         policy = self._config.queue_policy(level + 1)
-        overloaded = self._overloaded(level)
-        if overloaded is not None:
-            raise overloaded
+        if policy.max_queue_size:  # asked here, not in _overloaded: most queues are unbounded
+            overloaded = self._overloaded(level, policy)
+            if overloaded is not None:
+                raise overloaded
         now = self._clock()
         if deadline_s is not None:
             estimate_s = self.estimated_wait_s()
@@ -213,10 +214,10 @@ class DynamicBatcher:
         """The error a request of `priority` would be refused with now, its queue being full;
         None when it would be admitted. Doors ask before decoding a body, so that shedding load
         costs as little as it can."""
-        return self._overloaded(self._priority_index(priority))
+        level = self._priority_index(priority)
+        return self._overloaded(level, self._config.queue_policy(level + 1))
 
-    def _overloaded(self, level: int) -> OverloadedError | None:
-        policy = self._config.queue_policy(level + 1)
+    def _overloaded(self, level: int, policy: QueuePolicy) -> OverloadedError | None:
         if not policy.max_queue_size:
             return None
         counts_executing = self._config.max_queue_size_includes_executing

@@ -61,6 +61,11 @@ class Handle:
         """Requests waiting in a batcher's queue (0 for a handle without one)."""
         return 0
 
+    @property
+    def sheds(self) -> bool:
+        """Whether `refusal` may refuse (a bounded queue); asked once, when the handle is published."""
+        return False
+
     def refusal(self) -> OverloadedError | None:
         """The error any request would be refused with now, before its body is decoded (a full
         queue); None when one may be admitted."""
@@ -118,12 +123,16 @@ class ModelHandle(Handle):
     def queued(self) -> int:
         return self.batcher.queued if self.batcher is not None else 0
 
+    @property
+    def sheds(self) -> bool:
+        return self._shedder is not None
+
     def refusal(self) -> OverloadedError | None:
         return self._shedder.refusal() if self._shedder is not None else None
 
     def __post_init__(self) -> None:
-        # Asked before every request's body is decoded: a handle whose batcher has no queue bound
-        # (most) answers with one attribute read. With priority levels, which queue a request
+        # Asked before every request's body is decoded, when its batcher has a queue bound (the
+        # registry's snapshot lists such handles, see `sheds`). With priority levels, which queue a request
         # joins is in its body: such requests are decoded first.
         batching = self.config.dynamic_batching
         bounded = batching is not None and any(

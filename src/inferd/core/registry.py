@@ -151,6 +151,9 @@ class Snapshot:
     models: Mapping[str, ModelRecord]
     # (name, version as asked, "" for the default) -> the ready handle serving it.
     serving: Mapping[tuple[str, str], Handle]
+    # Those of `serving` that may refuse a request before its body is decoded (a bounded queue):
+    # every request asks, so a model without a bound costs one dictionary miss.
+    shedding: Mapping[tuple[str, str], Handle]
 
     @classmethod
     def of(cls, models: Mapping[str, ModelRecord]) -> Snapshot:
@@ -162,7 +165,8 @@ class Snapshot:
             default = record.default_version()
             if default is not None and default.handle is not None:
                 serving[(name, "")] = default.handle
-        return cls(MappingProxyType(dict(models)), MappingProxyType(serving))
+        shedding = {key: handle for key, handle in serving.items() if handle.sheds}
+        return cls(MappingProxyType(dict(models)), MappingProxyType(serving), MappingProxyType(shedding))
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +215,9 @@ class ModelRegistry:
         # Estimated bytes of loads under way, counted against the budget until they finish.
         self._reserved_bytes = 0
         self._reserved_models = 0
-        self._snapshot = Snapshot.of({})
+        # What serves now: replaced whole, never changed in place. Reading it is not a use (see
+        # `lookup`); InferenceService.shed reads `snapshot.shedding` before a body is decoded.
+        self.snapshot = Snapshot.of({})
         self.startup_complete = False
         self._locks: dict[str, asyncio.Lock] = {}
         self._load_slots: asyncio.Semaphore | None = None
@@ -231,10 +237,10 @@ class ModelRegistry:
     # -- lookup (any thread) ---------------------------------------------------------------------
 
     def records(self) -> Iterable[ModelRecord]:
-        return list(self._snapshot.models.values())
+        return list(self.snapshot.models.values())
 
     def record(self, name: str) -> ModelRecord:
-        record = self._snapshot.models.get(name)
+        record = self.snapshot.models.get(name)
         if record is None:
             raise ModelNotFoundError(
                 with_triton_phrase(f"Request for unknown model: '{name}' is not found",
@@ -269,7 +275,7 @@ class ModelRegistry:
 
     def handle(self, name: str, version: str) -> Handle:
         """The ready handle that serves a request, or the error that says why there is none."""
-        found = self._snapshot.serving.get((name, version))
+        found = self.snapshot.serving.get((name, version))
         if found is not None:
             if isinstance(found, EnsembleHandle) and self._budget is None:
                 self._check_steps_serving(found)
@@ -285,16 +291,12 @@ class ModelRegistry:
 
     def lookup(self, name: str, version: str) -> Handle | None:
         """The hot path: the handle serving (name, version) now, or None (then `lease` says why)."""
-        handle = self._snapshot.serving.get((name, version))
+        handle = self.snapshot.serving.get((name, version))
         if handle is not None and self._budget is not None:
             self._tick += 1
             self._last_used[name] = self._tick
             self._metrics.on_demand_hit()
         return handle
-
-    def peek(self, name: str, version: str) -> Handle | None:
-        """The handle serving (name, version) now, or None, without counting it as a use."""
-        return self._snapshot.serving.get((name, version))
 
     async def lease(self, name: str, version: str) -> Handle:
         """The handle serving (name, version), loading the model first when on-demand loading is on
@@ -320,7 +322,7 @@ class ModelRegistry:
     def _check_steps_serving(self, ensemble: EnsembleHandle) -> None:
         for planned in ensemble.plan.steps:
             step = planned.step
-            if (step.model_name, step.version_label) not in self._snapshot.serving:
+            if (step.model_name, step.version_label) not in self.snapshot.serving:
                 try:
                     self.handle(step.model_name, step.version_label)
                 except InferdError as exc:
@@ -392,7 +394,7 @@ class ModelRegistry:
             await self._load_cleaning_up(name, model)
 
     def _serves(self, name: str) -> bool:
-        record = self._snapshot.models.get(name)
+        record = self.snapshot.models.get(name)
         return record is not None and bool(record.ready_versions())
 
     async def _load_cleaning_up(self, name: str, model: LocalModel) -> None:
@@ -432,7 +434,7 @@ class ModelRegistry:
 
     def _step_models(self, name: str) -> tuple[str, ...]:
         """The models the loaded versions of ensemble `name` use (none for a plain model)."""
-        record = self._snapshot.models.get(name)
+        record = self.snapshot.models.get(name)
         found: dict[str, None] = {}
         for version in record.versions.values() if record is not None else ():
             if version.handle is not None and version.handle.config.ensemble is not None:
@@ -440,11 +442,11 @@ class ModelRegistry:
         return tuple(found)
 
     def _models_used_by_ensembles(self) -> set[str]:
-        return {step_model for name in self._snapshot.models for step_model in self._step_models(name)}
+        return {step_model for name in self.snapshot.models for step_model in self._step_models(name)}
 
     async def _unload(self, name: str, reason: str) -> None:
         async with self._lock(name):
-            record = self._snapshot.models.get(name)
+            record = self.snapshot.models.get(name)
             if record is None:
                 if await asyncio.to_thread(self._repository.has_model, name):
                     return
@@ -463,7 +465,7 @@ class ModelRegistry:
 
     async def forget(self, name: str) -> None:
         """Unload `name` and drop its record (its folder left the repository)."""
-        if name in self._snapshot.models:
+        if name in self.snapshot.models:
             await self.unload(name)
             self._drop(name)
 
@@ -471,24 +473,24 @@ class ModelRegistry:
         """Bring the served models in line with the repository: load what was added or changed,
         forget what was removed. Models whose files did not change are not touched."""
         names, fingerprints = await asyncio.to_thread(self._scan)
-        for name in set(self._snapshot.models) - set(names):
-            if self._snapshot.models[name].owned_dir is None:
+        for name in set(self.snapshot.models) - set(names):
+            if self.snapshot.models[name].owned_dir is None:
                 logger.info("model %s left the repository", name, extra={"model": name})
                 await self.forget(name)
         changed = [
             name
             for name in names
-            if (record := self._snapshot.models.get(name)) is None or record.fingerprint != fingerprints.get(name)
+            if (record := self.snapshot.models.get(name)) is None or record.fingerprint != fingerprints.get(name)
         ]
         if self._budget is not None:
             # Under a budget a model loads on its first request, not because it appeared; only
             # models serving now are reloaded when their files change.
             # A model that failed is forgotten when its files change, so its next request tries again.
             for name in changed:
-                record = self._snapshot.models.get(name)
+                record = self.snapshot.models.get(name)
                 if record is not None and not record.versions and record.reason not in (UNLOADED, EVICTED):
                     self._drop(name)
-            changed = [name for name in changed if (r := self._snapshot.models.get(name)) is not None and r.versions]
+            changed = [name for name in changed if (r := self.snapshot.models.get(name)) is not None and r.versions]
         results = await asyncio.gather(*(self.load(name) for name in changed), return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, InferdError):
@@ -496,8 +498,8 @@ class ModelRegistry:
 
     async def close(self) -> None:
         """Drain every handle (shutdown)."""
-        for name in list(self._snapshot.models):
-            record = self._snapshot.models[name]
+        for name in list(self.snapshot.models):
+            record = self.snapshot.models[name]
             if record.versions or record.owned_dir is not None:
                 await self.unload(name)
         if self._draining:
@@ -513,19 +515,19 @@ class ModelRegistry:
         return lock
 
     def _owned_dir(self, name: str) -> Path | None:
-        record = self._snapshot.models.get(name)
+        record = self.snapshot.models.get(name)
         return record.owned_dir if record is not None else None
 
     def _drop(self, name: str) -> None:
         """Forget `name`'s record (it serves nothing)."""
-        models = dict(self._snapshot.models)
+        models = dict(self.snapshot.models)
         models.pop(name, None)
-        self._snapshot = Snapshot.of(models)
+        self.snapshot = Snapshot.of(models)
 
     def _publish(self, record: ModelRecord) -> None:
-        models = dict(self._snapshot.models)
+        models = dict(self.snapshot.models)
         models[record.name] = record
-        self._snapshot = Snapshot.of(models)
+        self.snapshot = Snapshot.of(models)
 
     def _scan(self) -> tuple[list[str], dict[str, ModelFingerprint | None]]:
         names = self._repository.model_names()
@@ -539,7 +541,7 @@ class ModelRegistry:
 
     def _publish_failure(self, name: str, reason: str, fingerprint: ModelFingerprint | None) -> None:
         """A load that failed before any version: what serves keeps serving; else the model is UNAVAILABLE."""
-        old = self._snapshot.models.get(name)
+        old = self.snapshot.models.get(name)
         if old is not None and old.ready_versions():
             self._publish(replace(old, reason=f"reloading failed: {reason}", fingerprint=fingerprint))
         else:
@@ -607,7 +609,7 @@ class ModelRegistry:
         return estimate_memory_bytes(config, model_dir / str(version), model_bytes)
 
     async def _load(self, name: str, model: LocalModel) -> None:
-        old = self._snapshot.models.get(name)
+        old = self.snapshot.models.get(name)
         old_versions = dict(old.versions) if old is not None else {}
         kept: dict[int, VersionRecord] = {}
         to_load: list[int] = []
@@ -750,7 +752,7 @@ class ModelRegistry:
         return await self.infer_step(request)
 
     async def _loadable_on_demand(self, name: str) -> bool:
-        record = self._snapshot.models.get(name)
+        record = self.snapshot.models.get(name)
         if record is not None:
             # A model that failed to load keeps its reason until its files change; only one that
             # was never loaded, unloaded or evicted loads on demand, or one loading now (its
@@ -776,7 +778,7 @@ class ModelRegistry:
             )
         async with self._room:
             while True:
-                others = [r for r in self._snapshot.models.values() if r.name != name and r.memory_bytes]
+                others = [r for r in self.snapshot.models.values() if r.name != name and r.memory_bytes]
                 used = sum(r.memory_bytes for r in others) + self._reserved_bytes
                 count = len(others) + self._reserved_models + new_model
                 fits_memory = budget.memory_bytes is None or used + need <= budget.memory_bytes

@@ -142,7 +142,7 @@ class InferenceService:
         decoded: shedding is what an overloaded server does most, so it must cost the least (the
         decoding, at 4x MiniLM's throughput, was a tenth of the event loop). Counted as the same
         refusal after decoding would be. A model not loaded, or one that may admit it, passes."""
-        handle = self._registry.peek(name, version)
+        handle = self._registry.snapshot.shedding.get((name, version))
         if handle is None:
             return
         refusal = handle.refusal()
