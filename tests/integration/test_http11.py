@@ -461,5 +461,9 @@ async def test_too_many_header_fields_get_431(served: tuple[HttpServer, EchoHand
     assert (status, headers[b"connection"]) == (431, b"close")
     assert b"more than 100 header fields" in body
     reader, writer = await connect(server)
+    repeated = b"h: v\r\n" * (server.limits.max_header_count + 1)  # one name: every field counts
+    writer.write(b"GET /a HTTP/1.1\r\n" + repeated + b"\r\n")
+    assert (await read_response(reader))[0] == 431
+    reader, writer = await connect(server)
     writer.write(b"GET /a HTTP/1.1\r\n" + fields + b"\r\n")  # exactly the limit
     assert (await read_response(reader))[0] == 200

@@ -12,6 +12,7 @@ encodes requests (every tensor binary) and decodes responses and errors.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -23,7 +24,7 @@ from inferd.errors import InferdError, MalformedRequestError, TensorDataError
 from inferd.protocol import shared_memory
 from inferd.protocol.request_id import check_request_id
 from inferd.protocol.status import error_from_http
-from inferd.protocol.tensor_bytes import check_shape_size, tensor_from_bytes, tensor_to_bytes
+from inferd.protocol.tensor_bytes import MAX_SHAPE_PRODUCT, check_shape_size, tensor_from_bytes, tensor_to_bytes
 from inferd.types import (
     BatchStatistics,
     DataType,
@@ -593,14 +594,17 @@ def _datatype(raw: Any, name: str) -> DataType:
 
 
 def _shape(raw: Any, name: str) -> tuple[int, ...]:
-    # `type(d) is int` also refuses bools, which are ints to isinstance.
-    if type(raw) is not list or not all(type(d) is int and d >= 0 for d in raw):
+    # Every input of every request passes here: checks made in C, no generator. Bools are not of
+    # type int (they are ints to isinstance).
+    if type(raw) is not list or not set(map(type, raw)) <= _INT_TYPE or (raw and min(raw) < 0):
         raise MalformedRequestError(f"input '{name}': 'shape' must be a list of non-negative integers", tensor=name)
     shape = tuple(raw)
-    check_shape_size(name, shape)
+    if 0 in shape or math.prod(shape) >= MAX_SHAPE_PRODUCT:  # else no array is too large: no call
+        check_shape_size(name, shape)
     return shape
 
 
+_INT_TYPE = frozenset({int})
 # What numpy infers from JSON numbers, per target datatype kind: ints must stay ints, etc.
 _ACCEPTED_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
 # The element types of a flat list that converts straight to a target of each kind.

@@ -154,9 +154,12 @@ class ArenaShrink:
 
     def after(self, size: int) -> bool:
         """Whether the execution of inputs of `size` bytes about to run should shrink the arena."""
-        self._largest = max(self._largest, size)
+        if size * 4 > self._largest:  # every execution asks: most end here, without the clock
+            if size > self._largest:
+                self._largest = size
+            return False
         now = self.clock()
-        if size * 4 > self._largest or now - self._last_shrink < self.interval_s:
+        if now - self._last_shrink < self.interval_s:
             return False
         self._last_shrink, self._largest = now, size
         return True
@@ -209,7 +212,12 @@ class OnnxRuntime:
         feeds = {
             name: _to_ort_strings(array) if name in self._string_inputs else array for name, array in inputs.items()
         }
-        shrink = self._arena is not None and self._arena.after(sum(a.nbytes for a in inputs.values()))
+        shrink = False
+        if self._arena is not None:
+            size = 0
+            for array in inputs.values():  # a loop, not sum() of a generator: a batch of one pays for this
+                size += array.nbytes
+            shrink = self._arena.after(size)
         try:
             results = self._session.run(list(output_names), feeds, self._shrink_options if shrink else None)
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ValueError) as exc:

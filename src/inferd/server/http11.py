@@ -215,7 +215,8 @@ class _Connection(asyncio.Protocol):
         self._messages_begun = 0
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
-        self._header_count = 0
+        # Header fields whose name came before in the head (the count limit counts every field).
+        self._repeated_headers = 0
         self._head_bytes = 0
         self._chunks: list[bytes] = []
         self._body_bytes = 0
@@ -342,7 +343,7 @@ class _Connection(asyncio.Protocol):
         self._head_ended_at = None
         self._url = b""
         self._headers = {}
-        self._header_count = 0
+        self._repeated_headers = 0
         self._head_bytes = 0
         self._chunks = []
         self._body_bytes = 0
@@ -353,19 +354,30 @@ class _Connection(asyncio.Protocol):
         self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_count += 1
-        if self._header_count > self._limits.max_header_count:
-            raise _Rejected(431, f"request has more than {self._limits.max_header_count} header fields")
+        # Every request's every field passes here: the usual field costs a lookup and a comparison;
+        # the field count is checked once the head is complete (the head's size bounds it meanwhile).
         lowered = name.lower()
+        headers = self._headers
+        if lowered in headers or lowered == b"transfer-encoding":
+            self._unusual_header(lowered, value)
+        headers[lowered] = value
+        self._head_bytes += len(name) + len(value)
+        if self._head_bytes > self._limits.max_head_bytes:
+            self._count_head(0)
+
+    def _unusual_header(self, lowered: bytes, value: bytes) -> None:
+        """A field whose name came before in the head, or a Transfer-Encoding."""
         if lowered == b"transfer-encoding" and value.strip().lower() != b"chunked":
             # A coding inferd would not undo (gzip, chunked) must not reach a handler as if it were
             # the body: refused, as RFC 9112 asks and nginx does. (llhttp refuses chunked before
             # another coding, and Transfer-Encoding beside Content-Length.)
             raise _Rejected(501, f"Transfer-Encoding {value.decode('latin-1')!r} is not supported; use chunked")
-        self._headers[lowered] = value
-        self._count_head(len(name) + len(value))
+        if lowered in self._headers:
+            self._repeated_headers += 1
 
     def on_headers_complete(self) -> None:
+        if len(self._headers) + self._repeated_headers > self._limits.max_header_count:
+            raise _Rejected(431, f"request has more than {self._limits.max_header_count} header fields")
         self._head_ended_at = self.last_active
         declared = self._headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self._limits.max_request_bytes:
