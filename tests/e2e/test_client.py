@@ -47,7 +47,8 @@ def client_server(tmp_path_factory: pytest.TempPathFactory, hold_file: Path) -> 
     write_config(root / "add_sub", "max_batch_size: 8")
     identity_model(root / "identity_bytes" / "1" / "model.onnx", DataType.BYTES, ["batch", -1])
     mlp_model(root / "spare" / "1" / "model.onnx")
-    # One execution at a time and one request queued: a third is refused with a 503 while held.
+    # One request at a time, executing or queued (the queue bound counts both): a second is refused
+    # with a 503 while held.
     sleepy_model(
         root / "held",
         sleep_ms=1,

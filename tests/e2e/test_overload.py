@@ -24,7 +24,7 @@ from tests.e2e.conftest import HttpReply, http_request
 
 pytestmark = pytest.mark.e2e
 
-INCLUDES_EXECUTING = 'parameters { key: "max_queue_size_includes_executing" value: { string_value: "true" } }'
+TRITON_S_BOUND = 'parameters { key: "max_queue_size_includes_executing" value: { string_value: "false" } }'
 ONE_QUEUED = "dynamic_batching { default_queue_policy { max_queue_size: 1 } }"
 
 
@@ -36,10 +36,10 @@ def hold_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def overload_server(tmp_path_factory: pytest.TempPathFactory, hold_file: Path) -> Iterator[ServerProcess]:
     """Two models that run one request at a time with a queue of one: `queued` bounds the queue as
-    Triton does, `inclusive` counts the executing request too."""
+    Triton does, `inclusive` counts the executing request too (inferd's default)."""
     root = tmp_path_factory.mktemp("repository")
-    sleepy_model(root / "queued", 0, 1, ONE_QUEUED, hold_file=hold_file)
-    sleepy_model(root / "inclusive", 0, 1, f"{ONE_QUEUED}\n{INCLUDES_EXECUTING}", hold_file=hold_file)
+    sleepy_model(root / "queued", 0, 1, f"{ONE_QUEUED}\n{TRITON_S_BOUND}", hold_file=hold_file)
+    sleepy_model(root / "inclusive", 0, 1, ONE_QUEUED, hold_file=hold_file)
     with run_server(root, tmp_path_factory.mktemp("logs") / "server.log") as server:
         yield server
 

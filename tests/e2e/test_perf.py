@@ -32,7 +32,7 @@ def perf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
     add_sub_model(root / "add_sub" / "1" / "model.onnx")
     write_config(root / "add_sub", "max_batch_size: 8\ndynamic_batching { }")
     identity_model(root / "identity" / "1" / "model.onnx", DataType.FP32, ["batch", -1])
-    # One execution at a time, 20 ms each, one request queued: more at once are refused (OVERLOADED).
+    # One request at a time (20 ms), executing or queued: more at once are refused (OVERLOADED).
     sleepy_model(
         root / "narrow", sleep_ms=20, max_batch_size=1,
         config="dynamic_batching { default_queue_policy { max_queue_size: 1 } }",

@@ -16,7 +16,8 @@ class BatchingDefaults:
     max_queue_delay_us: int
     """How long a batch waits to fill (TF: batch_timeout_micros)."""
     max_queue_size: int
-    """Requests waiting at most (TF: max_enqueued_batches x max_batch_size); 0: unbounded."""
+    """Requests waiting at most (TF: max_enqueued_batches x max_batch_size); 0: unbounded. As in TF,
+    the batches executing are not counted."""
     instances: int
     """Batches run at once (TF: num_batch_threads) as the model's instance count."""
     preferred_batch_sizes: tuple[int, ...] = ()
@@ -38,6 +39,7 @@ class BatchingDefaults:
                 max_queue_delay_us=self.max_queue_delay_us,
                 preferred_batch_sizes=self.preferred_batch_sizes,
                 default_queue_policy=queue_policy,
+                max_queue_size_includes_executing=False,
             ),
             instance_groups=(InstanceGroup(count=self.instances, kind=kind),),
         )

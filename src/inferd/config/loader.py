@@ -41,7 +41,8 @@ from inferd.types import DataType
 CONFIG_FILE_NAME = "config.pbtxt"
 # Triton's --backend-config=default-max-batch-size: what an auto-completed batching model gets.
 DEFAULT_MAX_BATCH_SIZE = 4
-# The model parameter that makes dynamic_batching's max_queue_size count executing requests too.
+# The model parameter that says whether dynamic_batching's max_queue_size counts executing requests
+# too (inferd's default) or queued ones only ("false": Triton's meaning).
 QUEUE_INCLUDES_EXECUTING_PARAMETER = "max_queue_size_includes_executing"
 
 # Triton's TYPE_* names → v2 datatypes. TYPE_STRING is the BYTES tensor.
@@ -343,14 +344,16 @@ def _dynamic_batching(message: Any, pb: Any, source: str) -> DynamicBatchingConf
         priority_queue_policies={
             int(level): _queue_policy(policy, pb) for level, policy in batching.priority_queue_policy.items()
         },
-        max_queue_size_includes_executing=_boolean_parameter(message, QUEUE_INCLUDES_EXECUTING_PARAMETER, source),
+        max_queue_size_includes_executing=_boolean_parameter(
+            message, QUEUE_INCLUDES_EXECUTING_PARAMETER, source, default=True
+        ),
     )
 
 
-def _boolean_parameter(message: Any, key: str, source: str) -> bool:
-    """A `parameters` entry that must read true or false (false when absent)."""
+def _boolean_parameter(message: Any, key: str, source: str, *, default: bool) -> bool:
+    """A `parameters` entry that must read true or false (`default` when absent)."""
     if key not in message.parameters:
-        return False
+        return default
     value = str(message.parameters[key].string_value)
     if value.lower() not in ("true", "false"):
         raise ModelConfigError(f"{source}: parameter {key} must be true or false, got {value!r}")

@@ -51,7 +51,8 @@ def read_batching_parameters(path: str) -> tuple[BatchingDefaults, list[str]]:
     mapping = [
         f"max_batch_size {max_batch} -> max_batch_size {max_batch}",
         f"batch_timeout_micros {timeout} -> dynamic_batching max_queue_delay_microseconds {timeout}",
-        f"max_enqueued_batches {enqueued} -> max_queue_size {enqueued * max_batch} (batches x max_batch_size)",
+        f"max_enqueued_batches {enqueued} -> max_queue_size {enqueued * max_batch} (batches x max_batch_size; "
+        "batches executing not counted, as in TF)",
         f"num_batch_threads {threads} -> instance_group count {threads} (batches run at once)",
     ]
     if allowed:

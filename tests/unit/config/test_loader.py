@@ -148,13 +148,15 @@ def test_priority_queue_policies() -> None:
     assert batching.queue_policy(2).max_queue_size == 8
 
 
-def test_the_queue_bound_may_include_executing_requests() -> None:
+def test_the_queue_bound_includes_executing_requests_unless_a_model_asks_for_triton_s() -> None:
     def batching(parameter: str) -> DynamicBatchingConfig | None:
         text = "dynamic_batching { default_queue_policy { max_queue_size: 4 } }\n" + parameter
         return parse_model_config(text, model_name="m").dynamic_batching
 
-    assert batching("") == DynamicBatchingConfig(default_queue_policy=QueuePolicy(max_queue_size=4))
-    chosen = batching('parameters { key: "max_queue_size_includes_executing" value: { string_value: "True" } }')
-    assert chosen is not None and chosen.max_queue_size_includes_executing
+    default = batching("")
+    assert default == DynamicBatchingConfig(default_queue_policy=QueuePolicy(max_queue_size=4))
+    assert default.max_queue_size_includes_executing
+    triton_s = batching('parameters { key: "max_queue_size_includes_executing" value: { string_value: "False" } }')
+    assert triton_s is not None and not triton_s.max_queue_size_includes_executing
     with pytest.raises(ModelConfigError, match="max_queue_size_includes_executing must be true or false, got 'yes'"):
         batching('parameters { key: "max_queue_size_includes_executing" value: { string_value: "yes" } }')

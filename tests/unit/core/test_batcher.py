@@ -238,7 +238,8 @@ async def test_preferred_batch_size_dispatches_without_waiting() -> None:
 async def test_full_queue_refuses_at_once_naming_model_and_limit() -> None:
     gate = threading.Event()
     runtime = FakeRuntime(gate)
-    batcher = make([runtime], default_queue_policy=QueuePolicy(max_queue_size=2))
+    triton_s_bound = {"max_queue_size_includes_executing": False}
+    batcher = make([runtime], default_queue_policy=QueuePolicy(max_queue_size=2), **triton_s_bound)
     blocker = await occupy(batcher, runtime)
     queued = [asyncio.ensure_future(submit(batcher, [1.0])) for _ in range(2)]
     await until(lambda: batcher.queued == 2)
@@ -251,9 +252,7 @@ async def test_full_queue_refuses_at_once_naming_model_and_limit() -> None:
 async def test_a_bound_that_includes_executing_requests_counts_the_batch_running() -> None:
     gate = threading.Event()
     runtime = FakeRuntime(gate)
-    batcher = make(
-        [runtime], default_queue_policy=QueuePolicy(max_queue_size=2), max_queue_size_includes_executing=True
-    )
+    batcher = make([runtime], default_queue_policy=QueuePolicy(max_queue_size=2))  # the default bound
     blocker = await occupy(batcher, runtime)  # one request executing
     queued = asyncio.ensure_future(submit(batcher, [1.0]))
     await until(lambda: batcher.queued == 1)
@@ -269,7 +268,9 @@ async def test_a_bound_that_includes_executing_requests_counts_the_batch_running
 async def test_triton_s_bound_counts_queued_requests_only() -> None:
     gate = threading.Event()
     runtime = FakeRuntime(gate)
-    batcher = make([runtime], default_queue_policy=QueuePolicy(max_queue_size=2))
+    batcher = make(
+        [runtime], default_queue_policy=QueuePolicy(max_queue_size=2), max_queue_size_includes_executing=False
+    )
     blocker = await occupy(batcher, runtime)
     queued = asyncio.ensure_future(submit(batcher, [1.0]))
     await until(lambda: batcher.queued == 1)
@@ -423,6 +424,7 @@ async def test_each_priority_level_has_its_own_queue_policy() -> None:
         priority_levels=2,
         default_priority_level=2,
         priority_queue_policies={1: QueuePolicy(max_queue_size=1)},
+        max_queue_size_includes_executing=False,  # queued requests only: the blocker is not counted
     )
     blocker = await occupy(batcher, runtime)
     urgent = asyncio.ensure_future(submit(batcher, [1.0], priority=1))
