@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import secrets
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.protocol.tfserving_grpc import tensor_to_proto
 from inferd.protocol.tfserving_pb import tensorflow_serving_pb2, tensorflow_serving_pb2_grpc
-from inferd.testing.models import add_sub_model, sleepy_model, write_config
+from inferd.testing.models import add_sub_model, python_model, sleepy_model, write_config
 from inferd.testing.otlp import OtlpReceiver, ReceivedSpan
 from inferd.testing.server import ServerProcess, free_port, run_server
 from inferd.types import DataType, Tensor
@@ -61,7 +62,24 @@ class ClientSpan:
         return {"traceparent": self.traceparent, "tracestate": "client=7,other=x"}
 
 
+# A decoupled Python model: `n` responses to a request for n.
+COUNTER = """
+import numpy as np
+
+
+class Model:
+    inputs = [{"name": "n", "datatype": "INT32", "shape": [1]}]
+    outputs = [{"name": "i", "datatype": "INT32", "shape": [1]}]
+
+    def execute(self, inputs):
+        for i in range(int(inputs["n"][0])):
+            yield {"i": np.array([i], dtype=np.int32)}
+"""
+
+
 def build_repository(root: Path, hold_file: Path) -> Path:
+    python_model(root / "counter" / "1", COUNTER)
+    write_config(root / "counter", 'backend: "python"\nmax_batch_size: 0\nmodel_transaction_policy { decoupled: true }')
     add_sub_model(root / "add_sub" / "1" / "model.onnx")
     write_config(root / "add_sub", "max_batch_size: 8\ndynamic_batching { }")
     add_sub_model(root / "add_sub_unbatched" / "1" / "model.onnx")
@@ -256,6 +274,44 @@ def test_a_grpc_request_continues_the_trace_from_its_metadata(traced: ServerProc
     execution = execution_of(receiver, children_of(spans, root)["compute"])
     assert execution.links == ((client.trace_id, root.span_id),)
     assert execution.attributes["inferd.batch.requests"] == 1
+
+
+def test_each_request_of_a_grpc_stream_is_a_span_continuing_the_stream_s_trace(
+    traced: ServerProcess, receiver: OtlpReceiver
+) -> None:
+    client = ClientSpan.new()
+    results: queue.Queue[tuple[object, object]] = queue.Queue()
+    n = grpcclient.InferInput("n", [1], "INT32")
+    n.set_data_from_numpy(np.array([3], dtype=np.int32))
+    pair = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = grpcclient.InferInput(name, [1, 16], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, 16), np.float32))
+        pair.append(tensor)
+    with grpcclient.InferenceServerClient(traced.grpc_url) as grpc_client:
+        grpc_client.start_stream(callback=lambda result, error: results.put((result, error)), headers=client.headers())
+        grpc_client.async_stream_infer("counter", [n])  # decoupled: three responses
+        grpc_client.async_stream_infer("add_sub_unbatched", pair)
+        grpc_client.async_stream_infer("no_such_model", pair)  # an error sent in the stream
+        answers = [results.get(timeout=30) for _ in range(5)]
+        grpc_client.stop_stream()
+    assert sum(error is not None for _, error in answers) == 1
+
+    def requests_ended(spans: list[ReceivedSpan]) -> bool:
+        return len([s for s in spans if s.trace_id == client.trace_id and s.kind == SERVER]) == 3
+
+    spans = [s for s in receiver.wait_for(requests_ended, what="three request spans") if s.trace_id == client.trace_id]
+    roots = {s.name: s for s in spans if s.kind == SERVER}
+    assert set(roots) == {"infer counter", "infer add_sub_unbatched", "infer no_such_model"}
+    for root in roots.values():
+        assert root.parent_span_id == client.span_id and root.trace_state == "client=7,other=x"
+        assert root.attributes["rpc.method"] == "ModelStreamInfer"
+        assert root.attributes["inferd.protocol"] == "kserve_grpc"
+    assert set(CHILDREN) <= set(children_of(spans, roots["infer add_sub_unbatched"]))
+    assert {"decode", "encode"} <= set(children_of(spans, roots["infer counter"]))
+    assert roots["infer counter"].status_code != ERROR
+    failed = roots["infer no_such_model"]
+    assert failed.status_code == ERROR and failed.attributes["inferd.error.code"] == "MODEL_NOT_FOUND"
 
 
 def test_a_tfserving_grpc_predict_continues_the_trace(

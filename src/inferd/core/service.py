@@ -207,6 +207,8 @@ class InferenceService:
         """A request's responses as the model makes them (a decoupled model's several, any other's
         one), counted in the statistics once, when the last is sent or an error ends them."""
         started = time.perf_counter()
+        if self._tracer is not None:
+            self._tracer.request_started(request)
         handle = None
         outcome = "success"
         try:

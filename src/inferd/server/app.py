@@ -128,11 +128,13 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     router = build_router(service, settings, regions, access)
     # Tokens first: a call refused for its credentials makes no span.
     interceptors: list[grpc.aio.ServerInterceptor] = [TokenInterceptor(access)] if access is not None else []
+    stream_tracer = None
     if tracing is not None:
-        from inferd.server.tracing_edges import TracingInterceptor, traced_router
+        from inferd.server.tracing_edges import StreamTracer, TracingInterceptor, traced_router
 
         router = traced_router(router, tracing)
         interceptors.append(TracingInterceptor(tracing))
+        stream_tracer = StreamTracer(tracing)
     http_app = HttpApp(router, max_request_bytes=settings.max_request_bytes, access=access)
     limits = HttpLimits(
         max_request_bytes=settings.max_request_bytes,
@@ -148,7 +150,11 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
             Router([management], fallback=management), max_request_bytes=settings.max_request_bytes, access=access
         )
     grpc_server = build_grpc_server(
-        service, max_message_bytes=settings.max_request_bytes, regions=regions, interceptors=interceptors
+        service,
+        max_message_bytes=settings.max_request_bytes,
+        regions=regions,
+        interceptors=interceptors,
+        stream_tracer=stream_tracer,
     )
     _listen(grpc_server, f"{settings.host}:{settings.grpc_port}", tls)
     tfserving_server = None

@@ -11,8 +11,9 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from tritonclient.grpc import service_pb2 as pb
@@ -33,11 +34,29 @@ _errors_log = RequestErrorLog(logger)
 
 T = TypeVar("T")
 
+# Says that a streamed request failed: (inferd's error code, message).
+FailureReport = Callable[[str, str], None]
+
+
+class StreamRequestTracer(Protocol):
+    """Traces each request of a ModelStreamInfer stream (server.tracing_edges.StreamTracer, when
+    the server traces): a context around the request's whole life, handing out its failure report."""
+
+    def request(self, model: str, metadata: Mapping[str, Any]) -> AbstractContextManager[FailureReport]: ...
+
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    def __init__(self, service: InferenceService, regions: SharedMemoryRegions | None = None) -> None:
+    def __init__(
+        self,
+        service: InferenceService,
+        regions: SharedMemoryRegions | None = None,
+        stream_tracer: StreamRequestTracer | None = None,
+    ) -> None:
+        """`stream_tracer`: when the server traces (unary calls are traced by an interceptor; a
+        stream's requests are only told apart here)."""
         self._service = service
         self._regions = regions
+        self._stream_tracer = stream_tracer
 
     async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await _call(context, "ServerLive", lambda: pb.ServerLiveResponse(live=self._service.live()))
@@ -132,26 +151,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         (`error_message`) and the stream goes on, as Triton does."""
         answers: asyncio.Queue[Any] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
+        metadata = dict(context.invocation_metadata() or ())
 
         async def serve(message: Any) -> None:
-            try:
-                decoded = grpc_v2.decode_request(message, regions=self._regions)
-                final = not self._service_decoupled(decoded.model_name, decoded.model_version)
-                async for response in self._service.infer_stream(decoded):
-                    encoded = grpc_v2.encode_response(response, decoded, self._regions)
-                    encoded.parameters[FINAL_RESPONSE].bool_param = final
-                    await answers.put(pb.ModelStreamInferResponse(infer_response=encoded))
-                if not final and decoded.parameters.get("triton_enable_empty_final_response"):
-                    empty = pb.ModelInferResponse(model_name=message.model_name, model_version=message.model_version,
-                                                  id=message.id)  # fmt: skip
-                    empty.parameters[FINAL_RESPONSE].bool_param = True
-                    await answers.put(pb.ModelStreamInferResponse(infer_response=empty))
-            except InferdError as exc:
-                logger.warning("ModelStreamInfer -> %s: %s", exc.code.value, exc.message)
-                await answers.put(pb.ModelStreamInferResponse(error_message=exc.message))
-            except Exception:
-                logger.exception("unexpected error in ModelStreamInfer")
-                await answers.put(pb.ModelStreamInferResponse(error_message="internal error; see the server log"))
+            if self._stream_tracer is None:
+                await self._answer_streamed(message, answers, None)
+                return
+            with self._stream_tracer.request(message.model_name, metadata) as report_failure:
+                await self._answer_streamed(message, answers, report_failure)
 
         async def read() -> None:
             async for message in requests:
@@ -170,6 +177,37 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             reader.cancel()
             for task in list(running):
                 task.cancel()
+
+    async def _answer_streamed(
+        self, message: Any, answers: asyncio.Queue[Any], report_failure: FailureReport | None
+    ) -> None:
+        """Put one streamed request's responses (or its error) on the stream's queue of answers."""
+        try:
+            decode_started = time.perf_counter()
+            decoded = grpc_v2.decode_request(message, regions=self._regions)
+            decoded.timing.decode_s = time.perf_counter() - decode_started
+            final = not self._service_decoupled(decoded.model_name, decoded.model_version)
+            async for response in self._service.infer_stream(decoded):
+                encode_started = time.perf_counter()
+                encoded = grpc_v2.encode_response(response, decoded, self._regions)
+                encoded.parameters[FINAL_RESPONSE].bool_param = final
+                decoded.timing.encode_s += time.perf_counter() - encode_started
+                await answers.put(pb.ModelStreamInferResponse(infer_response=encoded))
+            if not final and decoded.parameters.get("triton_enable_empty_final_response"):
+                empty = pb.ModelInferResponse(model_name=message.model_name, model_version=message.model_version,
+                                              id=message.id)  # fmt: skip
+                empty.parameters[FINAL_RESPONSE].bool_param = True
+                await answers.put(pb.ModelStreamInferResponse(infer_response=empty))
+        except InferdError as exc:
+            logger.warning("ModelStreamInfer -> %s: %s", exc.code.value, exc.message)
+            if report_failure is not None:
+                report_failure(exc.code.value, exc.message)
+            await answers.put(pb.ModelStreamInferResponse(error_message=exc.message))
+        except Exception as exc:
+            logger.exception("unexpected error in ModelStreamInfer")
+            if report_failure is not None:
+                report_failure(InternalError.code.value, type(exc).__name__)
+            await answers.put(pb.ModelStreamInferResponse(error_message="internal error; see the server log"))
 
     def _service_decoupled(self, model: str, version: str) -> bool:
         try:
@@ -294,9 +332,11 @@ def build_grpc_server(
     max_message_bytes: int,
     regions: SharedMemoryRegions | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    stream_tracer: StreamRequestTracer | None = None,
 ) -> grpc.aio.Server:
     server = new_grpc_server(max_message_bytes, interceptors)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service, regions), server)
+    servicer = InferenceServicer(service, regions, stream_tracer)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     return server
 
 

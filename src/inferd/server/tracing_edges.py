@@ -1,5 +1,6 @@
-"""Where a traced request's span begins and ends: around each HTTP door's inference routes, and
-around the gRPC inference methods (KServe's ModelInfer, TF Serving's Predict).
+"""Where a traced request's span begins and ends: around each HTTP door's inference routes, around
+the gRPC inference methods (KServe's ModelInfer, TF Serving's Predict), and around each request of
+a ModelStreamInfer stream (from its message to its last response).
 
 Both read the W3C `traceparent` and `tracestate` the client sent (HTTP headers, gRPC metadata),
 so a client's trace continues into inferd, and put the trace where the service finds it
@@ -11,7 +12,10 @@ requests do not pay for a test of whether to trace.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
+from types import TracebackType
 from typing import Any
 
 import grpc
@@ -119,6 +123,64 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return answer
 
         return traced
+
+
+# A streamed request's span: the stream's method (its status is the stream's, not the request's).
+_STREAM_ATTRIBUTES = {
+    "inferd.protocol": "kserve_grpc",
+    "rpc.system": "grpc",
+    "rpc.service": "inference.GRPCInferenceService",
+    "rpc.method": "ModelStreamInfer",
+}
+
+
+class StreamTracer:
+    """Each request of a ModelStreamInfer stream is a span of its own, continuing the trace in the
+    stream's metadata (`traceparent`, sent once for the stream): a decoupled model's requests are
+    traced as any other's (server.grpc.StreamRequestTracer)."""
+
+    def __init__(self, tracing: Tracing) -> None:
+        self._tracing = tracing
+
+    def request(self, model: str, metadata: Mapping[str, Any]) -> AbstractContextManager[Callable[[str, str], None]]:
+        request_trace = self._tracing.begin(
+            _text(metadata.get("traceparent")), _text(metadata.get("tracestate")), model, _STREAM_ATTRIBUTES
+        )
+        if request_trace is None:  # not sampled
+            return contextlib.nullcontext(_not_reported)
+        return _StreamRequestSpan(self._tracing, request_trace)
+
+
+def _not_reported(error_code: str, message: str) -> None:
+    return None
+
+
+class _StreamRequestSpan:
+    """The span of one streamed request, current while the request is served; ended when it is
+    answered, failed (an error sent in the stream), or cancelled (the stream closed)."""
+
+    def __init__(self, tracing: Tracing, request_trace: RequestTrace) -> None:
+        self._tracing = tracing
+        self._trace = request_trace
+        self._failure = ("", "")
+        self._token: Any = None
+
+    def _report(self, error_code: str, message: str) -> None:
+        self._failure = (error_code, message)
+
+    def __enter__(self) -> Callable[[str, str], None]:
+        self._token = current_trace.set(self._trace)
+        return self._report
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        current_trace.reset(self._token)
+        if kind is not None and issubclass(kind, asyncio.CancelledError):
+            self._failure = ("CANCELLED", "the stream was closed")
+        elif kind is not None:
+            self._failure = ("INTERNAL", kind.__name__)
+        self._tracing.end(self._trace, {}, *self._failure)
 
 
 def _end_failed(tracing: Tracing, request_trace: RequestTrace, context: grpc.aio.ServicerContext) -> None:
