@@ -9,11 +9,17 @@ import numpy as np
 import orjson
 import pytest
 import requests
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from openapi_spec_validator import validate
+from schemathesis import GenerationMode
 
+from inferd.server.openapi import MANAGEMENT_DOCUMENT_PATH, management_document
 from inferd.testing.models import add_sub_model, identity_model, mlp_model, write_config
 from inferd.testing.server import ServerProcess, free_port, run_server
 from inferd.types import DataType
 from tests.e2e.test_observability import grew, scrape
+from tests.e2e.test_openapi import CONFORMANCE
 
 pytestmark = pytest.mark.e2e
 
@@ -122,6 +128,35 @@ def test_management_api_lists_and_describes(torchserve: tuple[ServerProcess, int
     assert missing.status_code == 404 and missing.json()["type"] == "ModelNotFoundException"
     # The management port serves management only.
     assert requests.post(f"{management}/predictions/mlp", json=[1], timeout=10).status_code == 404
+
+
+def test_the_management_port_serves_its_api_description_and_answers_as_it_says(
+    torchserve: tuple[ServerProcess, int],
+) -> None:
+    _, port = torchserve
+    management = f"http://127.0.0.1:{port}"
+    served = requests.get(management + MANAGEMENT_DOCUMENT_PATH, timeout=10).json()
+    assert served == orjson.loads(orjson.dumps(management_document()))
+    validate(served)
+    schema = schemathesis.openapi.from_dict(served)
+    statuses: dict[str, list[int]] = {}
+    with requests.Session() as session:
+        for result in schema.get_all_operations():
+            operation = result.ok()
+            examples = schema.get_strategies_from_examples(operation)
+            strategies = [*examples, operation.as_strategy(GenerationMode.POSITIVE)]
+            for strategy in strategies:
+
+                @given(case=strategy)
+                @settings(max_examples=10, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+                def conforms(case: schemathesis.Case) -> None:
+                    response = case.call(base_url=management, session=session, timeout=30)
+                    statuses.setdefault(case.operation.label, []).append(response.status_code)
+                    case.validate_response(response, checks=CONFORMANCE)
+
+                conforms()
+    assert set(statuses) == {f"GET {path}" for path in served["paths"]}
+    assert all(200 in answered for answered in statuses.values()), statuses  # each answered with a 2xx too
 
 
 def test_predictions_count_under_their_door(torchserve: tuple[ServerProcess, int]) -> None:

@@ -32,7 +32,7 @@ from inferd.server.http11 import HttpLimits, HttpServer
 from inferd.server.kserve import KServeDoor
 from inferd.server.logging import configure_logging
 from inferd.server.openai import OpenAiDoor
-from inferd.server.openapi import document_bytes
+from inferd.server.openapi import document_bytes, management_document_bytes
 from inferd.server.prometheus import serve_metrics
 from inferd.server.routes import Router
 from inferd.server.sagemaker import SageMakerDoor
@@ -145,9 +145,10 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     )
     management_app = None
     if settings.torchserve_management_port is not None:
-        management = TorchServeDoor(service, KServeDoor(service, settings.max_request_bytes)).management_routes()
         management_app = HttpApp(
-            Router([management], fallback=management), max_request_bytes=settings.max_request_bytes, access=access
+            build_management_router(service, settings, access),
+            max_request_bytes=settings.max_request_bytes,
+            access=access,
         )
     grpc_server = build_grpc_server(
         service,
@@ -308,6 +309,17 @@ def build_router(
     kserve.openapi_document = document_bytes(
         sagemaker_multi_model=settings.sagemaker, access=route_access(router), policy=access
     )
+    return router
+
+
+def build_management_router(
+    service: InferenceService, settings: ServerSettings, access: AccessPolicy | None = None
+) -> Router:
+    """The TorchServe management port's routes, its OpenAPI document at /api-description."""
+    door = TorchServeDoor(service, KServeDoor(service, settings.max_request_bytes))
+    management = door.management_routes()
+    router = Router([management], fallback=management)
+    door.management_document = management_document_bytes(access=route_access(router), policy=access)
     return router
 
 

@@ -15,11 +15,12 @@ import numpy as np
 
 from inferd.config.model import ModelConfig
 from inferd.core.service import InferenceService
-from inferd.errors import InvalidRequestError, MalformedRequestError
+from inferd.errors import InvalidRequestError, MalformedRequestError, NotFoundError
 from inferd.protocol import json_v2, sagemaker, tfserving_json, torchserve
 from inferd.server.http import door_request, json_response, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.kserve import KServeDoor
+from inferd.server.openapi import MANAGEMENT_DOCUMENT_PATH
 from inferd.server.routes import READ, Params, Route, RouteGroup
 from inferd.types import DataType, Tensor
 
@@ -32,6 +33,9 @@ class TorchServeDoor:
     def __init__(self, service: InferenceService, kserve: KServeDoor) -> None:
         self._service = service
         self._kserve = kserve
+        # The management port's OpenAPI document, set by whoever assembles that port
+        # (server.app.build_management_router) once its routes are known.
+        self.management_document: bytes | None = None
 
     def inference_routes(self) -> RouteGroup:
         return RouteGroup(
@@ -47,14 +51,20 @@ class TorchServeDoor:
     def management_routes(self) -> RouteGroup:
         return RouteGroup(
             protocol="torchserve",
-            roots=("models",),
+            roots=("models", MANAGEMENT_DOCUMENT_PATH.strip("/")),
             encode_error=torchserve.encode_error,
             routes=(
+                Route(MANAGEMENT_DOCUMENT_PATH, READ, self._api_description),
                 Route("/models", READ, self._list),
                 Route("/models/{model}", READ, self._describe),
                 Route("/models/{model}/{version}", READ, self._describe),
             ),
         )
+
+    async def _api_description(self, request: HttpRequest, params: Params) -> HttpResponse:
+        if self.management_document is None:
+            raise NotFoundError("this port serves no API description")
+        return HttpResponse(200, self.management_document, [(b"content-type", _JSON)])
 
     async def _predict(self, http_request: HttpRequest, params: Params) -> HttpResponse:
         model, version = params["model"], params.get("version", "")

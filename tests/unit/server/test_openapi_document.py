@@ -1,6 +1,7 @@
-"""The OpenAPI document (`GET /v2/openapi.json`) against the code: it is valid OpenAPI 3.1, and its
-paths and methods are exactly the routes `build_router` serves on the HTTP port, with and without
---sagemaker (HEAD, which every GET route serves, is left implied)."""
+"""The OpenAPI documents against the code: each is valid OpenAPI 3.1, and its paths and methods are
+exactly the routes served: `build_router`'s on the HTTP port (`GET /v2/openapi.json`), with and
+without --sagemaker, and `build_management_router`'s on the TorchServe management port
+(`GET /api-description`). HEAD, which every GET route serves, is left implied."""
 
 from __future__ import annotations
 
@@ -11,15 +12,19 @@ from openapi_spec_validator import validate
 
 from inferd.config.server import ServerSettings
 from inferd.core.service import InferenceService
-from inferd.server.app import build_router, route_access
+from inferd.server.app import build_management_router, build_router, route_access
 from inferd.server.auth import Access, AccessPolicy, TokenSet
-from inferd.server.openapi import document
+from inferd.server.openapi import document, management_document
+from inferd.server.routes import Router
 
 
 def routes_in_code(sagemaker: bool) -> dict[str, set[str]]:
     # The doors only keep the service until a request comes: none comes here.
     service = cast(InferenceService, object())
-    router = build_router(service, ServerSettings(model_repository=("unused",), sagemaker=sagemaker))
+    return routes_of(build_router(service, ServerSettings(model_repository=("unused",), sagemaker=sagemaker)))
+
+
+def routes_of(router: Router) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for group in router.groups:
         for route in group.routes:
@@ -33,7 +38,11 @@ def routes_in_code(sagemaker: bool) -> dict[str, set[str]]:
 
 
 def routes_in_document(sagemaker: bool) -> dict[str, set[str]]:
-    paths: dict[str, dict[str, Any]] = document(sagemaker_multi_model=sagemaker)["paths"]
+    return documented_routes(document(sagemaker_multi_model=sagemaker))
+
+
+def documented_routes(built: dict[str, Any]) -> dict[str, set[str]]:
+    paths: dict[str, dict[str, Any]] = built["paths"]
     return {path: {method.upper() for method in item if method != "parameters"} for path, item in paths.items()}
 
 
@@ -44,6 +53,17 @@ def test_every_route_is_documented_with_its_methods_and_nothing_else(sagemaker: 
     assert sorted(set(documented) - set(in_code)) == [], "documented paths no route serves"
     differing = {path: (in_code[path], documented[path]) for path in in_code if in_code[path] != documented[path]}
     assert differing == {}, "(served, documented) methods"
+
+
+def test_the_management_port_s_document_has_its_routes_and_is_valid() -> None:
+    service = cast(InferenceService, object())
+    router = build_management_router(service, ServerSettings(model_repository=("unused",)))
+    built = management_document()
+    assert documented_routes(built) == routes_of(router)
+    validate(built)
+    policy = AccessPolicy(management=None, data=TokenSet.of(["user"]))
+    with_tokens = management_document(access=route_access(router), policy=policy)
+    assert all(item["get"]["security"] == [{"bearer": []}] for item in with_tokens["paths"].values())
 
 
 @pytest.mark.parametrize("sagemaker", [False, True], ids=["default", "sagemaker"])

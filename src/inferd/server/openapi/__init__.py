@@ -6,7 +6,8 @@ codes) and each door's error answers per status come from the code's own enums a
 in `kserve`, `doors` and `schemas`. A test checks its paths and methods against the route table
 (`server.app.build_router`) in both configurations, and validates real answers against it.
 
-TorchServe's management API is not here: it listens on a port of its own.
+TorchServe's management API listens on a port of its own: its document (`management_document`)
+is served there, at TorchServe's `GET /api-description`.
 """
 
 from __future__ import annotations
@@ -18,11 +19,19 @@ import orjson
 from inferd import __version__
 from inferd.server.auth import Access, AccessPolicy
 from inferd.server.openapi.build import Json, error_responses, header_parameter, ref
-from inferd.server.openapi.doors import openai_paths, sagemaker_paths, tfserving_paths, torchserve_paths
+from inferd.server.openapi.doors import (
+    openai_paths,
+    sagemaker_paths,
+    tfserving_paths,
+    torchserve_management_paths,
+    torchserve_paths,
+)
 from inferd.server.openapi.kserve import paths as kserve_paths
 from inferd.server.openapi.schemas import SCHEMAS
 
 OPENAPI_PATH = "/v2/openapi.json"
+# Where TorchServe serves its API description; inferd's management port serves its document there.
+MANAGEMENT_DOCUMENT_PATH = "/api-description"
 
 _DESCRIPTION = """\
 inferd's REST API: KServe v2 (Triton's HTTP API and its extensions), TF Serving's REST API,
@@ -30,6 +39,10 @@ SageMaker's hosting contract, TorchServe's inference API and OpenAI-compatible e
 port. Each door answers errors in its own clients' shape, with inferd's machine-readable error
 code in it. HEAD is served wherever GET is. The examples name `add_sub` (INPUT0 and INPUT1, FP32
 [-1, 16]) and `sentence_embedding`, models of inferd's example repository."""
+_MANAGEMENT_DESCRIPTION = """\
+inferd's TorchServe management port (--torchserve-management-port): TorchServe's management API
+for listing and describing models (loading and unloading go through the repository API on the
+HTTP port). Errors come in TorchServe's shape, with inferd's machine-readable error code in it."""
 
 
 def document(
@@ -47,9 +60,27 @@ def document(
         **torchserve_paths(),
         **openai_paths(),
     }
+    return _document("inferd", _DESCRIPTION, paths, access, policy)
+
+
+def management_document(
+    *, access: Mapping[tuple[str, str], Access] | None = None, policy: AccessPolicy | None = None
+) -> Json:
+    """The document of the TorchServe management port."""
+    paths = torchserve_management_paths(MANAGEMENT_DOCUMENT_PATH)
+    return _document("inferd TorchServe management", _MANAGEMENT_DESCRIPTION, paths, access, policy)
+
+
+def _document(
+    title: str,
+    description: str,
+    paths: Json,
+    access: Mapping[tuple[str, str], Access] | None,
+    policy: AccessPolicy | None,
+) -> Json:
     built: Json = {
         "openapi": "3.1.0",
-        "info": {"title": "inferd", "version": __version__, "description": _DESCRIPTION},
+        "info": {"title": title, "version": __version__, "description": description},
         "paths": paths,
         "components": {
             "schemas": SCHEMAS,
@@ -113,3 +144,9 @@ def document_bytes(
     policy: AccessPolicy | None = None,
 ) -> bytes:
     return orjson.dumps(document(sagemaker_multi_model=sagemaker_multi_model, access=access, policy=policy))
+
+
+def management_document_bytes(
+    *, access: Mapping[tuple[str, str], Access] | None = None, policy: AccessPolicy | None = None
+) -> bytes:
+    return orjson.dumps(management_document(access=access, policy=policy))

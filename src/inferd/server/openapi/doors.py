@@ -1,6 +1,7 @@
 """The operations of the other doors on the HTTP port: TF Serving REST (`/v1/models/...`), SageMaker
 (`/ping`, `/invocations`, and with --sagemaker the multi-model routes), TorchServe's inference API
-(`/predictions/...`) and OpenAI's embeddings (`/openai/v1/...`), keyed by their route patterns."""
+(`/predictions/...`) and OpenAI's embeddings (`/openai/v1/...`), keyed by their route patterns; and
+TorchServe's management API, which listens on a port of its own (`torchserve_management_paths`)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from inferd.server.openapi.schemas import (
 )
 
 MODEL = path_parameter("model", "the model's name", EXAMPLE_MODEL)
+INTEGER_TEXT = {"type": "string", "pattern": "^-?[0-9]+$"}
 VERSION = path_parameter("version", "a version number", "1", {"type": "string", "pattern": "^[0-9]+$"})
 LABEL = path_parameter("label", "a version label of the model's 'version_labels' parameter", "stable")
 TIMEOUT = ref("Inferd-Timeout-Ms", "parameters")
@@ -242,6 +244,60 @@ def torchserve_paths() -> dict[str, Json]:
             "put": _prediction(f"predictionsPut{suffix}", parameters),
         }
     return routes
+
+
+def torchserve_management_paths(document_path: str) -> dict[str, Json]:
+    """The routes of the TorchServe management port (--torchserve-management-port), its own API
+    description (`document_path`) included."""
+    all_versions = path_parameter(
+        "version", "a version number, or all", "1", {"type": "string", "pattern": "^([0-9]+|all)$"}
+    )
+    describe = ok(
+        "the model's default version (or the version asked, or all)", {"type": "array", "items": ref("TorchServeModel")}
+    )
+    query = [
+        {"name": "limit", "in": "query", "description": "models a page (1-100; default 100)", "schema": INTEGER_TEXT},
+        {"name": "next_page_token", "in": "query", "description": "where the page starts", "schema": INTEGER_TEXT},
+    ]
+    return {
+        "/models": {
+            "get": operation(
+                TORCHSERVE,
+                "listModels",
+                "the models, a page at a time",
+                {200: ok("a page of models", ref("TorchServeModels"))},
+                parameters=query,
+            )
+        },
+        "/models/{model}": {
+            "get": operation(
+                TORCHSERVE,
+                "describeModel",
+                "a model as TorchServe describes it",
+                {200: describe},
+                (404,),
+                parameters=[MODEL],
+            )
+        },
+        "/models/{model}/{version}": {
+            "get": operation(
+                TORCHSERVE,
+                "describeModelVersion",
+                "a version of a model, or all of them",
+                {200: describe},
+                (404,),
+                parameters=[MODEL, all_versions],
+            )
+        },
+        document_path: {
+            "get": operation(
+                TORCHSERVE,
+                "apiDescription",
+                "this document",
+                {200: ok("the OpenAPI document of this port", {"type": "object"})},
+            )
+        },
+    }
 
 
 def openai_paths() -> dict[str, Json]:

@@ -353,6 +353,30 @@ EMBEDDINGS_RESPONSE = _object(
     ("object", "data", "model", "usage"),
     closed=True,
 )
+TORCHSERVE_MODELS = _object(
+    {"models": _array(ref("SageMakerModel")), "nextPageToken": {"type": "string", "pattern": "^[0-9]+$"}},
+    ("models",),
+    closed=True,
+)
+TORCHSERVE_WORKER = _object({"id": STRING, "status": {"enum": ["READY", "UNLOADING"]}, "gpu": {"type": "boolean"}},
+                            ("id", "status", "gpu"), closed=True)  # fmt: skip
+TORCHSERVE_MODEL = _object(
+    {
+        "modelName": STRING,
+        "modelVersion": STRING,
+        "modelUrl": STRING,
+        "runtime": STRING,
+        "minWorkers": NATURAL,
+        "maxWorkers": NATURAL,
+        "batchSize": {"type": "integer", "minimum": 1},
+        "maxBatchDelay": {"type": "number", "minimum": 0},
+        "loadedAtStartup": {"type": "boolean"},
+        "workers": _array(ref("TorchServeWorker")),
+    },
+    ("modelName", "modelVersion", "modelUrl", "runtime", "minWorkers", "maxWorkers", "batchSize", "maxBatchDelay",
+     "loadedAtStartup", "workers"),
+    closed=True,
+)  # fmt: skip
 OPENAI_MODEL = _object(
     {"id": STRING, "object": {"const": "model"}, "created": INTEGER, "owned_by": STRING},
     ("id", "object", "created", "owned_by"),
@@ -396,6 +420,9 @@ SCHEMAS: Json = {
     "SageMakerLoad": SAGEMAKER_LOAD,
     "EmbeddingsRequest": EMBEDDINGS_REQUEST,
     "EmbeddingsResponse": EMBEDDINGS_RESPONSE,
+    "TorchServeModels": TORCHSERVE_MODELS,
+    "TorchServeWorker": TORCHSERVE_WORKER,
+    "TorchServeModel": TORCHSERVE_MODEL,
     "OpenAIModel": OPENAI_MODEL,
     "OpenAIModels": OPENAI_MODELS,
 }
