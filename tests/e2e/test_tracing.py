@@ -30,6 +30,7 @@ from inferd.types import DataType, Tensor
 from tests.e2e.conftest import HttpReply, http_request
 from tests.e2e.test_batching import wait_until_in_flight
 from tests.e2e.test_observability import sample, scrape
+from tests.e2e.test_triton_aio import COUNTER
 
 pytestmark = pytest.mark.e2e
 
@@ -62,23 +63,8 @@ class ClientSpan:
         return {"traceparent": self.traceparent, "tracestate": "client=7,other=x"}
 
 
-# A decoupled Python model: `n` responses to a request for n.
-COUNTER = """
-import numpy as np
-
-
-class Model:
-    inputs = [{"name": "n", "datatype": "INT32", "shape": [1]}]
-    outputs = [{"name": "i", "datatype": "INT32", "shape": [1]}]
-
-    def execute(self, inputs):
-        for i in range(int(inputs["n"][0])):
-            yield {"i": np.array([i], dtype=np.int32)}
-"""
-
-
 def build_repository(root: Path, hold_file: Path) -> Path:
-    python_model(root / "counter" / "1", COUNTER)
+    python_model(root / "counter" / "1", COUNTER)  # decoupled: n responses to a request for n
     write_config(root / "counter", 'backend: "python"\nmax_batch_size: 0\nmodel_transaction_policy { decoupled: true }')
     add_sub_model(root / "add_sub" / "1" / "model.onnx")
     write_config(root / "add_sub", "max_batch_size: 8\ndynamic_batching { }")
@@ -151,6 +137,15 @@ def trace(receiver: OtlpReceiver, client: ClientSpan, children: tuple[str, ...] 
 
     spans = receiver.wait_for(arrived, what=f"the spans of trace {client.trace_id}")
     return [s for s in spans if s.trace_id == client.trace_id]
+
+
+def add_sub_inputs() -> list[grpcclient.InferInput]:
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = grpcclient.InferInput(name, [1, 16], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, 16), np.float32))
+        inputs.append(tensor)
+    return inputs
 
 
 def request_span(spans: list[ReceivedSpan]) -> ReceivedSpan:
@@ -254,13 +249,8 @@ def test_other_http_doors_continue_the_trace(
 
 def test_a_grpc_request_continues_the_trace_from_its_metadata(traced: ServerProcess, receiver: OtlpReceiver) -> None:
     client = ClientSpan.new()
-    inputs = []
-    for name in ("INPUT0", "INPUT1"):
-        tensor = grpcclient.InferInput(name, [1, 16], "FP32")
-        tensor.set_data_from_numpy(np.ones((1, 16), np.float32))
-        inputs.append(tensor)
     with grpcclient.InferenceServerClient(traced.grpc_url) as grpc_client:
-        grpc_client.infer("add_sub_unbatched", inputs, headers=client.headers())
+        grpc_client.infer("add_sub_unbatched", add_sub_inputs(), headers=client.headers())
     spans = trace(receiver, client)
     root = request_span(spans)
     assert root.parent_span_id == client.span_id
@@ -283,11 +273,7 @@ def test_each_request_of_a_grpc_stream_is_a_span_continuing_the_stream_s_trace(
     results: queue.Queue[tuple[object, object]] = queue.Queue()
     n = grpcclient.InferInput("n", [1], "INT32")
     n.set_data_from_numpy(np.array([3], dtype=np.int32))
-    pair = []
-    for name in ("INPUT0", "INPUT1"):
-        tensor = grpcclient.InferInput(name, [1, 16], "FP32")
-        tensor.set_data_from_numpy(np.ones((1, 16), np.float32))
-        pair.append(tensor)
+    pair = add_sub_inputs()
     with grpcclient.InferenceServerClient(traced.grpc_url) as grpc_client:
         grpc_client.start_stream(callback=lambda result, error: results.put((result, error)), headers=client.headers())
         grpc_client.async_stream_infer("counter", [n])  # decoupled: three responses
