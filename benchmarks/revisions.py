@@ -13,8 +13,8 @@ to round so the machine's drift falls on every revision alike. Reported against 
 revision: throughput and CPU per request (user + system of the server's threads, /proc), from
 the medians and round by round (median, min .. max). With `--pin`, every server runs on the last
 CPU and wrk on the others (the tiny model executes inline, so a server needs one core): the two
-no longer take turns on the same cores, which halves the round-to-round spread on a 2-core
-machine. Needs wrk, git and Linux (taskset).
+no longer take turns on the same cores (the throughput measured is the server's alone, and
+higher). Needs wrk, git and Linux (taskset).
 """
 
 from __future__ import annotations
