@@ -144,3 +144,15 @@ def test_json_numbers_past_a_float_types_range_are_infinite(server: ServerProces
     data = reply.body[int(reply.headers["inference-header-content-length"]) :]
     assert np.frombuffer(data, dtype=DataType(datatype).numpy_dtype).tolist() == [np.inf, -np.inf, 1.5]
     assert "overflow encountered" not in server.log()
+
+
+@pytest.mark.parametrize("datatype", ["FP32", "FP64"])
+def test_nan_and_infinities_round_trip_as_json(clients: Clients, server: ServerProcess, datatype: str) -> None:
+    # tritonclient writes them as NaN / Infinity / -Infinity, and reads them so (as Triton writes them).
+    data = np.array([[np.nan, np.inf, -np.inf], [0.0, -1.5, 2.0]], dtype=DataType(datatype).numpy_dtype)
+    client = clients.http(server.http_url)
+    tensor = httpclient.InferInput("INPUT0", list(data.shape), datatype)
+    tensor.set_data_from_numpy(data, binary_data=False)
+    requested = httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)
+    output = client.infer(f"identity_{datatype.lower()}", [tensor], outputs=[requested]).as_numpy("OUTPUT0")
+    np.testing.assert_array_equal(output, data)  # NaN where NaN, each infinity with its sign

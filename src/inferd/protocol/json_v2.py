@@ -12,6 +12,7 @@ encodes requests (every tensor binary) and decodes responses and errors.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -135,9 +136,33 @@ def encode_request(request: InferRequest, *, binary: bool = True) -> tuple[bytes
 def _body(document: dict[str, Any], binary_parts: list[bytes]) -> tuple[bytes, int | None]:
     """The JSON header followed by the binary parts, and the header's length (None without parts)."""
     header = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+    if b"null" in header:  # orjson's NaN and ±inf (or a null of the document, or a string holding "null")
+        header = _with_non_finite_numbers(document, header)
     if not binary_parts:
         return header, None
     return b"".join([header, *binary_parts]), len(header)
+
+
+def _with_non_finite_numbers(document: dict[str, Any], header: bytes) -> bytes:
+    """`document` with NaN and ±inf written as Triton writes them (rapidjson's NaN, Infinity and
+    -Infinity, which tritonclient reads) rather than as orjson's null, which a client reads back as
+    NaN whatever the value was; `header` itself when no float data holds one."""
+    entries = [*document.get("outputs", ()), *document.get("inputs", ())]
+    if not any(_holds_non_finite(entry.get("data")) for entry in entries):
+        return header
+    return json.dumps(
+        document, default=_numpy_as_list, allow_nan=True, ensure_ascii=False, separators=(",", ":")
+    ).encode()
+
+
+def _holds_non_finite(data: Any) -> bool:
+    return isinstance(data, np.ndarray) and data.dtype.kind == "f" and not bool(np.isfinite(data).all())
+
+
+def _numpy_as_list(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _tensor_entries(
@@ -448,9 +473,25 @@ def load_json(body: bytes) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise MalformedRequestError(
-            f"failed to parse the request JSON buffer: request body is not valid JSON: {exc}"
-        ) from None
+        return _with_non_finite_tokens(body, exc)
+
+
+# The tokens Triton reads and writes for NaN and ±inf (rapidjson's kParseNanAndInfFlag), beyond JSON.
+_NON_FINITE_TOKENS = (b"NaN", b"Infinity")
+
+
+def _with_non_finite_tokens(text: bytes, error: Exception) -> Any:
+    """A body orjson and simdjson refused, read again when it holds NaN, Infinity or -Infinity as
+    Triton's clients write them (tritonclient sends a NaN input so); else the 400 for `error`.
+    Only refused bodies come here: valid JSON costs nothing more."""
+    if any(token in text for token in _NON_FINITE_TOKENS):
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError):  # not JSON after all, or nested past the interpreter's limit
+            pass
+    raise MalformedRequestError(
+        f"failed to parse the request JSON buffer: request body is not valid JSON: {error}"
+    ) from None
 
 
 def _load_header(header: bytes) -> Any:
@@ -460,9 +501,7 @@ def _load_header(header: bytes) -> Any:
             return orjson.loads(header)
         return _load_large_header(header)
     except (orjson.JSONDecodeError, ValueError) as exc:
-        raise MalformedRequestError(
-            f"failed to parse the request JSON buffer: request body is not valid JSON: {exc}"
-        ) from None
+        return _with_non_finite_tokens(header, exc)
     except RuntimeError as exc:
         # simdjson's DEPTH_ERROR: both parsers stop, without recursing, at 1024 levels of nesting.
         raise MalformedRequestError(

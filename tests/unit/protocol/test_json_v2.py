@@ -207,3 +207,34 @@ def test_error_and_metadata_bodies_decode() -> None:
     assert metadata.inputs[0].shape == (-1, 4) and metadata.versions == ("1",)
     with pytest.raises(MalformedRequestError):
         json_v2.decode_model_metadata(b'{"name": "m", "inputs": 3}')
+
+
+NON_FINITE = [np.nan, np.inf, -np.inf, 1.5]
+
+
+@pytest.mark.parametrize("padding", [0, json_v2.LARGE_HEADER_BYTES], ids=["small", "large"])
+def test_nan_and_infinities_are_read_as_triton_s_clients_write_them(padding: int) -> None:
+    # tritonclient sends a float input holding NaN or ±inf as rapidjson's tokens, which Triton reads.
+    body = b'{"id": "' + b"x" * padding + b'", "inputs": [{"name": "x", "datatype": "FP32", "shape": [4], '
+    body += b'"data": [NaN, Infinity, -Infinity, 1.5]}]}'
+    request = json_v2.decode_request(body, model_name="m", model_version="")
+    np.testing.assert_array_equal(request.inputs[0].data, np.array(NON_FINITE, dtype=np.float32))
+    with pytest.raises(MalformedRequestError, match="not valid JSON"):  # still no other token
+        json_v2.decode_request(body.replace(b"NaN", b"nan"), model_name="m", model_version="")
+    deep = b'{"inputs": ' + b"[" * 100_000 + b"NaN" + b"]" * 100_000 + b"}"
+    with pytest.raises(MalformedRequestError, match="not valid JSON"):
+        json_v2.decode_request(deep, model_name="m", model_version="")
+
+
+def test_nan_and_infinities_are_written_as_triton_writes_them() -> None:
+    values = np.array(NON_FINITE, dtype=np.float32)
+    response = InferResponse("m", "1", "r", (Tensor("y", DataType.FP32, (4,), values),))
+    body, _ = json_v2.encode_response(response, InferRequest("m", "", "r", ()))
+    assert b"[NaN,Infinity,-Infinity,1.5]" in body  # not orjson's null, which reads back as NaN for all three
+    np.testing.assert_array_equal(json_v2.decode_response(body).outputs[0].data, values)
+    # Finite data whose document holds "null" elsewhere keeps orjson's bytes.
+    finite = InferResponse("nullable", "1", "r", (Tensor("y", DataType.FP32, (1,), np.ones(1, np.float32)),))
+    body, _ = json_v2.encode_response(finite, InferRequest("nullable", "", "r", ()))
+    expected = b'{"model_name":"nullable","model_version":"1",'
+    expected += b'"outputs":[{"name":"y","datatype":"FP32","shape":[1],"data":[1.0]}]}'
+    assert body == expected
