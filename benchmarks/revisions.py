@@ -97,8 +97,9 @@ def report(variants: list[Variant], figures: list[Figures], args: argparse.Names
         title=f"tiny MLP, wrk in turns: {args.rounds} rounds of {args.seconds:g} s, c={args.concurrency}; "
         f"costs against {variants[0].label}"
     )
-    columns = ("revision", "req/s median", "spread", "cost", "per round", "CPU us/req", "added", "per round")
-    columns += ("p50 us c=1",)
+    columns = (
+        "revision", "req/s median", "spread", "cost", "per round", "CPU us/req", "added", "per round", "p50 us c=1",
+    )  # fmt: skip
     for column in columns:
         table.add_column(column, justify="left" if column == "revision" else "right")
     reference = figures[0]

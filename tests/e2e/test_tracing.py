@@ -300,6 +300,30 @@ def test_each_request_of_a_grpc_stream_is_a_span_continuing_the_stream_s_trace(
     assert failed.status_code == ERROR and failed.attributes["inferd.error.code"] == "MODEL_NOT_FOUND"
 
 
+def test_a_streamed_request_whose_stream_closes_is_a_cancelled_span(
+    traced: ServerProcess, receiver: OtlpReceiver, hold_file: Path
+) -> None:
+    client = ClientSpan.new()
+    x = grpcclient.InferInput("x", [1, 2], "FP32")
+    x.set_data_from_numpy(np.ones((1, 2), np.float32))
+    hold_file.touch()
+    try:
+        with grpcclient.InferenceServerClient(traced.grpc_url) as grpc_client:
+            grpc_client.start_stream(callback=lambda result, error: None, headers=client.headers())
+            grpc_client.async_stream_infer("held", [x])
+            wait_until_in_flight(traced, "held")
+            grpc_client.stop_stream(cancel_requests=True)  # the client goes before its answer
+    finally:
+        hold_file.unlink()
+
+    def roots(spans: list[ReceivedSpan]) -> list[ReceivedSpan]:
+        return [s for s in spans if s.trace_id == client.trace_id and s.kind == SERVER]
+
+    (root,) = roots(receiver.wait_for(lambda spans: bool(roots(spans)), what="the request span"))
+    assert root.name == "infer held" and root.status_code == ERROR
+    assert root.attributes["inferd.error.code"] == "CANCELLED"
+
+
 def test_a_tfserving_grpc_predict_continues_the_trace(
     traced: ServerProcess, receiver: OtlpReceiver, tfserving_grpc_port: int
 ) -> None:

@@ -465,5 +465,11 @@ async def test_too_many_header_fields_get_431(served: tuple[HttpServer, EchoHand
     writer.write(b"GET /a HTTP/1.1\r\n" + repeated + b"\r\n")
     assert (await read_response(reader))[0] == 431
     reader, writer = await connect(server)
+    trailers = b"t: v\r\n" * server.limits.max_header_count  # trailers count with the head's fields
+    writer.write(
+        b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n" + trailers + b"\r\n"
+    )
+    assert (await read_response(reader))[0] == 431
+    reader, writer = await connect(server)
     writer.write(b"GET /a HTTP/1.1\r\n" + fields + b"\r\n")  # exactly the limit
     assert (await read_response(reader))[0] == 200

@@ -334,6 +334,10 @@ def _ensemble(message: Any, source: str) -> EnsembleConfig | None:
 
 def _dynamic_batching(message: Any, pb: Any, source: str) -> DynamicBatchingConfig:
     batching = message.dynamic_batching
+    # With priority levels each level has its own bound, and the executing requests (of any level)
+    # would count against every one of them: a level bounded to 1 would refuse whenever anything
+    # runs. Such models keep Triton's meaning unless they ask otherwise.
+    single_level = int(batching.priority_levels) <= 1
     return DynamicBatchingConfig(
         max_queue_delay_us=int(batching.max_queue_delay_microseconds),
         preferred_batch_sizes=tuple(int(s) for s in batching.preferred_batch_size),
@@ -345,7 +349,7 @@ def _dynamic_batching(message: Any, pb: Any, source: str) -> DynamicBatchingConf
             int(level): _queue_policy(policy, pb) for level, policy in batching.priority_queue_policy.items()
         },
         max_queue_size_includes_executing=_boolean_parameter(
-            message, QUEUE_INCLUDES_EXECUTING_PARAMETER, source, default=True
+            message, QUEUE_INCLUDES_EXECUTING_PARAMETER, source, default=single_level
         ),
     )
 

@@ -121,9 +121,10 @@ class DynamicBatchingConfig:
     priority_queue_policies: Mapping[int, QueuePolicy] = field(default_factory=dict)
     max_queue_size_includes_executing: bool = True
     """Whether max_queue_size also counts the requests executing (the model's parameter
-    `max_queue_size_includes_executing`, true unless set to "false"): then an admitted request
-    waits for at most that many requests ahead of it. Triton's bound ("false": queued ones only)
-    lets it also wait for a whole batch that is executing. See core/batcher.py."""
+    `max_queue_size_includes_executing`; true unless set to "false", or unless the model has
+    priority levels): then an admitted request waits for at most that many requests ahead of it.
+    Triton's bound ("false": queued ones only) lets it also wait for a whole batch that is
+    executing. See core/batcher.py."""
 
     def queue_policy(self, level: int) -> QueuePolicy:
         return self.priority_queue_policies.get(level, self.default_queue_policy)

@@ -25,7 +25,13 @@ from inferd.errors import InferdError, MalformedRequestError, TensorDataError
 from inferd.protocol import shared_memory
 from inferd.protocol.request_id import check_request_id
 from inferd.protocol.status import error_from_http
-from inferd.protocol.tensor_bytes import MAX_SHAPE_PRODUCT, check_shape_size, tensor_from_bytes, tensor_to_bytes
+from inferd.protocol.tensor_bytes import (
+    MAX_DIMENSIONS,
+    MAX_SHAPE_PRODUCT,
+    check_shape_size,
+    tensor_from_bytes,
+    tensor_to_bytes,
+)
 from inferd.types import (
     BatchStatistics,
     DataType,
@@ -161,7 +167,13 @@ def _holds_non_finite(data: Any) -> bool:
 
 def _numpy_as_list(value: Any) -> Any:
     if isinstance(value, np.ndarray):
+        if value.dtype.kind == "f" and value.dtype.itemsize < 8:
+            # Each value's shortest form in its own type (0.1, as orjson writes a float32), not the
+            # double's (0.10000000149011612): numpy's str of a float32 is that form.
+            return [float(text) for text in value.astype(str)]
         return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
@@ -473,22 +485,40 @@ def load_json(body: bytes) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        return _with_non_finite_tokens(body, exc)
+        raise MalformedRequestError(
+            f"failed to parse the request JSON buffer: request body is not valid JSON: {exc}"
+        ) from None
 
 
-# The tokens Triton reads and writes for NaN and ±inf (rapidjson's kParseNanAndInfFlag), beyond JSON.
-_NON_FINITE_TOKENS = (b"NaN", b"Infinity")
+# The tokens Triton reads and writes for NaN and ±inf (rapidjson's kParseNanAndInfFlag), beyond JSON;
+# read in v2 bodies up to this size (Python's parser takes about 4x orjson's time and makes a
+# Python float of every number: past it, send the tensor with the binary extension).
+_NON_FINITE_TOKENS = (b"NaN", b"Infinity", b"-Infinity")
+NON_FINITE_JSON_LIMIT = 4 * 2**20
 
 
 def _with_non_finite_tokens(text: bytes, error: Exception) -> Any:
-    """A body orjson and simdjson refused, read again when it holds NaN, Infinity or -Infinity as
-    Triton's clients write them (tritonclient sends a NaN input so); else the 400 for `error`.
-    Only refused bodies come here: valid JSON costs nothing more."""
-    if any(token in text for token in _NON_FINITE_TOKENS):
+    """A v2 body orjson or simdjson refused, read again when orjson stopped at NaN, Infinity or
+    -Infinity as Triton's clients write them (tritonclient sends a NaN input so); else the 400 for
+    `error`. Valid JSON never comes here, and neither does a body refused for anything else."""
+    if not isinstance(error, orjson.JSONDecodeError):  # simdjson's: where orjson stops says why
         try:
-            return json.loads(text)
-        except (ValueError, RecursionError):  # not JSON after all, or nested past the interpreter's limit
-            pass
+            return orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            error = exc
+    position = error.pos if isinstance(error, orjson.JSONDecodeError) else -1
+    if position >= 0 and text.startswith(_NON_FINITE_TOKENS, position):
+        if len(text) > NON_FINITE_JSON_LIMIT:
+            raise MalformedRequestError(
+                f"request JSON holds NaN or Infinity, read in bodies up to {NON_FINITE_JSON_LIMIT // 2**20} MiB; "
+                "send this tensor with the binary tensor data extension"
+            )
+        try:
+            document = json.loads(text.decode("utf-8"))
+            orjson.dumps(document)  # what orjson would refuse to have read: lone surrogates, huge integers
+            return document
+        except (ValueError, RecursionError, TypeError, orjson.JSONEncodeError):
+            pass  # not JSON after all, or nested past the interpreter's limit: the first error says
     raise MalformedRequestError(
         f"failed to parse the request JSON buffer: request body is not valid JSON: {error}"
     ) from None
@@ -638,7 +668,7 @@ def _shape(raw: Any, name: str) -> tuple[int, ...]:
     if type(raw) is not list or not set(map(type, raw)) <= _INT_TYPE or (raw and min(raw) < 0):
         raise MalformedRequestError(f"input '{name}': 'shape' must be a list of non-negative integers", tensor=name)
     shape = tuple(raw)
-    if 0 in shape or math.prod(shape) >= MAX_SHAPE_PRODUCT:  # else no array is too large: no call
+    if len(shape) > MAX_DIMENSIONS or 0 in shape or math.prod(shape) >= MAX_SHAPE_PRODUCT:  # else no call
         check_shape_size(name, shape)
     return shape
 

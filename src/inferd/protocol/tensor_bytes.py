@@ -20,11 +20,20 @@ _LENGTH = struct.Struct("<I")
 # numpy holds at most 2**63 - 1 bytes in an array, counting its zero-size dimensions as one; with
 # elements of up to 8 bytes, the product of the dimensions that are not 0 must stay below this.
 MAX_SHAPE_PRODUCT = 2**60
+# numpy's most dimensions (NPY_MAXDIMS); counted before any product, which for thousands of huge
+# dimensions is a big-integer multiplication of seconds.
+MAX_DIMENSIONS = 64
 
 
 def check_shape_size(name: str, shape: tuple[int, ...]) -> None:
-    """TensorDataError for a shape no array can have: [0, 2**62, 2**62] holds no element, yet numpy
-    refuses to make it (ValueError), so a decoder must refuse it first."""
+    """TensorDataError for a shape no array can have: more than 64 dimensions, or [0, 2**62, 2**62],
+    which holds no element, yet numpy refuses to make it (ValueError), so a decoder must refuse it
+    first."""
+    if len(shape) > MAX_DIMENSIONS:
+        raise TensorDataError(
+            f"input '{name}': shape has {len(shape)} dimensions, more than a tensor can have ({MAX_DIMENSIONS})",
+            tensor=name,
+        )
     # Every request's inputs pass here: without a 0 in the shape (nearly always) no generator.
     product = math.prod(shape) if 0 not in shape else math.prod(d for d in shape if d)
     if product >= MAX_SHAPE_PRODUCT:

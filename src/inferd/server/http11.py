@@ -204,6 +204,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self, server: HttpServer) -> None:
         self._server = server
         self._limits = server.limits
+        self._max_header_count = server.limits.max_header_count  # read for every header field
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
@@ -354,11 +355,15 @@ class _Connection(asyncio.Protocol):
         self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        # Every request's every field passes here: the usual field costs a lookup and a comparison;
-        # the field count is checked once the head is complete (the head's size bounds it meanwhile).
+        # Every request's every field passes here: the usual one costs a lookup, two comparisons
+        # and the head's size; a repeated name, a Transfer-Encoding or one field too many go on.
         lowered = name.lower()
         headers = self._headers
-        if lowered in headers or lowered == b"transfer-encoding":
+        if (
+            lowered in headers
+            or lowered == b"transfer-encoding"
+            or len(headers) + self._repeated_headers >= self._max_header_count
+        ):
             self._unusual_header(lowered, value)
         headers[lowered] = value
         self._head_bytes += len(name) + len(value)
@@ -366,7 +371,10 @@ class _Connection(asyncio.Protocol):
             self._count_head(0)
 
     def _unusual_header(self, lowered: bytes, value: bytes) -> None:
-        """A field whose name came before in the head, or a Transfer-Encoding."""
+        """A field whose name came before (a chunked body's trailers included), a Transfer-Encoding,
+        or a field past the count limit."""
+        if len(self._headers) + self._repeated_headers >= self._max_header_count:
+            raise _Rejected(431, f"request has more than {self._max_header_count} header fields")
         if lowered == b"transfer-encoding" and value.strip().lower() != b"chunked":
             # A coding inferd would not undo (gzip, chunked) must not reach a handler as if it were
             # the body: refused, as RFC 9112 asks and nginx does. (llhttp refuses chunked before
@@ -376,8 +384,6 @@ class _Connection(asyncio.Protocol):
             self._repeated_headers += 1
 
     def on_headers_complete(self) -> None:
-        if len(self._headers) + self._repeated_headers > self._limits.max_header_count:
-            raise _Rejected(431, f"request has more than {self._limits.max_header_count} header fields")
         self._head_ended_at = self.last_active
         declared = self._headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self._limits.max_request_bytes:

@@ -158,5 +158,11 @@ def test_the_queue_bound_includes_executing_requests_unless_a_model_asks_for_tri
     assert default.max_queue_size_includes_executing
     triton_s = batching('parameters { key: "max_queue_size_includes_executing" value: { string_value: "False" } }')
     assert triton_s is not None and not triton_s.max_queue_size_includes_executing
+    # Priority levels bound each level: the executing requests (of any level) are not counted by default.
+    levels = parse_model_config(
+        "dynamic_batching { priority_levels: 2 default_priority_level: 2 default_queue_policy { max_queue_size: 4 } }",
+        model_name="m",
+    ).dynamic_batching
+    assert levels is not None and not levels.max_queue_size_includes_executing
     with pytest.raises(ModelConfigError, match="max_queue_size_includes_executing must be true or false, got 'yes'"):
         batching('parameters { key: "max_queue_size_includes_executing" value: { string_value: "yes" } }')

@@ -226,11 +226,34 @@ def test_nan_and_infinities_are_read_as_triton_s_clients_write_them(padding: int
         json_v2.decode_request(deep, model_name="m", model_version="")
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"id": "\\ud800", "inputs": [], "x": NaN}',  # a lone surrogate orjson would refuse
+        b'{"inputs": [], "x": NaN, "big": 123456789012345678901234567890}',  # past 64 bits
+        b'{"inputs": [{"data": [NaN, 1,]}]}',  # not JSON after the token either
+        b'{"inputs": nan, "x": NaN}',  # refused before any NaN token: not read again
+    ],
+)
+def test_only_json_with_non_finite_tokens_is_read_again(body: bytes) -> None:
+    with pytest.raises(MalformedRequestError, match="not valid JSON"):
+        json_v2.decode_request(body, model_name="m", model_version="")
+
+
+def test_non_finite_tokens_in_a_body_past_the_limit_ask_for_binary() -> None:
+    data = b"1.5," * (json_v2.NON_FINITE_JSON_LIMIT // 4)
+    body = b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [-1], "data": [NaN,' + data + b"1]}]}"
+    with pytest.raises(MalformedRequestError, match="binary tensor data extension"):
+        json_v2.decode_request(body, model_name="m", model_version="")
+
+
 def test_nan_and_infinities_are_written_as_triton_writes_them() -> None:
     values = np.array(NON_FINITE, dtype=np.float32)
     response = InferResponse("m", "1", "r", (Tensor("y", DataType.FP32, (4,), values),))
     body, _ = json_v2.encode_response(response, InferRequest("m", "", "r", ()))
     assert b"[NaN,Infinity,-Infinity,1.5]" in body  # not orjson's null, which reads back as NaN for all three
+    tenth = InferResponse("m", "1", "r", (Tensor("y", DataType.FP32, (2,), np.array([np.nan, 0.1], np.float32)),))
+    assert b"[NaN,0.1]" in json_v2.encode_response(tenth, InferRequest("m", "", "r", ()))[0]  # float32's own form
     np.testing.assert_array_equal(json_v2.decode_response(body).outputs[0].data, values)
     # Finite data whose document holds "null" elsewhere keeps orjson's bytes.
     finite = InferResponse("nullable", "1", "r", (Tensor("y", DataType.FP32, (1,), np.ones(1, np.float32)),))
@@ -238,3 +261,10 @@ def test_nan_and_infinities_are_written_as_triton_writes_them() -> None:
     expected = b'{"model_name":"nullable","model_version":"1",'
     expected += b'"outputs":[{"name":"y","datatype":"FP32","shape":[1],"data":[1.0]}]}'
     assert body == expected
+
+
+def test_shapes_with_more_dimensions_than_numpy_s_are_refused_before_any_product() -> None:
+    for dimensions in (65, 20_000):  # 20,000 dimensions of 2**62: a product of seconds, never computed
+        entry = {"name": "x", "datatype": "FP32", "shape": [2**62] * dimensions, "data": []}
+        with pytest.raises(TensorDataError, match=f"{dimensions} dimensions, more than a tensor can have"):
+            decode({"inputs": [entry]})
