@@ -132,8 +132,8 @@ class ModelHandle(Handle):
 
     def __post_init__(self) -> None:
         # Asked before every request's body is decoded, when its batcher has a queue bound (the
-        # registry's snapshot lists such handles, see `sheds`). With priority levels, which queue a request
-        # joins is in its body: such requests are decoded first.
+        # registry's snapshot lists such handles, see `sheds`). With priority levels, which queue
+        # a request joins is in its body: such requests are decoded first.
         batching = self.config.dynamic_batching
         bounded = batching is not None and any(
             policy.max_queue_size

@@ -8,6 +8,7 @@ request id and the error code.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -36,6 +37,10 @@ T = TypeVar("T")
 
 # Says that a streamed request failed: (inferd's error code, message).
 FailureReport = Callable[[str, str], None]
+
+
+def ignore_failure(error_code: str, message: str) -> None:
+    """The failure report of a request nobody traces."""
 
 
 class StreamRequestTracer(Protocol):
@@ -154,10 +159,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         metadata = dict(context.invocation_metadata() or ())
 
         async def serve(message: Any) -> None:
-            if self._stream_tracer is None:
-                await self._answer_streamed(message, answers, None)
-                return
-            with self._stream_tracer.request(message.model_name, metadata) as report_failure:
+            traced = (
+                self._stream_tracer.request(message.model_name, metadata)
+                if self._stream_tracer is not None
+                else contextlib.nullcontext(ignore_failure)
+            )
+            with traced as report_failure:
                 await self._answer_streamed(message, answers, report_failure)
 
         async def read() -> None:
@@ -178,9 +185,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             for task in list(running):
                 task.cancel()
 
-    async def _answer_streamed(
-        self, message: Any, answers: asyncio.Queue[Any], report_failure: FailureReport | None
-    ) -> None:
+    async def _answer_streamed(self, message: Any, answers: asyncio.Queue[Any], report_failure: FailureReport) -> None:
         """Put one streamed request's responses (or its error) on the stream's queue of answers."""
         try:
             decode_started = time.perf_counter()
@@ -200,13 +205,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
                 await answers.put(pb.ModelStreamInferResponse(infer_response=empty))
         except InferdError as exc:
             logger.warning("ModelStreamInfer -> %s: %s", exc.code.value, exc.message)
-            if report_failure is not None:
-                report_failure(exc.code.value, exc.message)
+            report_failure(exc.code.value, exc.message)
             await answers.put(pb.ModelStreamInferResponse(error_message=exc.message))
         except Exception as exc:
             logger.exception("unexpected error in ModelStreamInfer")
-            if report_failure is not None:
-                report_failure(InternalError.code.value, type(exc).__name__)
+            report_failure(InternalError.code.value, type(exc).__name__)
             await answers.put(pb.ModelStreamInferResponse(error_message="internal error; see the server log"))
 
     def _service_decoupled(self, model: str, version: str) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 
 from inferd.errors import InferdError
+from inferd.server.grpc import ignore_failure
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.routes import Handler, Params, RouteGroup, Router
 from inferd.server.tracing import RequestTrace, Tracing, current_trace
@@ -147,12 +148,8 @@ class StreamTracer:
             _text(metadata.get("traceparent")), _text(metadata.get("tracestate")), model, _STREAM_ATTRIBUTES
         )
         if request_trace is None:  # not sampled
-            return contextlib.nullcontext(_not_reported)
+            return contextlib.nullcontext(ignore_failure)
         return _StreamRequestSpan(self._tracing, request_trace)
-
-
-def _not_reported(error_code: str, message: str) -> None:
-    return None
 
 
 class _StreamRequestSpan:
