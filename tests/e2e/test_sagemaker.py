@@ -5,6 +5,7 @@ routes and the content types."""
 from __future__ import annotations
 
 import io
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +96,25 @@ def test_boto3_invoke_endpoint_with_v2_and_tf_serving_bodies(sagemaker_server: S
     )
     outputs = orjson.loads(other["Body"].read())["outputs"]
     np.testing.assert_allclose(outputs["OUTPUT0"], ROWS * 2, rtol=1e-6)
+
+
+def test_nan_and_infinities_in_json_bodies_as_the_tensorflow_container_reads_them(
+    sagemaker_server: ServerProcess,
+) -> None:
+    # SageMaker's TensorFlow container hands JSON to TF Serving's REST API, which reads and writes NaN,
+    # Infinity and -Infinity; Python's json (what a boto3 user serializes with) writes and reads them.
+    a = [[float("nan"), float("inf"), 1.0] + [0.0] * 13]
+    b = [[1.0, float("inf"), -float("inf")] + [0.0] * 13]
+    reply = runtime(sagemaker_server).invoke_endpoint(
+        EndpointName="local",
+        Body=json.dumps({"inputs": {"INPUT0": a, "INPUT1": b}}),
+        ContentType="application/json",
+        TargetModel="add_sub",
+    )
+    body = reply["Body"].read()
+    assert b'"OUTPUT0":[[NaN,Infinity,-Infinity,0.0' in body and b'"OUTPUT1":[[NaN,NaN,Infinity,0.0' in body
+    outputs = json.loads(body)["outputs"]
+    np.testing.assert_array_equal(outputs["OUTPUT0"], np.add(a, b))
 
 
 def test_numpy_and_csv_bodies_and_answers(sagemaker_server: ServerProcess) -> None:

@@ -4,6 +4,7 @@ checked against the same models' answers over KServe v2."""
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import numpy as np
@@ -172,6 +173,20 @@ def test_bad_predict_requests_get_tf_serving_errors(
     assert isinstance(document["error"], str) and "code" in document and document["request_id"]
     assert words in document["error"] or words == document["code"], document
     assert reply.headers["x-request-id"] == document["request_id"]
+
+
+@pytest.mark.parametrize("datatype", ["FP32", "FP64"])
+def test_nan_and_infinities_travel_as_tf_serving_writes_them(server: ServerProcess, datatype: str) -> None:
+    # TF Serving reads and writes NaN, Infinity and -Infinity (rapidjson's kParseNanAndInfFlag and its
+    # own writer); Python's json, which its users post with and read answers with, does the same.
+    rows = [[float("nan"), float("inf"), -float("inf"), 0.1]]
+    model, headers = f"identity_{datatype.lower()}", {"Content-Type": "application/json"}
+    for key, answer_key in (("instances", "predictions"), ("inputs", "outputs")):
+        body = json.dumps({key: rows})
+        reply = requests.post(url(server, f"/v1/models/{model}:predict"), data=body, headers=headers, timeout=30)
+        assert reply.status_code == 200, reply.text
+        assert reply.content == b'{"%s":[[NaN,Infinity,-Infinity,0.1]]}' % answer_key.encode()  # 0.1 in its type
+        np.testing.assert_array_equal(reply.json()[answer_key], rows)
 
 
 def test_malformed_json_and_unsupported_verbs(server: ServerProcess) -> None:

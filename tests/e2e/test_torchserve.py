@@ -3,6 +3,7 @@ its own, called as TorchServe's users call them (requests, curl-like raw bodies)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import numpy as np
@@ -15,7 +16,7 @@ from openapi_spec_validator import validate
 from schemathesis import GenerationMode
 
 from inferd.server.openapi import MANAGEMENT_DOCUMENT_PATH, management_document
-from inferd.testing.models import add_sub_model, identity_model, mlp_model, write_config
+from inferd.testing.models import add_sub_model, identity_model, mlp_model, python_model, write_config
 from inferd.testing.server import ServerProcess, free_port, run_server
 from inferd.types import DataType
 from tests.e2e.test_observability import grew, scrape
@@ -24,6 +25,16 @@ from tests.e2e.test_openapi import CONFORMANCE
 pytestmark = pytest.mark.e2e
 
 ROWS = np.random.default_rng(11).standard_normal((2, 16)).astype(np.float32)
+# A model whose output is a view numpy lays out column-first (not C-contiguous), as a handler's
+# `x.T` or `x[:, ::2]` would be.
+TRANSPOSE_MODEL = """
+class Model:
+    inputs = [{"name": "x", "datatype": "FP32", "shape": [2, 3]}]
+    outputs = [{"name": "y", "datatype": "FP32", "shape": [3, 2]}]
+
+    def execute(self, inputs):
+        return {"y": inputs["x"].T}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +49,7 @@ def torchserve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve
     )
     add_sub_model(repository / "add_sub" / "1" / "model.onnx")
     identity_model(repository / "echo" / "1" / "model.onnx", DataType.BYTES, ["batch", -1])
+    python_model(repository / "transpose" / "1", TRANSPOSE_MODEL)
     management_port = free_port()
     logs = tmp_path_factory.mktemp("logs") / "server.log"
     with run_server(repository, logs, "--torchserve-management-port", str(management_port)) as server:
@@ -72,6 +84,18 @@ def test_json_bodies_reach_the_inputs_the_config_declares(torchserve: tuple[Serv
         timeout=10,
     )
     assert v2.json()["model_name"] == "mlp" and v2.json()["model_version"] == "1"
+
+
+def test_nan_infinities_and_any_output_layout_are_answered(torchserve: tuple[ServerProcess, int]) -> None:
+    # Python's json writes NaN, Infinity and -Infinity, and TorchServe's handlers read and answer
+    # them so; the model's transposed output is answered, not a 500.
+    server, _ = torchserve
+    x = [[float("nan"), float("inf"), 0.1], [2.0, -float("inf"), 3.0]]
+    body, headers = json.dumps(x), {"Content-Type": "application/json"}
+    reply = requests.post(url(server, "/predictions/transpose"), data=body, headers=headers, timeout=10)
+    assert reply.status_code == 200, reply.text
+    assert reply.content == b"[[NaN,2.0],[Infinity,-Infinity],[0.1,3.0]]"
+    np.testing.assert_array_equal(np.array(reply.json(), np.float32), np.array(x, np.float32).T)
 
 
 def test_a_raw_body_is_one_element_of_the_bytes_input(torchserve: tuple[ServerProcess, int]) -> None:
@@ -112,12 +136,12 @@ def test_management_api_lists_and_describes(torchserve: tuple[ServerProcess, int
     _, port = torchserve
     management = f"http://127.0.0.1:{port}"
     listing = requests.get(f"{management}/models", timeout=10).json()
-    assert [m["modelName"] for m in listing["models"]] == ["add_sub", "echo", "mlp"]
+    assert [m["modelName"] for m in listing["models"]] == ["add_sub", "echo", "mlp", "transpose"]
     assert "nextPageToken" not in listing
     page = requests.get(f"{management}/models", params={"limit": 2}, timeout=10).json()
     assert [m["modelName"] for m in page["models"]] == ["add_sub", "echo"] and page["nextPageToken"] == "2"
     rest = requests.get(f"{management}/models", params={"limit": 2, "next_page_token": 2}, timeout=10).json()
-    assert [m["modelName"] for m in rest["models"]] == ["mlp"]
+    assert [m["modelName"] for m in rest["models"]] == ["mlp", "transpose"]
     (described,) = requests.get(f"{management}/models/mlp", timeout=10).json()
     assert described["modelName"] == "mlp" and described["modelVersion"] == "2"
     assert described["batchSize"] == 8 and described["maxBatchDelay"] == 0.5

@@ -141,39 +141,44 @@ def encode_request(request: InferRequest, *, binary: bool = True) -> tuple[bytes
 
 def _body(document: dict[str, Any], binary_parts: list[bytes]) -> tuple[bytes, int | None]:
     """The JSON header followed by the binary parts, and the header's length (None without parts)."""
-    header = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
-    if b"null" in header:  # orjson's NaN and ±inf (or a null of the document, or a string holding "null")
-        header = _with_non_finite_numbers(document, header)
+    header = encode_tensor_json(document)
     if not binary_parts:
         return header, None
     return b"".join([header, *binary_parts]), len(header)
 
 
-def _with_non_finite_numbers(document: dict[str, Any], header: bytes) -> bytes:
-    """`document` with NaN and ±inf written as Triton writes them (rapidjson's NaN, Infinity and
-    -Infinity, which tritonclient reads) rather than as orjson's null, which a client reads back as
-    NaN whatever the value was; `header` itself when no float data holds one."""
-    entries = [*document.get("outputs", ()), *document.get("inputs", ())]
-    if not any(_holds_non_finite(entry.get("data")) for entry in entries):
-        return header
-    return json.dumps(
-        document, default=_numpy_as_list, allow_nan=True, ensure_ascii=False, separators=(",", ":")
-    ).encode()
+def encode_tensor_json(document: Any) -> bytes:
+    """`document`, which holds tensor data as numpy arrays, as JSON: each float in its own type's
+    shortest form (0.1, not float32's 0.10000000149011612), and NaN and ±inf written as Triton, TF
+    Serving and TorchServe write them (NaN, Infinity, -Infinity: rapidjson's flag, or Python's
+    json), which their clients read, rather than orjson's null, which a client reads back as NaN or
+    None whatever the value was. Arrays orjson does not take (0-d, not C-contiguous) go as lists."""
+    body = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY, default=_numpy_as_list)
+    # orjson's NaN and ±inf (or a null of the document, or a string holding "null")
+    if b"null" in body and _holds_non_finite(document):
+        text = json.dumps(document, default=_numpy_as_list, allow_nan=True, ensure_ascii=False, separators=(",", ":"))
+        return text.encode()
+    return body
 
 
-def _holds_non_finite(data: Any) -> bool:
-    return isinstance(data, np.ndarray) and data.dtype.kind == "f" and not bool(np.isfinite(data).all())
+def _holds_non_finite(value: Any) -> bool:
+    """Whether a float array or number anywhere in `value` is NaN or ±inf."""
+    if isinstance(value, np.ndarray | np.floating):
+        return value.dtype.kind == "f" and not bool(np.isfinite(value).all())
+    if isinstance(value, dict):
+        return any(_holds_non_finite(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds_non_finite(item) for item in value)
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def _numpy_as_list(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        if value.dtype.kind == "f" and value.dtype.itemsize < 8:
-            # Each value's shortest form in its own type (0.1, as orjson writes a float32), not the
-            # double's (0.10000000149011612): numpy's str of a float32 is that form.
-            return [float(text) for text in value.astype(str)]
+    if isinstance(value, np.ndarray | np.floating) and value.dtype.kind == "f" and value.dtype.itemsize < 8:
+        # Each value's shortest form in its own type (0.1, as orjson writes a float32), not the
+        # double's (0.10000000149011612): numpy's str of a float32 is that form.
+        return np.asarray(value).astype(str).astype(np.float64).tolist()
+    if isinstance(value, np.ndarray | np.generic):
         return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
@@ -481,13 +486,13 @@ LARGE_HEADER_BYTES = 8 * 1024
 
 
 def load_json(body: bytes) -> Any:
-    """Any door's JSON body as Python objects, or the 400 that says why it is not JSON."""
+    """Any door's JSON body as Python objects, or the 400 that says why it is not JSON. NaN,
+    Infinity and -Infinity are read, as the servers whose clients send them read them (TF Serving's
+    rapidjson flag; Python's json in TorchServe's and SageMaker's handlers)."""
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise MalformedRequestError(
-            f"failed to parse the request JSON buffer: request body is not valid JSON: {exc}"
-        ) from None
+        return _with_non_finite_tokens(body, exc, larger="send larger ones over gRPC")
 
 
 # The tokens Triton reads and writes for NaN and ±inf (rapidjson's kParseNanAndInfFlag), beyond JSON;
@@ -497,10 +502,11 @@ _NON_FINITE_TOKENS = (b"NaN", b"Infinity", b"-Infinity")
 NON_FINITE_JSON_LIMIT = 4 * 2**20
 
 
-def _with_non_finite_tokens(text: bytes, error: Exception) -> Any:
-    """A v2 body orjson or simdjson refused, read again when orjson stopped at NaN, Infinity or
+def _with_non_finite_tokens(text: bytes, error: Exception, larger: str) -> Any:
+    """A body orjson or simdjson refused, read again when orjson stopped at NaN, Infinity or
     -Infinity as Triton's clients write them (tritonclient sends a NaN input so); else the 400 for
-    `error`. Valid JSON never comes here, and neither does a body refused for anything else."""
+    `error`. Valid JSON never comes here, and neither does a body refused for anything else.
+    `larger`: what the 400 for a body past the limit advises."""
     if not isinstance(error, orjson.JSONDecodeError):  # simdjson's: where orjson stops says why
         try:
             return orjson.loads(text)
@@ -511,7 +517,7 @@ def _with_non_finite_tokens(text: bytes, error: Exception) -> Any:
         if len(text) > NON_FINITE_JSON_LIMIT:
             raise MalformedRequestError(
                 f"request JSON holds NaN or Infinity, read in bodies up to {NON_FINITE_JSON_LIMIT // 2**20} MiB; "
-                "send this tensor with the binary tensor data extension"
+                f"{larger}"
             )
         try:
             document = json.loads(text.decode("utf-8"))
@@ -531,7 +537,7 @@ def _load_header(header: bytes) -> Any:
             return orjson.loads(header)
         return _load_large_header(header)
     except (orjson.JSONDecodeError, ValueError) as exc:
-        return _with_non_finite_tokens(header, exc)
+        return _with_non_finite_tokens(header, exc, larger="send this tensor with the binary tensor data extension")
     except RuntimeError as exc:
         # simdjson's DEPTH_ERROR: both parsers stop, without recursing, at 1024 levels of nesting.
         raise MalformedRequestError(

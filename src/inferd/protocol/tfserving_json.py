@@ -62,11 +62,16 @@ def check_signature_name(name: Any) -> None:
 
 
 def encode_predict(outputs: Sequence[Tensor], *, row_format: bool) -> bytes:
+    """`"predictions"` or `"outputs"`; floats as TF Serving writes them (each in its own type's
+    shortest form; NaN, Infinity and -Infinity for the values JSON has no number for)."""
+    document: dict[str, Any]
     if row_format:
-        return json_v2.encode_json({"predictions": _predictions(outputs)})
-    if len(outputs) == 1:
-        return json_v2.encode_json({"outputs": _json_value(outputs[0])})
-    return json_v2.encode_json({"outputs": {tensor.name: _json_value(tensor) for tensor in outputs}})
+        document = {"predictions": _predictions(outputs)}
+    elif len(outputs) == 1:
+        document = {"outputs": _json_value(outputs[0])}
+    else:
+        document = {"outputs": {tensor.name: _json_value(tensor) for tensor in outputs}}
+    return json_v2.encode_tensor_json(document)
 
 
 def encode_error(error: InferdError, request_id: str) -> bytes:
@@ -231,24 +236,34 @@ def _is_b64(value: Any) -> bool:
 # -- encoding ------------------------------------------------------------------------------------
 
 
-def _predictions(outputs: Sequence[Tensor]) -> list[Any]:
+def _predictions(outputs: Sequence[Tensor]) -> Any:
     values = {tensor.name: _json_value(tensor) for tensor in outputs}
     if len(outputs) == 1:
         only = values[outputs[0].name]
-        return only if isinstance(only, list) else [only]
-    rows = {len(value) if isinstance(value, list) else 0 for value in values.values()}
-    if len(rows) != 1 or 0 in rows:
+        return only if _row_count(only) is not None else [only]
+    rows = {_row_count(value) for value in values.values()}
+    if len(rows) != 1 or None in rows or 0 in rows:
         raise MalformedRequestError(
             'the model\'s outputs differ in their first dimension, which the row format ("instances") needs '
             'to match: ask in the columnar format ("inputs")'
         )
-    return [{name: value[row] for name, value in values.items()} for row in range(rows.pop())]
+    (count,) = rows
+    return [{name: value[row] for name, value in values.items()} for row in range(count or 0)]
+
+
+def _row_count(value: Any) -> int | None:
+    """How many rows a value holds along its first dimension; None for a scalar."""
+    if isinstance(value, np.ndarray):
+        return len(value) if value.ndim else None
+    return len(value) if isinstance(value, list) else None
 
 
 def _json_value(tensor: Tensor) -> Any:
+    """Numbers stay an array (written by `json_v2.encode_tensor_json`); strings become JSON text or
+    base64 objects."""
     data = tensor.data
     if tensor.datatype is not DataType.BYTES:
-        return data.tolist()
+        return data
     as_base64 = tensor.name.endswith("_bytes")
     flat = [_string_json(item, as_base64) for item in data.reshape(-1)]
     return np.array(flat, dtype=object).reshape(data.shape).tolist() if data.ndim else flat[0]

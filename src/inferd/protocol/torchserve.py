@@ -47,10 +47,10 @@ def encode_error(error: InferdError, request_id: str) -> tuple[int, bytes, bytes
 
 
 def encode_outputs(outputs: Sequence[Tensor]) -> bytes:
-    """A single output as its value (nested lists); several as an object naming each."""
-    if len(outputs) == 1:
-        return orjson.dumps(_value(outputs[0]), option=orjson.OPT_SERIALIZE_NUMPY)
-    return orjson.dumps({t.name: _value(t) for t in outputs}, option=orjson.OPT_SERIALIZE_NUMPY)
+    """A single output as its value (nested lists); several as an object naming each. NaN and ±inf
+    as TorchServe's Python handlers write them (json.dumps: NaN, Infinity, -Infinity)."""
+    document = _value(outputs[0]) if len(outputs) == 1 else {t.name: _value(t) for t in outputs}
+    return json_v2.encode_tensor_json(document)
 
 
 def _value(tensor: Tensor) -> Any:

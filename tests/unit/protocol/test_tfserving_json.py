@@ -98,3 +98,41 @@ def test_grpc_values_repeat_to_fill_a_shape_but_never_beyond_a_bound() -> None:
     proto.tensor_shape.dim.extend([tf_pb.TensorShapeProto.Dim(size=100_000), tf_pb.TensorShapeProto.Dim(size=100_000)])
     with pytest.raises(TensorDataError, match="MiB"):
         tfserving_grpc.tensor_from_proto("x", proto)
+
+
+def test_nan_and_infinities_are_read_and_written_as_tf_serving_does() -> None:
+    # TF Serving parses with rapidjson's kParseNanAndInfFlag and writes NaN, Infinity, -Infinity;
+    # requests' json= and Python's json write and read them so.
+    body = b'{"instances": [[NaN, Infinity], [-Infinity, 0.1]]}'
+    (decoded,) = tfserving_json.decode_predict(json_v2.load_json(body), signature(("x", "FP32"))).inputs
+    np.testing.assert_array_equal(decoded.data, np.array([[np.nan, np.inf], [-np.inf, 0.1]], np.float32))
+    answer = tfserving_json.encode_predict([tensor("y", decoded.data)], row_format=True)
+    assert answer == b'{"predictions":[[NaN,Infinity],[-Infinity,0.1]]}'  # float32's own 0.1
+    columns = tfserving_json.encode_predict([tensor("y", decoded.data)], row_format=False)
+    assert columns == b'{"outputs":[[NaN,Infinity],[-Infinity,0.1]]}'
+    # Several outputs in rows: each row's values are numpy scalars, written in their own type too.
+    pair = [tensor("a", np.array([np.nan, 0.1], np.float32)), tensor("b", np.array([1, 2], np.int64))]
+    assert tfserving_json.encode_predict(pair, row_format=True) == (
+        b'{"predictions":[{"a":NaN,"b":1},{"a":0.1,"b":2}]}'
+    )
+    finite = tfserving_json.encode_predict([tensor("y", np.array([0.1, 1.0], np.float32))], row_format=False)
+    assert finite == b'{"outputs":[0.1,1.0]}'  # the usual path (orjson) writes the same forms
+
+
+def test_outputs_numpy_cannot_write_directly_still_encode() -> None:
+    transposed = np.arange(6, dtype=np.float32).reshape(2, 3).T  # not C-contiguous
+    assert orjson.loads(tfserving_json.encode_predict([tensor("y", transposed)], row_format=False)) == {
+        "outputs": transposed.tolist()
+    }
+    scalar = np.array(np.float32(0.1))  # rank 0
+    assert tfserving_json.encode_predict([tensor("y", scalar)], row_format=False) == b'{"outputs":0.1}'
+
+
+def test_nan_in_an_integer_input_or_past_the_limit_is_a_400() -> None:
+    with pytest.raises(TensorDataError, match="INT32"):
+        tfserving_json.decode_predict(json_v2.load_json(b'{"inputs": [1, NaN]}'), signature(("x", "INT32")))
+    huge = b'{"inputs": [NaN' + b", 1" * json_v2.NON_FINITE_JSON_LIMIT + b"]}"
+    with pytest.raises(InvalidRequestError, match="gRPC"):
+        json_v2.load_json(huge)
+    with pytest.raises(InvalidRequestError, match="not valid JSON"):
+        json_v2.load_json(b'{"inputs": [nan]}')  # only the tokens TF Serving reads
