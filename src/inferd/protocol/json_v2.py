@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -148,37 +149,64 @@ def _body(document: dict[str, Any], binary_parts: list[bytes]) -> tuple[bytes, i
 
 
 def encode_tensor_json(document: Any) -> bytes:
-    """`document`, which holds tensor data as numpy arrays, as JSON: each float in its own type's
-    shortest form (0.1, not float32's 0.10000000149011612), and NaN and ±inf written as Triton, TF
-    Serving and TorchServe write them (NaN, Infinity, -Infinity: rapidjson's flag, or Python's
-    json), which their clients read, rather than orjson's null, which a client reads back as NaN or
-    None whatever the value was. Arrays orjson does not take (0-d, not C-contiguous) go as lists."""
-    body = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY, default=_numpy_as_list)
+    """`document`, which holds tensor data as numpy arrays, as JSON: floats as orjson writes numpy's
+    (a float32 0.1 is 0.1, not the double's 0.10000000149011612; float16 in float32's form), and NaN
+    and ±inf as Triton, TF Serving and TorchServe write them (NaN, Infinity, -Infinity: rapidjson's
+    flag, or Python's json), which their clients read, rather than orjson's null, which a client
+    reads back as NaN or None whatever the value was. Arrays orjson does not take as they are (0-d,
+    not C-contiguous) are made so first."""
+    body = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY, default=_numpy_for_orjson)
     # orjson's NaN and ±inf (or a null of the document, or a string holding "null")
-    if b"null" in body and _holds_non_finite(document):
-        text = json.dumps(document, default=_numpy_as_list, allow_nan=True, ensure_ascii=False, separators=(",", ":"))
-        return text.encode()
+    if b"null" in body:
+        written = _non_finite_as_tokens(document)
+        if written is not document:
+            return orjson.dumps(written, option=orjson.OPT_SERIALIZE_NUMPY, default=_numpy_for_orjson)
     return body
 
 
-def _holds_non_finite(value: Any) -> bool:
-    """Whether a float array or number anywhere in `value` is NaN or ±inf."""
+def _non_finite_as_tokens(value: Any) -> Any:
+    """`value` itself when no float in it is NaN or ±inf; else a copy in which each float array (or
+    number) holding one is its JSON text with those tokens, as an orjson.Fragment."""
     if isinstance(value, np.ndarray | np.floating):
-        return value.dtype.kind == "f" and not bool(np.isfinite(value).all())
+        if value.dtype.kind != "f" or bool(np.isfinite(value).all()):
+            return value
+        return orjson.Fragment(_floats_with_tokens(value))
     if isinstance(value, dict):
-        return any(_holds_non_finite(item) for item in value.values())
+        items = {key: _non_finite_as_tokens(item) for key, item in value.items()}
+        return value if all(items[key] is item for key, item in value.items()) else items
     if isinstance(value, list | tuple):
-        return any(_holds_non_finite(item) for item in value)
-    return isinstance(value, float) and not math.isfinite(value)
+        elements = [_non_finite_as_tokens(item) for item in value]
+        return value if all(new is old for new, old in zip(elements, value, strict=True)) else elements
+    if isinstance(value, float) and not math.isfinite(value):
+        return orjson.Fragment(_non_finite_token(value))
+    return value
 
 
-def _numpy_as_list(value: Any) -> Any:
-    if isinstance(value, np.ndarray | np.floating) and value.dtype.kind == "f" and value.dtype.itemsize < 8:
-        # Each value's shortest form in its own type (0.1, as orjson writes a float32), not the
-        # double's (0.10000000149011612): numpy's str of a float32 is that form.
-        return np.asarray(value).astype(str).astype(np.float64).tolist()
-    if isinstance(value, np.ndarray | np.generic):
+def _floats_with_tokens(values: np.ndarray[Any, Any] | np.floating[Any]) -> bytes:
+    """orjson's text of a float array or number, each null (its NaN and ±inf, in order: nothing
+    else in a float array writes null) replaced by the value's token."""
+    parts = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY, default=_numpy_for_orjson).split(b"null")
+    flat = np.asarray(values).reshape(-1)
+    non_finite = flat[~np.isfinite(flat)]
+    tokens = np.where(np.isnan(non_finite), b"NaN", np.where(non_finite > 0, b"Infinity", b"-Infinity")).tolist()
+    return b"".join(chain.from_iterable(zip(parts, [*tokens, b""], strict=True)))
+
+
+def _non_finite_token(value: float) -> bytes:
+    return b"NaN" if math.isnan(value) else b"Infinity" if value > 0 else b"-Infinity"
+
+
+def _numpy_for_orjson(value: Any) -> Any:
+    """What orjson's numpy support does not write as it is: a 0-d array (as its number), an array
+    that is not C-contiguous (as a contiguous copy), other dtypes or scalars (as Python values)."""
+    if isinstance(value, np.ndarray):
+        if value.ndim == 0:
+            return value[()]
+        if not value.flags.c_contiguous:
+            return np.ascontiguousarray(value)
         return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
@@ -485,20 +513,22 @@ def _split(body: bytes, header_length: int | None) -> tuple[bytes, memoryview]:
 LARGE_HEADER_BYTES = 8 * 1024
 
 
-def load_json(body: bytes) -> Any:
-    """Any door's JSON body as Python objects, or the 400 that says why it is not JSON. NaN,
-    Infinity and -Infinity are read, as the servers whose clients send them read them (TF Serving's
-    rapidjson flag; Python's json in TorchServe's and SageMaker's handlers)."""
+def load_json(body: bytes, *, non_finite: bool = True) -> Any:
+    """Any door's JSON body as Python objects, or the 400 that says why it is not JSON. `non_finite`:
+    NaN, Infinity and -Infinity are read, as the servers whose clients send them read them (TF
+    Serving's rapidjson flag; Python's json in TorchServe's and SageMaker's handlers)."""
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
+        if not non_finite:
+            raise _not_json(exc) from None
         return _with_non_finite_tokens(body, exc, larger="send larger ones over gRPC")
 
 
 # The tokens Triton reads and writes for NaN and ±inf (rapidjson's kParseNanAndInfFlag), beyond JSON;
 # read in v2 bodies up to this size (Python's parser takes about 4x orjson's time and makes a
 # Python float of every number: past it, send the tensor with the binary extension).
-_NON_FINITE_TOKENS = (b"NaN", b"Infinity", b"-Infinity")
+_NON_FINITE_TOKENS = ("NaN", "Infinity", "-Infinity")
 NON_FINITE_JSON_LIMIT = 4 * 2**20
 
 
@@ -507,27 +537,35 @@ def _with_non_finite_tokens(text: bytes, error: Exception, larger: str) -> Any:
     -Infinity as Triton's clients write them (tritonclient sends a NaN input so); else the 400 for
     `error`. Valid JSON never comes here, and neither does a body refused for anything else.
     `larger`: what the 400 for a body past the limit advises."""
-    if not isinstance(error, orjson.JSONDecodeError):  # simdjson's: where orjson stops says why
+    if isinstance(error, orjson.JSONDecodeError):
+        failure = error
+    else:  # simdjson's: where orjson stops says why
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError as exc:
-            error = exc
-    position = error.pos if isinstance(error, orjson.JSONDecodeError) else -1
-    if position >= 0 and text.startswith(_NON_FINITE_TOKENS, position):
+            failure = exc
+    try:
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _not_json(failure) from None
+    # orjson's position counts characters, not bytes
+    if decoded.startswith(_NON_FINITE_TOKENS, failure.pos):
         if len(text) > NON_FINITE_JSON_LIMIT:
             raise MalformedRequestError(
                 f"request JSON holds NaN or Infinity, read in bodies up to {NON_FINITE_JSON_LIMIT // 2**20} MiB; "
                 f"{larger}"
             )
         try:
-            document = json.loads(text.decode("utf-8"))
+            document = json.loads(decoded)
             orjson.dumps(document)  # what orjson would refuse to have read: lone surrogates, huge integers
             return document
         except (ValueError, RecursionError, TypeError, orjson.JSONEncodeError):
             pass  # not JSON after all, or nested past the interpreter's limit: the first error says
-    raise MalformedRequestError(
-        f"failed to parse the request JSON buffer: request body is not valid JSON: {error}"
-    ) from None
+    raise _not_json(failure) from None
+
+
+def _not_json(error: orjson.JSONDecodeError) -> MalformedRequestError:
+    return MalformedRequestError(f"failed to parse the request JSON buffer: request body is not valid JSON: {error}")
 
 
 def _load_header(header: bytes) -> Any:

@@ -31,7 +31,7 @@ class EmbeddingsRequest:
 
 
 def decode_request(body: bytes) -> EmbeddingsRequest:
-    document = json_v2.load_json(body)
+    document = json_v2.load_json(body, non_finite=False)  # OpenAI's API reads strict JSON
     if not isinstance(document, dict):
         raise MalformedRequestError("request body must be a JSON object with 'model' and 'input'")
     model = document.get("model")

@@ -6,7 +6,7 @@ import pytest
 import simdjson
 
 from inferd.errors import MalformedRequestError, TensorDataError
-from inferd.protocol import json_v2
+from inferd.protocol import json_v2, openai_embeddings
 from inferd.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
 
 
@@ -212,10 +212,11 @@ def test_error_and_metadata_bodies_decode() -> None:
 NON_FINITE = [np.nan, np.inf, -np.inf, 1.5]
 
 
-@pytest.mark.parametrize("padding", [0, json_v2.LARGE_HEADER_BYTES], ids=["small", "large"])
-def test_nan_and_infinities_are_read_as_triton_s_clients_write_them(padding: int) -> None:
+@pytest.mark.parametrize("padding", [1, json_v2.LARGE_HEADER_BYTES], ids=["small", "large"])
+@pytest.mark.parametrize("letter", ["x", "é", "😀"])  # orjson says where it stopped in characters, not bytes
+def test_nan_and_infinities_are_read_as_triton_s_clients_write_them(padding: int, letter: str) -> None:
     # tritonclient sends a float input holding NaN or ±inf as rapidjson's tokens, which Triton reads.
-    body = b'{"id": "' + b"x" * padding + b'", "inputs": [{"name": "x", "datatype": "FP32", "shape": [4], '
+    body = b'{"id": "' + letter.encode() * padding + b'", "inputs": [{"name": "x", "datatype": "FP32", "shape": [4], '
     body += b'"data": [NaN, Infinity, -Infinity, 1.5]}]}'
     request = json_v2.decode_request(body, model_name="m", model_version="")
     np.testing.assert_array_equal(request.inputs[0].data, np.array(NON_FINITE, dtype=np.float32))
@@ -238,6 +239,15 @@ def test_nan_and_infinities_are_read_as_triton_s_clients_write_them(padding: int
 def test_only_json_with_non_finite_tokens_is_read_again(body: bytes) -> None:
     with pytest.raises(MalformedRequestError, match="not valid JSON"):
         json_v2.decode_request(body, model_name="m", model_version="")
+
+
+def test_other_doors_read_non_finite_tokens_after_any_text_and_openai_s_does_not() -> None:
+    body = '{"instances": [{"text": "café 😀", "x": [NaN, -Infinity]}]}'.encode()
+    np.testing.assert_array_equal(json_v2.load_json(body)["instances"][0]["x"], [np.nan, -np.inf])
+    with pytest.raises(MalformedRequestError, match="not valid JSON"):
+        json_v2.load_json(body, non_finite=False)
+    with pytest.raises(MalformedRequestError, match="not valid JSON"):  # OpenAI's API reads strict JSON
+        openai_embeddings.decode_request(b'{"model": "m", "input": "hi", "temperature": NaN}')
 
 
 def test_non_finite_tokens_in_a_body_past_the_limit_ask_for_binary() -> None:

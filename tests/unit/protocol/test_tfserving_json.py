@@ -116,7 +116,11 @@ def test_nan_and_infinities_are_read_and_written_as_tf_serving_does() -> None:
         b'{"predictions":[{"a":NaN,"b":1},{"a":0.1,"b":2}]}'
     )
     finite = tfserving_json.encode_predict([tensor("y", np.array([0.1, 1.0], np.float32))], row_format=False)
-    assert finite == b'{"outputs":[0.1,1.0]}'  # the usual path (orjson) writes the same forms
+    assert finite == b'{"outputs":[0.1,1.0]}'  # the usual path writes the same forms
+    half = np.array([0.1, 6e-8], np.float16)
+    with_nan = tfserving_json.encode_predict([tensor("y", np.append(half, np.float16("nan")))], row_format=False)
+    without = tfserving_json.encode_predict([tensor("y", half)], row_format=False)
+    assert with_nan.replace(b",NaN", b"") == without  # one form for each value, NaN or not beside it
 
 
 def test_outputs_numpy_cannot_write_directly_still_encode() -> None:
