@@ -10,12 +10,12 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
 import pytest
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
 from tokenizers import Tokenizer
 
+from inferd.testing.models import reference_session
 from inferd.testing.server import ServerProcess
 from tests.e2e.conftest import http_request
 
@@ -35,9 +35,7 @@ def reference_embeddings(repository: Path, texts: list[str]) -> tuple[np.ndarray
     """The embedding by hand: the tokenizer file's own settings, the encoder, masked mean,
     normalized; and each text's token count."""
     tokenizer = Tokenizer.from_file(str(repository / "tokenizer" / "1" / "tokenizer.json"))
-    session = onnxruntime.InferenceSession(
-        str(repository / "minilm" / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
-    )
+    session = reference_session(repository / "minilm" / "1" / "model.onnx")
     encodings = tokenizer.encode_batch(texts)
     feeds = {
         "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),

@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing.models import add_sub_model, mlp_model, sleepy_model, write_config
+from inferd.testing.models import add_sub_model, mlp_model, reference_session, sleepy_model, write_config
 from inferd.testing.server import ServerProcess, run_server
 from tests.e2e.conftest import Clients, http_request
 from tests.e2e.test_batching import wait_until_in_flight
@@ -45,12 +45,10 @@ def expected_mlp(seed: int) -> np.ndarray:
     """What mlp_model(seed=...) answers for mlp_output's input, computed by onnxruntime in-process."""
     import tempfile
 
-    import onnxruntime as ort
-
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "model.onnx"
         mlp_model(path, seed=seed)
-        session = ort.InferenceSession(str(path))
+        session = reference_session(path)
         return session.run(["y"], {"x": np.arange(16, dtype=np.float32).reshape(1, 16)})[0]
 
 

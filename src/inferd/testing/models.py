@@ -169,6 +169,22 @@ def exported_model(path: Path, seed: int = 0) -> None:
     torch.export.save(program, str(path))
 
 
+def reference_session(path: Path) -> Any:
+    """A plain ONNX Runtime session of `path`, to check a served model's answers by hand. In a test
+    process where an in-process inferd made ONNX Runtime's process-wide thread pool, every later
+    session must use that pool (ORT refuses one with threads of its own): then this one does."""
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except RuntimeError as exc:
+        if "global thread pool" not in str(exc):
+            raise
+    options = ort.SessionOptions()
+    options.use_per_session_threads = False
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
 def python_model(version_dir: Path, source: str) -> None:
     """A Python model: `source` becomes `version_dir/model.py`."""
     version_dir.mkdir(parents=True, exist_ok=True)
