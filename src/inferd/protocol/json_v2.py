@@ -178,7 +178,7 @@ def _non_finite_as_tokens(value: Any) -> Any:
         elements = [_non_finite_as_tokens(item) for item in value]
         return value if all(new is old for new, old in zip(elements, value, strict=True)) else elements
     if isinstance(value, float) and not math.isfinite(value):
-        return orjson.Fragment(_non_finite_token(value))
+        return orjson.Fragment(_floats_with_tokens(np.float64(value)))
     return value
 
 
@@ -190,10 +190,6 @@ def _floats_with_tokens(values: np.ndarray[Any, Any] | np.floating[Any]) -> byte
     non_finite = flat[~np.isfinite(flat)]
     tokens = np.where(np.isnan(non_finite), b"NaN", np.where(non_finite > 0, b"Infinity", b"-Infinity")).tolist()
     return b"".join(chain.from_iterable(zip(parts, [*tokens, b""], strict=True)))
-
-
-def _non_finite_token(value: float) -> bytes:
-    return b"NaN" if math.isnan(value) else b"Infinity" if value > 0 else b"-Infinity"
 
 
 def _numpy_for_orjson(value: Any) -> Any:
@@ -544,19 +540,18 @@ def _with_non_finite_tokens(text: bytes, error: Exception, larger: str) -> Any:
             return orjson.loads(text)
         except orjson.JSONDecodeError as exc:
             failure = exc
-    try:
-        decoded = text.decode("utf-8")
-    except UnicodeDecodeError:
-        raise _not_json(failure) from None
-    # orjson's position counts characters, not bytes
-    if decoded.startswith(_NON_FINITE_TOKENS, failure.pos):
+    # orjson's position counts characters, not bytes, and it refuses text that is not UTF-8 before
+    # anything else: the characters up to a token lie in the first 4 bytes each (no whole decode of
+    # a large malformed body).
+    head = text[: 4 * (failure.pos + len(_NON_FINITE_TOKENS[-1]))].decode("utf-8", "ignore")
+    if head.startswith(_NON_FINITE_TOKENS, failure.pos):
         if len(text) > NON_FINITE_JSON_LIMIT:
             raise MalformedRequestError(
                 f"request JSON holds NaN or Infinity, read in bodies up to {NON_FINITE_JSON_LIMIT // 2**20} MiB; "
                 f"{larger}"
             )
         try:
-            document = json.loads(decoded)
+            document = json.loads(text.decode("utf-8"))
             orjson.dumps(document)  # what orjson would refuse to have read: lone surrogates, huge integers
             return document
         except (ValueError, RecursionError, TypeError, orjson.JSONEncodeError):

@@ -62,8 +62,8 @@ def check_signature_name(name: Any) -> None:
 
 
 def encode_predict(outputs: Sequence[Tensor], *, row_format: bool) -> bytes:
-    """`"predictions"` or `"outputs"`; floats as TF Serving writes them (each in its own type's
-    shortest form; NaN, Infinity and -Infinity for the values JSON has no number for)."""
+    """`"predictions"` or `"outputs"`; floats as TF Serving writes them (a float32 0.1 is 0.1; NaN,
+    Infinity and -Infinity for the values JSON has no number for)."""
     document: dict[str, Any]
     if row_format:
         document = {"predictions": _predictions(outputs)}
@@ -242,13 +242,13 @@ def _predictions(outputs: Sequence[Tensor]) -> Any:
         only = values[outputs[0].name]
         return only if _row_count(only) is not None else [only]
     rows = {_row_count(value) for value in values.values()}
-    if len(rows) != 1 or None in rows or 0 in rows:
+    count = rows.pop() if len(rows) == 1 else None
+    if not count:
         raise MalformedRequestError(
             'the model\'s outputs differ in their first dimension, which the row format ("instances") needs '
             'to match: ask in the columnar format ("inputs")'
         )
-    (count,) = rows
-    return [{name: value[row] for name, value in values.items()} for row in range(count or 0)]
+    return [{name: value[row] for name, value in values.items()} for row in range(count)]
 
 
 def _row_count(value: Any) -> int | None:
