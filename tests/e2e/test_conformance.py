@@ -20,7 +20,8 @@ import pytest
 from inferd.protocol.tfserving_pb import tensorflow_pb2 as tf_pb
 from inferd.protocol.tfserving_pb import tensorflow_serving_pb2 as serving_pb
 from inferd.protocol.tfserving_pb import tensorflow_serving_pb2_grpc as serving_grpc
-from inferd.testing.server import ServerProcess, free_port, run_server
+from inferd.testing.server import ServerProcess, run_server
+from inferd.tools.ports import free_ports
 from tests.e2e.conftest import http_request
 
 pytestmark = pytest.mark.e2e
@@ -73,8 +74,8 @@ class Doors:
 
 @pytest.fixture(scope="module")
 def doors(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Doors]:
-    ports = (free_port(), free_port(), free_port())
-    tf_grpc, management = free_port(), free_port()
+    http_port, grpc_port, metrics_port, tf_grpc, management = free_ports(5)
+    ports = (http_port, grpc_port, metrics_port)
     root = tmp_path_factory.mktemp("opt-ml-models")
     args = (
         "--sagemaker", "--sagemaker-model-root", str(root),

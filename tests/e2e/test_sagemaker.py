@@ -20,7 +20,8 @@ from click.testing import CliRunner
 from inferd.cli.serve import sagemaker_ports
 from inferd.protocol import sagemaker
 from inferd.testing.models import add_sub_model, mlp_model, write_config
-from inferd.testing.server import ServerProcess, free_port, run_server
+from inferd.testing.server import ServerProcess, run_server
+from inferd.tools.ports import free_ports
 from tests.e2e.conftest import http_request
 from tests.e2e.test_observability import grew, scrape
 
@@ -45,7 +46,8 @@ def sagemaker_server(tmp_path_factory: pytest.TempPathFactory, model_root: Path)
     mlp_model(repository / "mlp" / "1" / "model.onnx", seed=3)
     write_config(repository / "mlp", "max_batch_size: 8")
     add_sub_model(repository / "add_sub" / "1" / "model.onnx")
-    ports = (free_port(), free_port(), free_port())
+    http_port, grpc_port, metrics_port = free_ports(3)
+    ports = (http_port, grpc_port, metrics_port)
     env = {"SAGEMAKER_BIND_TO_PORT": str(ports[0]), "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "mlp"}
     logs = tmp_path_factory.mktemp("logs") / "server.log"
     args = ("--sagemaker", "--sagemaker-model-root", str(model_root), "--max-request-bytes", "1000000")

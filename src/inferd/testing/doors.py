@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inferd.testing.models import add_sub_model, mlp_model, python_model, write_config
-from inferd.testing.server import ServerProcess, free_port, run_server
+from inferd.testing.server import ServerProcess, run_server
+from inferd.tools.ports import free_ports
 
 SAGEMAKER_MODEL = "mme_add_sub"
 
@@ -100,8 +101,8 @@ def serve_every_door(workspace: Path, *extra_args: str) -> Iterator[EveryDoor]:
     """Build the repository and the model root in `workspace` and serve them, every door on."""
     repository = build_repository(workspace / "repository")
     model_root = build_model_root(workspace / "sagemaker-models")
-    ports = (free_port(), free_port(), free_port())
-    tfserving_grpc_port = free_port()
+    http_port, grpc_port, metrics_port, tfserving_grpc_port = free_ports(4)
+    ports = (http_port, grpc_port, metrics_port)
     args = (
         "--sagemaker",
         "--sagemaker-model-root",

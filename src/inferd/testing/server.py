@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -15,13 +15,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferd.tools.ports import free_ports
+
 STARTUP_TIMEOUT_S = 60.0
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    (port,) = free_ports(1)
+    return port
 
 
 @dataclass
@@ -62,7 +63,12 @@ def wait_ready(
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"inferd serve exited with {process.returncode} before becoming ready")
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1, context=tls) as response:
+        # Not ready: nothing listens yet, or what answers is not this server's HTTP (another socket on
+        # the port, such as the server's own gRPC before a failed HTTP bind ends the process).
+        with (
+            contextlib.suppress(OSError, http.client.HTTPException),
+            urllib.request.urlopen(url, timeout=1, context=tls) as response,
+        ):
             if response.status == 200:
                 return
         time.sleep(0.05)
@@ -85,7 +91,8 @@ def run_server(
     # binds it: with ports of its own choosing, a server that could not bind starts again on others.
     attempts = 1 if ports else 3
     for attempt in range(attempts):
-        chosen = ports or (free_port(), free_port(), free_port())
+        http_port, grpc_port, metrics_port = free_ports(3)  # distinct: picked together
+        chosen = ports or (http_port, grpc_port, metrics_port)
         server = _start(repository, log_path, chosen, extra_args, env)
         try:
             wait_ready(chosen[0], server.process, STARTUP_TIMEOUT_S, tls)
