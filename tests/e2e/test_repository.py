@@ -86,7 +86,9 @@ def explicit_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def explicit_server(explicit_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("logs") / "server.log"
-    with run_server(explicit_root, log, "--model-control-mode", "explicit", "--load-model", "mlp") as server:
+    # Uploads allowed: the server listens on 127.0.0.1 only (tests/e2e/test_security.py: the default refuses them).
+    flags = ("--model-control-mode", "explicit", "--load-model", "mlp", "--allow-model-upload")
+    with run_server(explicit_root, log, *flags) as server:
         yield server
 
 

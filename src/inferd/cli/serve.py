@@ -328,6 +328,30 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     "tokens are accepted too); INFERD_INFERENCE_TOKENS adds more. Open without either.",
 )
 @click.option(
+    "--allow-model-upload/--no-allow-model-upload",
+    default=False,
+    show_default=True,
+    envvar="INFERD_ALLOW_MODEL_UPLOAD",
+    help="Let the repository API (explicit mode) take model files, and config overrides that change a model's "
+    "backend or platform or a remote model's URL: code that the server then runs. Needs management tokens, "
+    "unless --host is a loopback address.",
+)
+@click.option(
+    "--shared-memory-prefix",
+    default="",
+    envvar="INFERD_SHARED_MEMORY_PREFIX",
+    help="Map only shared memory objects whose names start with this prefix (such as /inferd_), for hosts "
+    "shared by several users. Objects of another user than the server's are never mapped.",
+)
+@click.option(
+    "--max-shared-memory-regions",
+    default=256,
+    show_default=True,
+    type=click.IntRange(min=1),
+    envvar="INFERD_MAX_SHARED_MEMORY_REGIONS",
+    help="Shared memory regions registered at once at most.",
+)
+@click.option(
     "--otlp-endpoint",
     default=None,
     envvar="INFERD_OTLP_ENDPOINT",

@@ -117,6 +117,15 @@ class ServerSettings(BaseModel):
     """Bearer tokens (one a line) for the management API; INFERD_MANAGEMENT_TOKENS adds more."""
     inference_tokens_file: str | None = None
     """Bearer tokens (one a line) for the data plane; INFERD_INFERENCE_TOKENS adds more."""
+    allow_model_upload: bool = False
+    """Let the repository API take model files, and config overrides that change a model's backend
+    or platform or a remote model's URL (code the server then runs). Off by default; on, it needs
+    management tokens unless every listener is on loopback."""
+    shared_memory_prefix: str = ""
+    """Shared memory objects a client may register must have names starting with this ("" for any):
+    for hosts shared by several users or services."""
+    max_shared_memory_regions: int = Field(default=256, gt=0)
+    """Shared memory regions registered at once at most (default 256)."""
 
     @model_validator(mode="after")
     def _tls_files_come_together(self) -> Self:

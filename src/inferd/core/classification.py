@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from inferd.config.model import ModelConfig
+from inferd.core.model_files import confined_path
 from inferd.errors import InvalidRequestError, ModelLoadError
 from inferd.types import DataType, InferRequest, InferResponse, Tensor
 
@@ -33,12 +34,8 @@ def with_labels(config: ModelConfig, model_dir: Path) -> ModelConfig:
         if not output.label_filename:
             outputs.append(output)
             continue
-        path = (model_dir / output.label_filename).resolve()
-        if not path.is_relative_to(model_dir.resolve()):
-            raise ModelLoadError(
-                f"label file path '{output.label_filename}' for output '{output.name}' in model '{config.name}' "
-                "is outside the model's folder"
-            )
+        what = f"label_filename of output '{output.name}'"
+        path = confined_path(model_dir, output.label_filename, what, config.name)
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:

@@ -56,6 +56,7 @@ from inferd.core.executor import execution_threads as make_execution_threads
 from inferd.core.handle import Handle
 from inferd.core.loading import load_version
 from inferd.core.metrics import Metrics, NoMetrics
+from inferd.core.model_files import check_config_paths, check_override
 from inferd.core.repository import FileEntry, ModelFingerprint, ModelRepository
 from inferd.core.tracing import RequestTracer
 from inferd.errors import (
@@ -65,6 +66,7 @@ from inferd.errors import (
     ModelNotFoundError,
     ModelNotReadyError,
     ModelTooLargeError,
+    PermissionDeniedError,
     VersionNotFoundError,
     with_triton_phrase,
 )
@@ -354,11 +356,14 @@ class ModelRegistry:
         config: ModelConfig | None = None,
         files: Mapping[str, bytes] = {},
         if_not_loaded: bool = False,
+        code_may_change: bool = True,
     ) -> None:
         """Load or reload `name`. `config` replaces its config.pbtxt; `files` (relative path ->
         bytes, e.g. "1/model.onnx") replace its folder; `if_not_loaded`: nothing to do when it
-        serves already (an on-demand load that waited for another). Raises the InferdError that
-        says why when the model is unknown or a version fails (what was serving keeps serving)."""
+        serves already (an on-demand load that waited for another); `code_may_change`: False
+        refuses a `config` that changes what code runs (`model_files.check_override`). Raises the
+        InferdError that says why when the model is unknown or a version fails (what was serving
+        keeps serving), PermissionDeniedError (nothing published) for a refused override."""
         chain = _LOAD_CHAIN.get()
         if name in chain:
             cycle = " → ".join((*chain[chain.index(name) :], name))
@@ -368,7 +373,9 @@ class ModelRegistry:
                 return
             fingerprint = None if files else await asyncio.to_thread(self._repository.fingerprint, name)
             try:
-                model = await asyncio.to_thread(self._read_model, name, config, files, fingerprint)
+                model = await asyncio.to_thread(self._read_model, name, config, files, fingerprint, code_may_change)
+            except PermissionDeniedError:
+                raise  # the caller's request was refused: the model is as it was
             except InferdError as exc:
                 self._publish_failure(name, exc.message, fingerprint)
                 logger.error("model %s failed to load: %s", name, exc.message, extra={"model": name})
@@ -548,7 +555,12 @@ class ModelRegistry:
             self._publish(ModelRecord(name, ModelState.FAILED, reason, fingerprint=fingerprint))
 
     def _read_model(
-        self, name: str, config: ModelConfig | None, files: Mapping[str, bytes], fingerprint: ModelFingerprint | None
+        self,
+        name: str,
+        config: ModelConfig | None,
+        files: Mapping[str, bytes],
+        fingerprint: ModelFingerprint | None,
+        code_may_change: bool = True,
     ) -> LocalModel:
         """On a worker thread: the model's folder, config and the versions to load."""
         owned_dir = None
@@ -559,6 +571,7 @@ class ModelRegistry:
             fetch_started = time.perf_counter()
             model_dir = self._repository.localize(name, ())  # the config and shared files first
             fetch_s = time.perf_counter() - fetch_started
+        overridden = config is not None
         try:
             if config is None:
                 config = read_model_config(model_dir)
@@ -589,6 +602,9 @@ class ModelRegistry:
                 fetch_started = time.perf_counter()
                 model_dir = self._repository.localize(name, selected)
                 fetch_s += time.perf_counter() - fetch_started
+                if overridden and not code_may_change:
+                    check_override(config, model_dir, selected)
+            check_config_paths(config, model_dir, selected)
         except BaseException:
             if owned_dir is not None:
                 shutil.rmtree(owned_dir, ignore_errors=True)

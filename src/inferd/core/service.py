@@ -12,6 +12,7 @@ from inferd.config.loader import parse_model_config_json
 from inferd.config.model import ModelConfig, TensorConfig
 from inferd.config.server import ModelControlMode
 from inferd.core import classification
+from inferd.core.model_files import UPLOAD_FLAG
 from inferd.core.registry import ModelRegistry, ModelState
 from inferd.core.repository import LinkedModels
 from inferd.core.statistics import ServingStatistics
@@ -22,6 +23,7 @@ from inferd.errors import (
     ModelLoadError,
     ModelNotFoundError,
     ModelNotReadyError,
+    PermissionDeniedError,
     UnsupportedError,
 )
 from inferd.types import (
@@ -58,11 +60,15 @@ class InferenceService:
         model_control_mode: ModelControlMode = ModelControlMode.NONE,
         linked: LinkedModels | None = None,
         tracer: RequestTracer | None = None,
+        allow_model_upload: bool = False,
     ) -> None:
         """`statistics` should be the sink the registry reports executions to, as well; `linked`,
         part of the registry's repository, takes the folders `load_model_folder` loads; `tracer`,
-        the registry's too, hears of every request when the server traces."""
+        the registry's too, hears of every request when the server traces; `allow_model_upload`:
+        loads may bring files, and config overrides that change what code runs (see
+        `core.model_files`)."""
         self._registry = registry
+        self._allow_model_upload = allow_model_upload
         self._tracer = tracer
         self._linked = linked
         self._model_control_mode = model_control_mode
@@ -257,13 +263,18 @@ class InferenceService:
         """Load or reload `name` (Triton's load_model): with `config_json` replacing its config and
         `files` (relative path -> bytes) its folder. Returns once it serves."""
         self._check_model_control("load")
+        if files and not self._allow_model_upload:
+            raise PermissionDeniedError(
+                f"model '{name}': this server does not take model files with a load (the server would run them as "
+                f"code); start it with {UPLOAD_FLAG} and management tokens to allow it"
+            )
         if files and not config_json:
             raise LoadRequestError(f"model '{name}': files sent with a load need a config beside them")
         try:
             # Inside the try: an override that is not a config is the client's mistake (400), not
             # a model that failed (503).
             config = parse_model_config_json(config_json, model_name=name) if config_json else None
-            await self._registry.load(name, config=config, files=files)
+            await self._registry.load(name, config=config, files=files, code_may_change=self._allow_model_upload)
         except ModelLoadError as exc:
             # The client's request could not be done; the model's earlier versions still serve.
             raise LoadRequestError(exc.message) from exc

@@ -25,7 +25,7 @@ from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
 from inferd.protocol.tfserving_batching import read_batching_parameters
 from inferd.runtimes.base import keep_large_blocks_off_the_heap
-from inferd.server.auth import Access, AccessPolicy, read_tokens
+from inferd.server.auth import Access, AccessPolicy, is_loopback_host, read_tokens
 from inferd.server.grpc import TokenInterceptor, build_grpc_server, new_grpc_server
 from inferd.server.http import HttpApp
 from inferd.server.http11 import HttpLimits, HttpServer
@@ -63,6 +63,9 @@ def run(settings: ServerSettings) -> None:
         uvloop.run(serve(settings))
     except ImportError:  # pragma: no cover - uvloop is a dependency, but not on every platform
         asyncio.run(serve(settings))
+    except UnsafeSettingsError as exc:
+        logger.error("not starting: %s", exc)
+        raise SystemExit(2) from None
 
 
 async def serve(settings: ServerSettings) -> None:
@@ -119,11 +122,13 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         model_control_mode=settings.model_control_mode,
         linked=linked,
         tracer=tracing,
+        allow_model_upload=settings.allow_model_upload,
     )
 
-    # Regions registered by local clients, read and written by the KServe doors (HTTP and gRPC).
-    regions = SharedMemoryRegions()
     access = access_policy(settings)
+    logger.info("management: %s", check_management_exposure(settings, access))
+    # Regions registered by local clients, read and written by the KServe doors (HTTP and gRPC).
+    regions = SharedMemoryRegions(prefix=settings.shared_memory_prefix, max_regions=settings.max_shared_memory_regions)
     tls = tls_files(settings)
     router = build_router(service, settings, regions, access)
     # Tokens first: a call refused for its credentials makes no span.
@@ -156,6 +161,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         regions=regions,
         interceptors=interceptors,
         stream_tracer=stream_tracer,
+        access=access,
     )
     _listen(grpc_server, f"{settings.host}:{settings.grpc_port}", tls)
     tfserving_server = None
@@ -250,6 +256,47 @@ def access_policy(settings: ServerSettings) -> AccessPolicy | None:
     return AccessPolicy(management=management, data=data)
 
 
+class UnsafeSettingsError(Exception):
+    """Settings that would open the server to anyone who can reach it: the server does not start."""
+
+
+def check_management_exposure(settings: ServerSettings, access: AccessPolicy | None) -> str:
+    """Which management operations are open to whom, in one line for the startup log; raises
+    UnsafeSettingsError for model upload without management tokens on a non-loopback address
+    (anyone who reached the port could then run code as the server's user)."""
+    management_tokens = access is not None and access.management is not None
+    loopback_only = is_loopback_host(settings.host)
+    if settings.allow_model_upload and not management_tokens and not loopback_only:
+        raise UnsafeSettingsError(
+            f"--allow-model-upload lets clients send code that the server runs, and --host {settings.host} is not "
+            "a loopback address: give management tokens (--management-tokens-file or INFERD_MANAGEMENT_TOKENS), "
+            "or listen on 127.0.0.1"
+        )
+    if management_tokens:
+        who = "management-token holders"
+    elif access is not None:
+        who = "inference-token holders (no management tokens)"
+    else:
+        who = "any client (no tokens)" if loopback_only else f"any client that reaches {settings.host} (no tokens)"
+    explicit = settings.model_control_mode is ModelControlMode.EXPLICIT
+    upload = settings.allow_model_upload and explicit
+    if management_tokens:
+        local = "management-token holders"
+    else:
+        local = ("inference-token holders" if access is not None else "clients") + " on this host (loopback)"
+    parts = [
+        f"repository load/unload: {who}"
+        if explicit
+        else f"repository load/unload: off ({settings.model_control_mode.value} mode)",
+        f"model upload and code-changing config overrides: {who if upload else 'refused (--allow-model-upload)'}",
+        f"shared memory registration: {local}"
+        + (f", objects named {settings.shared_memory_prefix}*" if settings.shared_memory_prefix else ""),
+    ]
+    if settings.sagemaker:
+        parts.append(f"SageMaker POST /models: the platform (no tokens), from under {settings.sagemaker_model_root}")
+    return "; ".join(parts)
+
+
 async def start_http_server(
     settings: ServerSettings, app: HttpApp, limits: HttpLimits, port: int, tls: TlsFiles | None
 ) -> HttpServer | GranianServer:
@@ -287,7 +334,7 @@ def build_router(
     access: AccessPolicy | None = None,
 ) -> Router:
     """Every REST door on the HTTP port, and its OpenAPI document (with the tokens `access` asks for)."""
-    kserve = KServeDoor(service, settings.max_request_bytes, regions)
+    kserve = KServeDoor(service, settings.max_request_bytes, regions, access=access)
     tfserving = TfServingDoor(service)
     sagemaker = SageMakerDoor(
         service,

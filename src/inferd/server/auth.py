@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import ipaddress
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -87,6 +88,46 @@ class AccessPolicy:
                 return
             raise PermissionDeniedError("an inference token cannot call the management API; use a management token")
         raise UnauthenticatedError(f"the {access.value} API needs a valid token: the one sent is not known")
+
+
+def check_local_client(policy: AccessPolicy | None, peer_is_local: bool, authorization: bytes | None) -> None:
+    """Operations that only make sense for a client on this host (shared memory registration: the
+    server maps what the client names): a loopback peer, or one holding a management token."""
+    if peer_is_local:
+        return
+    if policy is not None and policy.management is not None and authorization:
+        scheme, _, token = authorization.strip().partition(b" ")
+        if scheme.lower() == b"bearer" and policy.management.holds(token.strip()):
+            return
+    raise PermissionDeniedError(
+        "shared memory is registered only by a client on this host (a loopback address) or one holding a "
+        "management token (--management-tokens-file)"
+    )
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether an address (a peer's, or one to listen on) is this host's loopback: 127.0.0.0/8, ::1, an
+    IPv4-mapped 127.x, or "localhost". A name or anything unparsable is not."""
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]").partition("%")[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def grpc_peer_is_local(peer: str) -> bool:
+    """grpc's peer string ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000", "unix:/path") names a client on
+    this host: a loopback address or a Unix socket."""
+    kind, _, rest = peer.partition(":")
+    if kind == "unix" or kind == "unix-abstract":
+        return True
+    if kind in ("ipv4", "ipv6"):
+        return is_loopback_host(rest.rpartition(":")[0])
+    return False
 
 
 def _bearer_token(authorization: bytes | None) -> bytes:

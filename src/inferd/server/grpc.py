@@ -25,7 +25,7 @@ from inferd.errors import InferdError, InternalError, UnavailableError, Unsuppor
 from inferd.protocol import grpc_v2, server_timing, shared_memory
 from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
 from inferd.protocol.status import grpc_status
-from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy
+from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy, check_local_client, grpc_peer_is_local
 from inferd.server.logging import RequestErrorLog, current_request_id
 from inferd.server.shared_memory import SharedMemoryRegions
 from inferd.types import new_request_id
@@ -56,11 +56,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         service: InferenceService,
         regions: SharedMemoryRegions | None = None,
         stream_tracer: StreamRequestTracer | None = None,
+        access: AccessPolicy | None = None,
     ) -> None:
         """`stream_tracer`: when the server traces (unary calls are traced by an interceptor; a
-        stream's requests are only told apart here)."""
+        stream's requests are only told apart here). `access`: the tokens, for shared memory's
+        check of who is on this host."""
         self._service = service
         self._regions = regions
+        self._access = access
         self._stream_tracer = stream_tracer
 
     async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -129,6 +132,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             raise UnsupportedError("system shared memory is not served on this port")
         return self._regions
 
+    def _check_local(self, context: grpc.aio.ServicerContext) -> None:
+        authorization = _authorization(context.invocation_metadata())
+        check_local_client(self._access, grpc_peer_is_local(context.peer()), authorization)
+
     async def SystemSharedMemoryStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await _call(
             context,
@@ -138,6 +145,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     async def SystemSharedMemoryRegister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         def register() -> Any:
+            self._check_local(context)
             self._shared_memory().register(request.name, request.key, request.offset, request.byte_size)
             return pb.SystemSharedMemoryRegisterResponse()
 
@@ -145,6 +153,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     async def SystemSharedMemoryUnregister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         def unregister() -> Any:
+            self._check_local(context)
             self._shared_memory().unregister(request.name or None)
             return pb.SystemSharedMemoryUnregisterResponse()
 
@@ -322,6 +331,13 @@ async def abort_unexpected(context: grpc.aio.ServicerContext, method: str, reque
     await abort(context, method, InternalError("internal error; see the server log"), request_id)
 
 
+def _authorization(metadata: Sequence[tuple[str, str | bytes]] | None) -> bytes | None:
+    for key, value in metadata or ():
+        if key == AUTHORIZATION_HEADER:
+            return value.encode() if isinstance(value, str) else value
+    return None
+
+
 def _metadata_request_id(context: grpc.aio.ServicerContext) -> str:
     for key, value in context.invocation_metadata() or ():
         if key == REQUEST_ID_HEADER:
@@ -336,9 +352,10 @@ def build_grpc_server(
     regions: SharedMemoryRegions | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     stream_tracer: StreamRequestTracer | None = None,
+    access: AccessPolicy | None = None,
 ) -> grpc.aio.Server:
     server = new_grpc_server(max_message_bytes, interceptors)
-    servicer = InferenceServicer(service, regions, stream_tracer)
+    servicer = InferenceServicer(service, regions, stream_tracer, access)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     return server
 
@@ -391,10 +408,7 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         method = details.method.rpartition("/")[2]
-        authorization = None
-        for key, value in details.invocation_metadata or ():
-            if key == AUTHORIZATION_HEADER:
-                authorization = value.encode() if isinstance(value, str) else value
+        authorization = _authorization(details.invocation_metadata)
         try:
             self._access.check(_GRPC_ACCESS.get(method, Access.DATA), authorization)
         except InferdError as error:

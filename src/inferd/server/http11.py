@@ -44,6 +44,8 @@ from typing import cast
 
 import httptools
 
+from inferd.server.auth import is_loopback_host
+
 logger = logging.getLogger("inferd.http")
 
 # Bodies larger than this are written without being copied into one buffer with the head.
@@ -92,6 +94,8 @@ class HttpRequest:
     # Bytes declared or seen when the body was over the limit (and dropped); 0 otherwise.
     oversized: int = 0
     keep_alive: bool = True
+    # The client is on this host (a loopback peer): what only such a client may do (shared memory).
+    local_peer: bool = False
 
 
 @dataclass(slots=True)
@@ -207,6 +211,7 @@ class _Connection(asyncio.Protocol):
         self._max_header_count = server.limits.max_header_count  # read for every header field
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
+        self._local_peer = False
         self._parser = httptools.HttpRequestParser(self)
         self.last_active = time.monotonic()
         # The request being parsed: when its first byte came (None between requests), when its
@@ -251,6 +256,8 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # NOTE: uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        self._local_peer = isinstance(peer, tuple) and is_loopback_host(str(peer[0]))
         self._server.connections.add(self)
         if self._server.stopping:
             self.close_when_done()
@@ -442,6 +449,7 @@ class _Connection(asyncio.Protocol):
             oversized=oversized,
             # After a refused body the stream is not at a request's start.
             keep_alive=self._parser.should_keep_alive() and not oversized,
+            local_peer=self._local_peer,
         )
         self._url = b""
         self._chunks = []

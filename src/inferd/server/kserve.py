@@ -9,7 +9,7 @@ from typing import Any
 from inferd.core.service import InferenceService
 from inferd.errors import MalformedRequestError, NotFoundError, UnavailableError, UnsupportedError
 from inferd.protocol import http_compression, json_v2, model_config, shared_memory
-from inferd.server.auth import Access
+from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy, check_local_client
 from inferd.server.http import deadline, json_response, kserve_error, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.logging import current_request_id
@@ -18,6 +18,7 @@ from inferd.server.shared_memory import SharedMemoryRegions
 
 _HEADER_LENGTH = json_v2.HEADER_LENGTH_HEADER.encode()
 _JSON_HEADERS = [(b"content-type", json_v2.JSON_CONTENT_TYPE)]
+_AUTHORIZATION = AUTHORIZATION_HEADER.encode()
 
 
 class KServeDoor:
@@ -27,11 +28,15 @@ class KServeDoor:
         max_request_bytes: int = 64 * 2**20,
         regions: SharedMemoryRegions | None = None,
         openapi_document: bytes | None = None,
+        *,
+        access: AccessPolicy | None = None,
     ) -> None:
         """`openapi_document`: the OpenAPI document of the port's routes (`server.openapi`), which
-        only the code that assembles the port's doors knows, served at /v2/openapi.json."""
+        only the code that assembles the port's doors knows, served at /v2/openapi.json. `access`:
+        the tokens, for shared memory's check of who is on this host."""
         self._service = service
         self._regions = regions
+        self._access = access
         # Set by whoever assembles the port (server.app.build_router), once its routes are known.
         self.openapi_document = openapi_document
         # A compressed body may not inflate past the limit the server holds uncompressed ones to.
@@ -177,11 +182,13 @@ class KServeDoor:
         return json_response(shared_memory.status_json(self._shared_memory().status(params.get("region"))))
 
     async def _shm_register(self, request: HttpRequest, params: Params) -> HttpResponse:
+        check_local_client(self._access, request.local_peer, request.headers.get(_AUTHORIZATION))
         key, offset, byte_size = shared_memory.register_body(json_v2.load_json(request.body))
         self._shared_memory().register(params["region"], key, offset, byte_size)
         return HttpResponse(200, b"", list(_JSON_HEADERS))
 
     async def _shm_unregister(self, request: HttpRequest, params: Params) -> HttpResponse:
+        check_local_client(self._access, request.local_peer, request.headers.get(_AUTHORIZATION))
         self._shared_memory().unregister(params.get("region"))
         return HttpResponse(200, b"", list(_JSON_HEADERS))
 

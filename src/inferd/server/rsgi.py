@@ -38,6 +38,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
+from inferd.server.auth import is_loopback_host
 from inferd.server.http11 import Handler, HttpLimits, HttpRequest, HttpResponse
 
 if TYPE_CHECKING:
@@ -230,6 +231,7 @@ class GranianServer:
             body=b"",
             # hyper keeps or closes the connection as the client asked; only a refusal closes it here.
             keep_alive=True,
+            local_peer=is_loopback_host(scope.client.rpartition(":")[0]),
         )
         declared = headers.get(b"content-length")
         limit = self.limits.max_request_bytes

@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from inferd.errors import PermissionDeniedError, UnauthenticatedError
-from inferd.server.auth import Access, AccessPolicy, TokenSet, read_tokens
+from inferd.server.auth import (
+    Access,
+    AccessPolicy,
+    TokenSet,
+    check_local_client,
+    grpc_peer_is_local,
+    is_loopback_host,
+    read_tokens,
+)
 
 ADMIN, USER = b"Bearer admin-token", b"Bearer user-token"
 
@@ -80,3 +88,52 @@ def test_tokens_come_from_a_file_and_the_environment(tmp_path: Path, monkeypatch
     assert not tokens.holds(b"# a comment")
     monkeypatch.delenv("TOKENS_FOR_TEST")
     assert read_tokens(None, "TOKENS_FOR_TEST") is None
+
+
+# -- who is on this host: shared memory registration -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "local"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("::ffff:127.0.0.1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("192.0.2.2", False),
+        ("fd00::2", False),
+        ("::ffff:192.0.2.2", False),
+        ("example.org", False),
+        ("", False),
+    ],
+)
+def test_loopback_hosts(host: str, local: bool) -> None:
+    assert is_loopback_host(host) is local
+
+
+@pytest.mark.parametrize(
+    ("peer", "local"),
+    [
+        ("ipv4:127.0.0.1:50000", True),
+        ("ipv6:[::1]:50000", True),
+        ("unix:/tmp/socket", True),
+        ("ipv4:192.0.2.7:50000", False),
+        ("ipv6:[fd00::7]:50000", False),
+        ("ipv6:[::ffff:192.0.2.7]:50000", False),
+        ("", False),
+    ],
+)
+def test_grpc_peers_on_this_host(peer: str, local: bool) -> None:
+    assert grpc_peer_is_local(peer) is local
+
+
+def test_only_local_clients_or_management_tokens_register_shared_memory() -> None:
+    check_local_client(None, True, None)
+    check_local_client(policy(True, True), True, None)
+    check_local_client(policy(True, True), False, ADMIN)
+    for rules, authorization in ((None, None), (None, ADMIN), (policy(True, True), USER), (policy(False, True), USER)):
+        with pytest.raises(PermissionDeniedError, match="on this host"):
+            check_local_client(rules, False, authorization)
