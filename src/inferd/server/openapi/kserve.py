@@ -182,7 +182,7 @@ def paths() -> dict[str, Json]:
                 "repositoryModelLoad",
                 "load or reload a model (--model-control-mode explicit)",
                 {200: _EMPTY_OK},
-                (404, 503, 507),
+                (403, 404, 503, 507),
                 parameters=[MODEL],
                 body=json_body(ref("LoadRequest"), {"parameters": {}}, required=False),
             )
@@ -222,13 +222,13 @@ def paths() -> dict[str, Json]:
                 "sharedMemoryRegister",
                 "register a POSIX shared memory object of this host as a region",
                 {200: _EMPTY_OK},
-                (409,),
+                (403, 409),
                 parameters=[REGION],
                 body=json_body(ref("SharedMemoryRegister"), {"key": "/input0_data", "offset": 0, "byte_size": 64}),
             )
         },
         "/v2/systemsharedmemory/unregister": {
-            "post": operation(KSERVE, "sharedMemoryUnregisterAll", "unregister every region", {200: _EMPTY_OK})
+            "post": operation(KSERVE, "sharedMemoryUnregisterAll", "unregister every region", {200: _EMPTY_OK}, (403,))
         },
         "/v2/systemsharedmemory/region/{region}/unregister": {
             "post": operation(
@@ -236,6 +236,7 @@ def paths() -> dict[str, Json]:
                 "sharedMemoryUnregister",
                 "unregister a region (an unknown name is not an error)",
                 {200: _EMPTY_OK},
+                (403,),
                 parameters=[REGION],
             )
         },
