@@ -5,7 +5,9 @@ A config names files (`default_model_filename`, an output's `label_filename`, a 
 imported, a TorchScript archive unpickled. So every such path must resolve, links followed, inside
 the folder it belongs to (the version folder, the model's folder, its `warmup/` folder); an
 absolute path or a `..` would otherwise make the server run any file of the host. This holds for
-configs of the repository and for overrides alike, whatever the model control mode.
+configs of the repository and for overrides alike, whatever the model control mode. The files a
+runtime finds by their default names are the repository's layout, the operator's: a link there
+(shared weights, as Triton repositories often have) is followed.
 
 An override sent through the repository API may tune a model (batching, instances, parameters) but
 not change what code runs: a backend or platform other than the repository's (an ONNX model's
@@ -41,11 +43,9 @@ def confined_path(folder: Path, relative: str, what: str, model: str) -> Path:
 
 def check_config_paths(config: ModelConfig, model_dir: Path, versions: Iterable[int]) -> None:
     """Every file `config` names stays inside the folder it belongs to (see the module docstring)."""
-    what = "default_model_filename" if config.default_model_filename else "model file"
-    for version in versions:
-        version_dir = model_dir / str(version)
-        for filename in _model_file_names(config, version_dir):
-            confined_path(version_dir, filename, what, config.name)
+    if filename := config.default_model_filename:
+        for version in versions:
+            confined_path(model_dir / str(version), filename, "default_model_filename", config.name)
     for output in config.outputs:
         if output.label_filename:
             confined_path(model_dir, output.label_filename, f"label_filename of output '{output.name}'", config.name)
@@ -54,17 +54,6 @@ def check_config_paths(config: ModelConfig, model_dir: Path, versions: Iterable[
             if item.file_name:
                 what = f"input_data_file of model_warmup '{sample.name}'"
                 confined_path(model_dir / WARMUP_FOLDER, item.file_name, what, config.name)
-
-
-def _model_file_names(config: ModelConfig, version_dir: Path) -> list[str]:
-    """The file the runtime opens: the one the config names, else its runtime's default ones present."""
-    if config.default_model_filename:
-        return [config.default_model_filename]
-    try:
-        names = runtime_kind(config, version_dir).model_files
-    except InferdError:  # the load fails later, and says why
-        return []
-    return [name for name in names if (version_dir / name).is_symlink()]
 
 
 def check_override(override: ModelConfig, model_dir: Path, versions: Iterable[int]) -> None:
