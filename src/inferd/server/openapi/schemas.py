@@ -316,12 +316,14 @@ SAGEMAKER_LOAD = _object(
     {"model_name": {"type": "string", "minLength": 1}, "url": {"type": "string", "minLength": 1}},
     ("model_name", "url"),
 )
+NON_EMPTY_TEXT = {"type": "string", "minLength": 1}  # OpenAI's API refuses an empty text
 EMBEDDINGS_REQUEST = _object(
     {
         "model": {"type": "string", "minLength": 1},
         "input": {
-            "oneOf": [STRING, _array(STRING, minItems=1, maxItems=2048)],
-            "description": "a text or a list of texts (token ids are refused: the model tokenizes its own text)",
+            "oneOf": [NON_EMPTY_TEXT, _array(NON_EMPTY_TEXT, minItems=1, maxItems=2048)],
+            "description": "a text or a list of texts, none empty (token ids are refused: the model tokenizes "
+            "its own text)",
         },
         "encoding_format": {"enum": ["float", "base64"]},
         "dimensions": {"type": "integer", "minimum": 1},
