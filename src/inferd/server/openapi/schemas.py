@@ -88,6 +88,9 @@ TENSOR_METADATA = _object(
 SERVER_METADATA = _object(
     {"name": STRING, "version": STRING, "extensions": _array(STRING)}, ("name", "version", "extensions"), closed=True
 )
+# The Open Inference Protocol's health bodies (KServe's SDK reads them; tritonclient reads the status).
+SERVER_LIVE = _object({"live": {"const": True}}, ("live",), closed=True)
+SERVER_READY = _object({"ready": {"const": True}}, ("ready",), closed=True)
 MODEL_METADATA = _object(
     {
         "name": STRING,
@@ -396,6 +399,8 @@ SCHEMAS: Json = {
     "TorchServeError": TORCHSERVE_ERROR,
     "TensorMetadata": TENSOR_METADATA,
     "ServerMetadata": SERVER_METADATA,
+    "ServerLive": SERVER_LIVE,
+    "ServerReady": SERVER_READY,
     "ModelMetadata": MODEL_METADATA,
     "Duration": DURATION,
     "ModelStatistics": MODEL_STATISTICS,
