@@ -37,6 +37,26 @@ def test_health(client: httpclient.InferenceServerClient, server: ServerProcess)
     assert http_request(server, "GET", "/v2/health/live").status == 200
 
 
+def kserve_sdk_health(server: ServerProcess, path: str, field: str) -> object:
+    """What KServe's SDK does with a health answer (kserve 0.21, `InferenceRESTClient.is_server_live()`
+    / `is_server_ready()`): a status outside 2xx raises, else it returns the body's JSON `field`. The
+    SDK itself is not a test dependency: kserve 0.21 pins pandas<3 and psutil<6, below this
+    project's."""
+    reply = http_request(server, "GET", path)
+    assert 200 <= reply.status < 300, reply
+    document = orjson.loads(reply.body)  # an empty body raised JSONDecodeError here
+    assert isinstance(document, dict)
+    return document.get(field)
+
+
+def test_health_answers_kserve_s_client_with_its_bodies(
+    client: httpclient.InferenceServerClient, server: ServerProcess
+) -> None:
+    assert kserve_sdk_health(server, "/v2/health/live", "live") is True
+    assert kserve_sdk_health(server, "/v2/health/ready", "ready") is True
+    assert client.is_server_live() and client.is_server_ready()  # tritonclient reads the status: still 200
+
+
 def test_server_metadata(client: httpclient.InferenceServerClient) -> None:
     metadata = client.get_server_metadata()
     assert metadata["name"] == "inferd"

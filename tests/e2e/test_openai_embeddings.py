@@ -19,7 +19,7 @@ from tests.e2e.test_pipeline import reference_embeddings
 
 pytestmark = pytest.mark.e2e
 
-TEXTS = ["A man is playing a guitar.", "Héllo wörld, 東京は晴れ", "", "inferd serves models fast " * 40]
+TEXTS = ["A man is playing a guitar.", "Héllo wörld, 東京は晴れ", " ", "inferd serves models fast " * 40]
 
 
 def client(server: ServerProcess) -> openai.OpenAI:
@@ -88,6 +88,15 @@ def test_errors_are_openai_errors(pipeline_server: ServerProcess) -> None:
         pipeline_server, "POST", "/openai/v1/embeddings", b'{"model": "sentence_embedding", "input": "\\ud800"}'
     )
     assert not_utf8.status == 400
+
+
+@pytest.mark.parametrize("texts", ["", [""], ["a", ""]], ids=["alone", "list", "among others"])
+def test_an_empty_text_is_refused_as_openai_refuses_it(pipeline_server: ServerProcess, texts: str | list[str]) -> None:
+    with client(pipeline_server) as openai_client, pytest.raises(openai.BadRequestError) as empty:
+        openai_client.embeddings.create(model="sentence_embedding", input=texts)
+    assert empty.value.status_code == 400
+    assert empty.value.type == "invalid_request_error"
+    assert empty.value.param == "input" and "empty" in empty.value.message
 
 
 def test_requests_count_under_their_door(pipeline_server: ServerProcess) -> None:

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -272,6 +276,50 @@ def test_safe_port_range_moves_the_other_listeners(monkeypatch: pytest.MonkeyPat
 
     result = CliRunner().invoke(cli, ["serve", "--sagemaker", "--model-repository", "."])
     assert result.exit_code == 2 and "no port left" in result.output
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readme_s_boto3_example_runs_on_a_machine_without_aws_keys(
+    sagemaker_server: ServerProcess, tmp_path: Path
+) -> None:
+    """The README's boto3 snippet, as a user pastes it, with no AWS credentials anywhere (boto3
+    raised NoCredentialsError before sending: it signs every call)."""
+    section = README.read_text(encoding="utf-8").split("\n### SageMaker\n", 1)[1].split("\n### ", 1)[0]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = snippet.replace("http://localhost:8080", f"http://{sagemaker_server.http_url}")
+    snippet = snippet.replace('"simple_mlp"', '"mlp"')  # the example repository's model, this server's
+    env = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
+    env |= {
+        "AWS_CONFIG_FILE": str(tmp_path / "no-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",  # no instance metadata lookup (nothing outside 127.0.0.1)
+    }
+    run = subprocess.run([sys.executable, "-c", snippet], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert np.array(json.loads(run.stdout)).shape == (1, 4)
+
+
+def test_an_explicit_http_port_is_kept_and_sagemaker_bind_to_port_wins_over_it(tmp_path: Path) -> None:
+    """`--sagemaker --http-port N` listens on N (it silently bound 8080); SageMaker's own
+    SAGEMAKER_BIND_TO_PORT wins over both, as the platform calls the container there."""
+    repository = tmp_path / "models"
+    mlp_model(repository / "mlp" / "1" / "model.onnx", seed=3)
+    given, bound, grpc_port, metrics_port = free_ports(4)
+    # run_server passes --http-port: with no SAGEMAKER_BIND_TO_PORT, readiness is polled there.
+    with run_server(
+        repository, tmp_path / "given.log", "--sagemaker", ports=(given, grpc_port, metrics_port)
+    ) as server:
+        assert http_request(server, "GET", "/ping").status == 200
+    env = {"SAGEMAKER_BIND_TO_PORT": str(bound)}
+    args = ("--sagemaker", "--http-port", str(given))  # the last --http-port wins: `given`, not `bound`
+    with run_server(
+        repository, tmp_path / "bound.log", *args, ports=(bound, grpc_port, metrics_port), env=env
+    ) as server:
+        assert http_request(server, "GET", "/ping").status == 200
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", given), timeout=5).close()
 
 
 def test_arrays_of_types_inferd_does_not_serve_are_a_400(sagemaker_server: ServerProcess) -> None:

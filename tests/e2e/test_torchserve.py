@@ -110,6 +110,33 @@ def test_a_raw_body_is_one_element_of_the_bytes_input(torchserve: tuple[ServerPr
     assert reply.json() == [["a raw text body"]]
 
 
+def test_a_body_without_a_content_type_is_handed_over_as_torchserve_hands_it(
+    torchserve: tuple[ServerProcess, int],
+) -> None:
+    """TorchServe's documented `curl http://host:8080/predictions/m -T file` is a PUT without a
+    Content-Type, and so is `requests.post(url, data=b"...")`: raw bytes to the model's BYTES input,
+    JSON for a model without one, and a 404 for a model that does not exist whatever the body."""
+    server, _ = torchserve
+    document = orjson.dumps(ROWS.tolist())
+    calls = [
+        ("PUT", "/predictions/echo", b"\x89PNG raw file bytes", 200),  # curl -T
+        ("POST", "/predictions/echo", b'{"looks": "like JSON"}', 200),  # bytes for a BYTES input, unread
+        ("POST", "/predictions/mlp/1", document, 200),  # no BYTES input: JSON
+        ("PUT", "/predictions/ghost", b"\x89PNG raw file bytes", 404),
+        ("POST", "/predictions/ghost", b"not json", 404),
+    ]
+    for method, path, body, status in calls:
+        reply = requests.request(method, url(server, path), data=body, timeout=10)
+        assert "Content-Type" not in reply.request.headers  # as curl -T sends it
+        assert reply.status_code == status, (method, path, reply.text)
+        if path == "/predictions/echo":  # the body itself, as the model's one element
+            assert reply.json() == [[body.decode("utf-8", "replace")]]
+        elif path == "/predictions/mlp/1":
+            np.testing.assert_allclose(reply.json(), v2_reference(server, "mlp", "1"), rtol=1e-6)
+        else:
+            assert reply.json()["type"] == "ModelNotFoundException" and "ghost" in reply.json()["message"]
+
+
 def test_errors_in_torchserve_shape(torchserve: tuple[ServerProcess, int]) -> None:
     server, _ = torchserve
     cases = [

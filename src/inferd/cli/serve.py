@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import click
 import pydantic
+from click.core import ParameterSource
 
 from inferd.config.server import (
     DEFAULT_MAX_REQUEST_BYTES,
@@ -276,9 +277,10 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     is_flag=True,
     default=False,
     envvar="INFERD_SAGEMAKER",
-    help="Run as a SageMaker container: HTTP on port 8080 (SAGEMAKER_BIND_TO_PORT), the gRPC and metrics "
-    "ports moved into SAGEMAKER_SAFE_PORT_RANGE when it is set, the multi-model endpoint routes "
-    "(/models, /models/NAME/invoke) and /endpoints/NAME/invocations (boto3's path, for local testing). "
+    help="Run as a SageMaker container: HTTP on SAGEMAKER_BIND_TO_PORT, else on --http-port when given, else "
+    "on 8080; the gRPC and metrics ports moved into SAGEMAKER_SAFE_PORT_RANGE when it is set, the "
+    "multi-model endpoint routes (/models, /models/NAME/invoke) and /endpoints/NAME/invocations (boto3's "
+    "path, for local testing). "
     "/ping and /invocations are served in every mode.",
 )
 @click.option(
@@ -379,7 +381,9 @@ def serve(**options: object) -> None:
 
     options["tracing"] = _tracing(options.pop("otlp_endpoint"), options.pop("trace_sample_ratio"))
     if options["sagemaker"]:
-        options.update(sagemaker_ports(options))
+        source = click.get_current_context().get_parameter_source("http_port")
+        given = source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+        options.update(sagemaker_ports(options, http_port_given=given))
         options["sagemaker_default_model"] = os.environ.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", "")
     try:
         settings = ServerSettings.model_validate(options)
@@ -402,10 +406,24 @@ def _tracing(otlp_endpoint: object, sample_ratio: object) -> TracingSettings | N
     return settings
 
 
-def sagemaker_ports(options: dict[str, object]) -> dict[str, int]:
-    """SageMaker's port rules: HTTP on SAGEMAKER_BIND_TO_PORT (8080); every other listener inside
-    SAGEMAKER_SAFE_PORT_RANGE ("low-high") when set: a port outside it moves to the lowest free one."""
-    http_port = int(os.environ.get("SAGEMAKER_BIND_TO_PORT", "8080"))
+# SageMaker's container contract: the platform calls the container on 8080.
+SAGEMAKER_HTTP_PORT = 8080
+
+
+def sagemaker_ports(options: dict[str, object], *, http_port_given: bool = False) -> dict[str, int]:
+    """SageMaker's port rules: HTTP on SAGEMAKER_BIND_TO_PORT, else on the --http-port the user gave
+    (`http_port_given`: on the command line or in INFERD_HTTP_PORT), else on 8080; every other
+    listener inside SAGEMAKER_SAFE_PORT_RANGE ("low-high") when set: a port outside it moves to the
+    lowest free one."""
+    # The platform's variable wins: inside SageMaker it names the one port the platform calls.
+    # Outside it, a port the user named is kept rather than silently traded for 8080.
+    bound = os.environ.get("SAGEMAKER_BIND_TO_PORT")
+    if bound:
+        http_port = int(bound)
+    elif http_port_given:
+        http_port = int(str(options["http_port"]))
+    else:
+        http_port = SAGEMAKER_HTTP_PORT
     ports = {"http_port": http_port}
     safe = os.environ.get("SAGEMAKER_SAFE_PORT_RANGE", "")
     if not safe:

@@ -92,7 +92,12 @@ def encode_error(error: InferdError, request_id: str) -> tuple[int, bytes, bytes
 
 
 def _texts(value: Any) -> tuple[bytes, ...]:
+    # OpenAI's API refuses an empty text, alone or in a list (400 invalid_request_error), so a
+    # client written against it never sends one on purpose: refusing it here too keeps a bug in
+    # the caller's chunking from turning into an embedding of nothing.
     if isinstance(value, str):
+        if not value:
+            raise MalformedRequestError("'input' must not be an empty string", tensor="input")
         return (value.encode("utf-8"),)
     if not isinstance(value, list) or not value:
         raise MalformedRequestError("'input' must be a string or a non-empty list of strings")
@@ -104,4 +109,8 @@ def _texts(value: Any) -> tuple[bytes, ...]:
                 "'input' as token ids is not supported: send the text, which the model tokenizes"
             )
         raise MalformedRequestError("'input' must be a string or a list of strings")
+    if not all(value):
+        raise MalformedRequestError(
+            f"'input' must not hold an empty string (text {value.index('')} is empty)", tensor="input"
+        )
     return tuple(text.encode("utf-8") for text in value)

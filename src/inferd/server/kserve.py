@@ -19,6 +19,10 @@ from inferd.server.shared_memory import SharedMemoryRegions
 _HEADER_LENGTH = json_v2.HEADER_LENGTH_HEADER.encode()
 _JSON_HEADERS = [(b"content-type", json_v2.JSON_CONTENT_TYPE)]
 _AUTHORIZATION = AUTHORIZATION_HEADER.encode()
+# The Open Inference Protocol's health bodies, which KServe's SDK reads (`response.json()["ready"]`)
+# and KServe's own server sends; tritonclient reads only the status, which stays 200 / 503.
+_LIVE_BODY = json_v2.encode_json({"live": True})
+_READY_BODY = json_v2.encode_json({"ready": True})
 
 
 class KServeDoor:
@@ -129,7 +133,9 @@ class KServeDoor:
         return await self.infer(request, params["model"], params.get("version", ""), "kserve_http")
 
     async def _live(self, request: HttpRequest, params: Params) -> HttpResponse:
-        return HttpResponse(200 if self._service.live() else 503)
+        if not self._service.live():
+            raise UnavailableError("the server is not live")
+        return HttpResponse(200, _LIVE_BODY, list(_JSON_HEADERS))
 
     async def _ready(self, request: HttpRequest, params: Params) -> HttpResponse:
         if not self._service.ready():
@@ -138,7 +144,7 @@ class KServeDoor:
                 "the server is not ready: its models are still loading, it is shutting down, or (with "
                 "--strict-readiness) a model is not ready"
             )
-        return HttpResponse(200)
+        return HttpResponse(200, _READY_BODY, list(_JSON_HEADERS))
 
     async def _openapi(self, request: HttpRequest, params: Params) -> HttpResponse:
         if self.openapi_document is None:

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs
 
 import numpy as np
 
-from inferd.config.model import ModelConfig
+from inferd.config.model import ModelConfig, TensorConfig
 from inferd.core.service import InferenceService
 from inferd.errors import InvalidRequestError, MalformedRequestError, NotFoundError
 from inferd.protocol import json_v2, sagemaker, tfserving_json, torchserve
@@ -70,35 +70,26 @@ class TorchServeDoor:
         model, version = params["model"], params.get("version", "")
         self._service.shed(model, version, "torchserve")
         started = time.perf_counter()
-        kind, _ = sagemaker.media_type(http_request.headers.get(b"content-type"))
-        document: Any = None
-        if kind == sagemaker.JSON:
+        # The model first: an unknown one is a 404 whatever its body holds (a body curl -T sends
+        # was a 400 "not valid JSON" for a model that does not exist).
+        config = await self._service.serving_config(model, version)
+        body_input = _body_input(config)
+        content_type = http_request.headers.get(b"content-type")
+        # TorchServe's documented `curl -T file` (a PUT) and `requests.post(url, data=...)` send no
+        # Content-Type, and TorchServe hands such a body to the handler as bytes: so does inferd,
+        # to the model's body input; only a model without one reads it as JSON.
+        as_json = sagemaker.media_type(content_type)[0] == sagemaker.JSON if content_type else body_input is None
+        if as_json:
             document = json_v2.load_json(http_request.body)
             if sagemaker.is_v2_body(document):  # the v2 codec reads the raw body (binary parts, large data)
                 return await self._kserve.infer(http_request, model, version, "torchserve")
             inputs = tfserving_json.decode_columns(document, await self._service.serving_metadata(model, version))
         else:
-            inputs = (self._raw_body(http_request.body, await self._service.serving_config(model, version)),)
+            inputs = (_raw_body(http_request.body, config, body_input),)
         request = door_request(http_request, model, version, inputs, "torchserve", started)
         response = await self._service.infer(request)
         payload = torchserve.encode_outputs(response.outputs)
         return HttpResponse(200, payload, [(b"content-type", _JSON), *response_headers(http_request, request)])
-
-    @staticmethod
-    def _raw_body(body: bytes, config: ModelConfig) -> Tensor:
-        """The body, unread, as one element of the model's BYTES input (one row when it batches)."""
-        named = config.parameters.get(BODY_INPUT_PARAMETER, "")
-        candidates = [t for t in config.inputs if t.datatype is DataType.BYTES and (not named or t.name == named)]
-        if len(candidates) != 1:
-            raise InvalidRequestError(
-                f"model '{config.name}' takes no raw body: send application/json, or give the model one BYTES "
-                f"input (or name it in the '{BODY_INPUT_PARAMETER}' parameter)"
-            )
-        tensor = candidates[0]
-        shape = (*((1,) if config.max_batch_size > 0 else ()), *(1 for _ in tensor.dims))
-        data = np.empty(1, dtype=object)
-        data[0] = body
-        return Tensor(tensor.name, DataType.BYTES, shape, data.reshape(shape))
 
     async def _list(self, request: HttpRequest, params: Params) -> HttpResponse:
         query = parse_qs(request.query.decode("latin-1"))
@@ -135,6 +126,27 @@ class TorchServeDoor:
             max_batch_delay_ms=batching.max_queue_delay_us / 1000 if batching else 0,
             ready=ready,
         )
+
+
+def _body_input(config: ModelConfig) -> TensorConfig | None:
+    """The BYTES input a raw body goes to: the one the model has, or the one its
+    `torchserve_body_input` parameter names; None when that names no single input."""
+    named = config.parameters.get(BODY_INPUT_PARAMETER, "")
+    candidates = [t for t in config.inputs if t.datatype is DataType.BYTES and (not named or t.name == named)]
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def _raw_body(body: bytes, config: ModelConfig, tensor: TensorConfig | None) -> Tensor:
+    """The body, unread, as one element of the model's body input (one row when it batches)."""
+    if tensor is None:
+        raise InvalidRequestError(
+            f"model '{config.name}' takes no raw body: send application/json, or give the model one BYTES "
+            f"input (or name it in the '{BODY_INPUT_PARAMETER}' parameter)"
+        )
+    shape = (*((1,) if config.max_batch_size > 0 else ()), *(1 for _ in tensor.dims))
+    data = np.empty(1, dtype=object)
+    data[0] = body
+    return Tensor(tensor.name, DataType.BYTES, shape, data.reshape(shape))
 
 
 def _query_int(query: dict[str, list[str]], name: str, default: int) -> int:

@@ -216,7 +216,8 @@ def _prediction(operation_id: str, parameters: list[Json]) -> Json:
         TORCHSERVE,
         operation_id,
         "run the model: a JSON body (v2, or values naming inputs), or any other body as "
-        "one element of the model's BYTES input",
+        "one element of the model's BYTES input; a body without a Content-Type (curl -T) goes to "
+        "that input too, and is read as JSON only by a model without one",
         {
             200: {
                 "description": "the single output's value, or an object naming each output",

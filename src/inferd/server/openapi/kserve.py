@@ -140,13 +140,15 @@ def paths() -> dict[str, Json]:
                 {200: ok("server metadata", ref("ServerMetadata"))},
             )
         },
-        "/v2/health/live": {"get": operation(KSERVE, "serverLive", "liveness", {200: ok("the server is live")})},
+        "/v2/health/live": {
+            "get": operation(KSERVE, "serverLive", "liveness", {200: ok("the server is live", ref("ServerLive"))})
+        },
         "/v2/health/ready": {
             "get": operation(
                 KSERVE,
                 "serverReady",
                 "readiness: start-up done (and, with --strict-readiness, every model ready)",
-                {200: ok("ready"), 503: _NOT_READY},
+                {200: ok("ready", ref("ServerReady")), 503: _NOT_READY},
             )
         },
         "/v2/openapi.json": {

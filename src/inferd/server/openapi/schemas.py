@@ -88,6 +88,9 @@ TENSOR_METADATA = _object(
 SERVER_METADATA = _object(
     {"name": STRING, "version": STRING, "extensions": _array(STRING)}, ("name", "version", "extensions"), closed=True
 )
+# The Open Inference Protocol's health bodies (KServe's SDK reads them; tritonclient reads the status).
+SERVER_LIVE = _object({"live": {"const": True}}, ("live",), closed=True)
+SERVER_READY = _object({"ready": {"const": True}}, ("ready",), closed=True)
 MODEL_METADATA = _object(
     {
         "name": STRING,
@@ -316,12 +319,14 @@ SAGEMAKER_LOAD = _object(
     {"model_name": {"type": "string", "minLength": 1}, "url": {"type": "string", "minLength": 1}},
     ("model_name", "url"),
 )
+NON_EMPTY_TEXT = {"type": "string", "minLength": 1}  # OpenAI's API refuses an empty text
 EMBEDDINGS_REQUEST = _object(
     {
         "model": {"type": "string", "minLength": 1},
         "input": {
-            "oneOf": [STRING, _array(STRING, minItems=1, maxItems=2048)],
-            "description": "a text or a list of texts (token ids are refused: the model tokenizes its own text)",
+            "oneOf": [NON_EMPTY_TEXT, _array(NON_EMPTY_TEXT, minItems=1, maxItems=2048)],
+            "description": "a text or a list of texts, none empty (token ids are refused: the model tokenizes "
+            "its own text)",
         },
         "encoding_format": {"enum": ["float", "base64"]},
         "dimensions": {"type": "integer", "minimum": 1},
@@ -394,6 +399,8 @@ SCHEMAS: Json = {
     "TorchServeError": TORCHSERVE_ERROR,
     "TensorMetadata": TENSOR_METADATA,
     "ServerMetadata": SERVER_METADATA,
+    "ServerLive": SERVER_LIVE,
+    "ServerReady": SERVER_READY,
     "ModelMetadata": MODEL_METADATA,
     "Duration": DURATION,
     "ModelStatistics": MODEL_STATISTICS,
