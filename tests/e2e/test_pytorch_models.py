@@ -5,7 +5,9 @@ distinct inputs per request over HTTP and gRPC."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ import tritonclient.http.aio as httpaio
 
 from inferd.testing.models import exported_model, torch_module, torchscript_model, write_config
 from inferd.testing.server import ServerProcess, run_server
-from tests.e2e.conftest import Clients
+from tests.e2e.conftest import Clients, http_request
 from tests.e2e.test_batching import batch_size_histogram
 
 pytestmark = pytest.mark.e2e
@@ -107,3 +109,15 @@ def test_configs_are_reported_with_the_pytorch_platform(clients: Clients, torch_
     metadata = client.get_model_metadata("torchscript")
     assert metadata["platform"] == "pytorch_libtorch"
     assert [o["shape"] for o in metadata["outputs"]] == [[-1, 3], [-1, 1]]
+
+
+def test_torch_export_programs_load_side_by_side(tmp_path: Path) -> None:
+    """Models load two at a time, and torch.export.load keeps one deserializer per process: loaded
+    together, all but one failed with "_CURRENT_DESERIALIZER is already set" (seen on a GPU machine,
+    then here). Each loads now, whatever the others do."""
+    for index in range(6):
+        exported_model(tmp_path / "repository" / f"program_{index}" / "1" / "model.pt2", seed=index)
+    with run_server(tmp_path / "repository", tmp_path / "server.log") as server:
+        reply = http_request(server, "POST", "/v2/repository/index")
+        states = {entry["name"]: (entry["state"], entry.get("reason", "")) for entry in json.loads(reply.body)}
+        assert states == {f"program_{index}": ("READY", "") for index in range(6)}, states

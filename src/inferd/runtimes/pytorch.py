@@ -72,12 +72,18 @@ def select_device(kind: InstanceKind, *, cuda_count: int, gpus: Sequence[int] = 
         )
     device_id = gpus[0] if gpus else 0
     if device_id >= cuda_count:
-        raise ModelLoadError(f"instance_group asks for GPU {device_id}, but torch sees {cuda_count}")
+        raise ModelLoadError(
+            f"instance_group asks for GPU {device_id}, but torch sees {cuda_count} GPU(s), numbered from 0"
+        )
     return f"cuda:{device_id}"
 
 
 _threads_lock = threading.Lock()
 _threads_set = False
+# torch.export.load keeps one deserializer per process (a module global it asserts is unset): two
+# programs loaded at once on worker threads, as models load, failed with "_CURRENT_DESERIALIZER is
+# already set". One at a time, then.
+_export_load_lock = threading.Lock()
 
 
 def _size_thread_pools() -> None:
@@ -114,7 +120,8 @@ class PyTorchRuntime:
         self._device = torch.device(select_device(group.kind, cuda_count=torch.cuda.device_count(), gpus=group.gpus))
         try:
             if path.suffix == ".pt2":
-                program = torch.export.load(str(path))
+                with _export_load_lock:
+                    program = torch.export.load(str(path))
                 self._module: Any = program.module()
                 argument_names = list(program.graph_signature.user_inputs)
                 declared = _exported_signature(program)
