@@ -21,6 +21,7 @@ gRPC statuses in exactly two tables, so no layer below the wire knows about stat
     ├── PermissionDeniedError        known credentials that do not cover the operation (403)
     ├── RequestTooLargeError         body above the server's limit (413 / RESOURCE_EXHAUSTED)
     ├── ModelTooLargeError           a model cannot fit the memory budget even after eviction (507)
+    ├── TooManyModelsError           the server holds as many models loaded from folders as it may (507)
     ├── NotFoundError                (404 / NOT_FOUND)
     │   ├── ModelNotFoundError
     │   └── VersionNotFoundError
@@ -62,6 +63,7 @@ class ErrorCode(enum.Enum):
     PERMISSION_DENIED = "PERMISSION_DENIED"
     REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
     MODEL_TOO_LARGE = "MODEL_TOO_LARGE"
+    TOO_MANY_MODELS = "TOO_MANY_MODELS"
     MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
     VERSION_NOT_FOUND = "VERSION_NOT_FOUND"
     NOT_FOUND = "NOT_FOUND"
@@ -208,6 +210,13 @@ class RequestTooLargeError(InferdError):
 
 class ModelTooLargeError(InferdError):
     code = ErrorCode.MODEL_TOO_LARGE
+
+
+class TooManyModelsError(InferdError):
+    """A model load refused because the server holds as many such models as it may: SageMaker's
+    contract asks for 507 then, and the platform unloads a model it no longer uses and retries."""
+
+    code = ErrorCode.TOO_MANY_MODELS
 
 
 class NotFoundError(InferdError):
