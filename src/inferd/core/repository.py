@@ -156,7 +156,10 @@ class LocalRepository:
 
     def _model_dir(self, name: str) -> Path:
         if not self.has_model(name):
-            raise ModelNotFoundError(f"model '{name}' is not in the model repository {self.root}")
+            raise ModelNotFoundError(
+                f"model '{name}' is not in the model repository",
+                server_message=f"model '{name}' is not in the model repository {self.root}",
+            )
         return self.root / name
 
     def _is_model_dir(self, path: Path) -> bool:
@@ -335,11 +338,16 @@ class Repositories:
     def _source(self, name: str) -> ModelRepository:
         holding = [source for source in self._sources if source.has_model(name)]
         if not holding:
-            raise ModelNotFoundError(f"model '{name}' is in none of the model repositories ({self.describe()})")
+            raise ModelNotFoundError(
+                f"model '{name}' is in none of the model repositories",
+                server_message=f"model '{name}' is in none of the model repositories ({self.describe()})",
+            )
         if len(holding) > 1:
+            unique = "a model name must be unique across them"
             raise ModelLoadError(
-                f"model '{name}' is in several model repositories ({', '.join(s.describe() for s in holding)}); "
-                "a model name must be unique across them"
+                f"model '{name}' is in several model repositories ({len(holding)} of them); {unique}",
+                server_message=f"model '{name}' is in several model repositories "
+                f"({', '.join(s.describe() for s in holding)}); {unique}",
             )
         return holding[0]
 
