@@ -318,12 +318,12 @@ def relative_to_model_folder(error: E, model_dir: str) -> E:
     loading, its runtime) passes the errors it raises through here."""
     message = error.message
     for folder in dict.fromkeys((model_dir, os.path.realpath(model_dir))):  # as given, and as resolved
-        folder = folder.rstrip(os.sep)
+        folder = folder.rstrip("/")
         if not folder:
             continue
-        # Not a longer name that begins alike (`/srv/models/m` in `/srv/models/m2/...`).
+        # Not inside a longer name (`/srv/models/m` in `/srv/models/m2/...`, `m` in `/srv/item/`).
         message = re.sub(
-            re.escape(folder) + r"(?:(/)|(?![\w-]|\.\w))",
+            r"(?<![\w./-])" + re.escape(folder) + r"(?:(/)|(?![\w-]|\.\w))",
             lambda found: "" if found.group(1) else "the model's folder",
             message,
         )

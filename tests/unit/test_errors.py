@@ -13,6 +13,9 @@ def test_paths_in_a_models_folder_are_named_relative_to_it_and_the_log_keeps_the
     # A model whose name begins as this one's is another folder: left as it is.
     other = ModelLoadError("see /srv/models/m2/1/model.py and /srv/models/m.d/x")
     assert relative_to_model_folder(other, "/srv/models/m") is other
+    # A repository given as a relative path: its folders only where a path begins.
+    relative = relative_to_model_folder(ModelLoadError("'m/1/model.py' and /srv/item/1"), "m")
+    assert relative.message == "'1/model.py' and /srv/item/1"
 
 
 def test_context_keeps_the_logs_message_too() -> None:
