@@ -79,6 +79,12 @@ def is_plain_name(name: str) -> bool:
     )
 
 
+def _not_in_repository(name: str, location: str) -> ModelNotFoundError:
+    """Where the repository is stays in the server's log: clients are not told the server's paths."""
+    message = f"model '{name}' is not in the model repository"
+    return ModelNotFoundError(message, server_message=f"{message} {location}")
+
+
 def fingerprint_of(files: Iterable[FileEntry]) -> ModelFingerprint:
     """Files of one model folder (relative paths) sorted into shared ones and version folders."""
     shared: list[FileEntry] = []
@@ -156,10 +162,7 @@ class LocalRepository:
 
     def _model_dir(self, name: str) -> Path:
         if not self.has_model(name):
-            raise ModelNotFoundError(
-                f"model '{name}' is not in the model repository",
-                server_message=f"model '{name}' is not in the model repository {self.root}",
-            )
+            raise _not_in_repository(name, self.describe())
         return self.root / name
 
     def _is_model_dir(self, path: Path) -> bool:
@@ -233,12 +236,12 @@ class FsspecRepository:
     def _listing(self, name: str) -> list[tuple[FileEntry, str]]:
         """(relative path, size, tag) and the remote path of every file of the model."""
         if not is_plain_name(name):
-            raise ModelNotFoundError(f"model '{name}' is not in the model repository {self._url}")
+            raise _not_in_repository(name, self._url)
         prefix = f"{self._root}/{name}"
         self._fs.invalidate_cache(prefix)
         found = self._fs.find(prefix, detail=True)
         if not found:
-            raise ModelNotFoundError(f"model '{name}' is not in the model repository {self._url}")
+            raise _not_in_repository(name, self._url)
         entries = []
         for remote, info in found.items():
             relative = PurePosixPath(remote).relative_to(prefix).as_posix()
