@@ -21,7 +21,7 @@ import onnxruntime as ort
 from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorSpec
 from inferd.errors import ModelLoadError
 from inferd.runtimes.base import RuntimeOptions, cores_available, release_freed_memory
-from inferd.runtimes.onnx_errors import execution_error
+from inferd.runtimes.onnx_errors import execution_error, without_source_locations
 from inferd.runtimes.onnx_strings import bytes_from_ort, str_for_ort
 from inferd.types import DataType
 
@@ -192,7 +192,10 @@ class OnnxRuntime:
         try:
             self._session = ort.InferenceSession(str(path), sess_options=session_options, providers=providers)
         except Exception as exc:  # ORT raises its own pybind exception types for corrupt files
-            raise ModelLoadError(f"onnxruntime cannot load {path}: {exc}") from exc
+            raise ModelLoadError(
+                f"onnxruntime cannot load {path}: {without_source_locations(str(exc))}",
+                server_message=f"onnxruntime cannot load {path}: {exc}",
+            ) from exc
         self._signature = ModelSignature(
             inputs=tuple(_spec(arg) for arg in self._session.get_inputs()),
             outputs=tuple(_spec(arg) for arg in self._session.get_outputs()),
