@@ -21,6 +21,7 @@ gRPC statuses in exactly two tables, so no layer below the wire knows about stat
     ├── PermissionDeniedError        known credentials that do not cover the operation (403)
     ├── RequestTooLargeError         body above the server's limit (413 / RESOURCE_EXHAUSTED)
     ├── ModelTooLargeError           a model cannot fit the memory budget even after eviction (507)
+    ├── TooManyModelsError           the server holds as many models loaded from folders as it may (507)
     ├── NotFoundError                (404 / NOT_FOUND)
     │   ├── ModelNotFoundError
     │   └── VersionNotFoundError
@@ -38,6 +39,8 @@ from __future__ import annotations
 
 import enum
 import functools
+import os
+import re
 from typing import Any, ClassVar, TypeVar
 
 
@@ -62,6 +65,7 @@ class ErrorCode(enum.Enum):
     PERMISSION_DENIED = "PERMISSION_DENIED"
     REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
     MODEL_TOO_LARGE = "MODEL_TOO_LARGE"
+    TOO_MANY_MODELS = "TOO_MANY_MODELS"
     MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
     VERSION_NOT_FOUND = "VERSION_NOT_FOUND"
     NOT_FOUND = "NOT_FOUND"
@@ -92,14 +96,23 @@ class InferdError(Exception):
         tensor: str | None = None,
         expected: str | None = None,
         actual: str | None = None,
+        server_message: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.tensor = tensor
         self.expected = expected
         self.actual = actual
+        # The message as the server's log writes it, with what clients are not shown (the server's
+        # file paths, a library's source locations); None when it is the message itself.
+        self.server_message = server_message
         # Set by whichever layer knows it, so the wire can report it even for undecodable requests.
         self.request_id: str | None = None
+
+    @property
+    def logged(self) -> str:
+        """What the server's log says: the full message, paths included."""
+        return self.server_message or self.message
 
     def details(self) -> dict[str, Any]:
         """The machine-readable fields that sit beside the message on the wire."""
@@ -210,6 +223,13 @@ class ModelTooLargeError(InferdError):
     code = ErrorCode.MODEL_TOO_LARGE
 
 
+class TooManyModelsError(InferdError):
+    """A model load refused because the server holds as many such models as it may: SageMaker's
+    contract asks for 507 then, and the platform unloads a model it no longer uses and retries."""
+
+    code = ErrorCode.TOO_MANY_MODELS
+
+
 class NotFoundError(InferdError):
     code = ErrorCode.NOT_FOUND
 
@@ -284,7 +304,37 @@ def with_context(error: E, context: str) -> E:
     located = copied(error)
     located.message = f"{context}: {error.message}"
     located.args = (located.message,)
+    if error.server_message is not None:
+        located.server_message = f"{context}: {error.server_message}"
     return located
+
+
+def relative_to_model_folder(error: E, model_dir: str) -> E:
+    """`error` as clients see it: paths inside the model's folder `model_dir` (on the server) named
+    relative to it (`1/model.py`), the folder itself as "the model's folder". The server's log keeps
+    the full message (`logged`). The error itself when its message names no such path.
+
+    The one place a model's server paths leave messages: whoever knows a model's folder (its
+    loading, its runtime) passes the errors it raises through here."""
+    message = error.message
+    for folder in dict.fromkeys((model_dir, os.path.realpath(model_dir))):  # as given, and as resolved
+        folder = folder.rstrip("/")
+        if not folder:
+            continue
+        # Not inside a longer name (`/srv/models/m` in `/srv/models/m2/...`, `m` in `/srv/item/`).
+        message = re.sub(
+            r"(?<![\w./-])" + re.escape(folder) + r"(?:(/)|(?![\w-]|\.\w))",
+            lambda found: "" if found.group(1) else "the model's folder",
+            message,
+        )
+    if message == error.message:
+        return error
+    shown = copied(error)
+    shown.message = message
+    shown.args = (message,)
+    shown.server_message = error.logged
+    shown.request_id = error.request_id
+    return shown
 
 
 def copied(error: E) -> E:

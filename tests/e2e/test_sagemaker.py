@@ -255,6 +255,63 @@ def test_model_urls_must_stay_under_the_model_root(
     )
 
 
+def test_model_names_must_be_one_plain_folder_name(sagemaker_server: ServerProcess, model_root: Path) -> None:
+    url = str(model_root / "d4e5f6" / "model")
+    for name in ("..", ".", "a/b", "a\\b", "a\0b", "a\nb", "x" * 5000, ".hidden"):
+        reply = http_request(sagemaker_server, "POST", "/models", orjson.dumps({"model_name": name, "url": url}))
+        assert reply.status == 400, (name[:20], reply.status, reply.body[:200])
+        error = orjson.loads(reply.body)
+        assert error["code"] == "INVALID_ARGUMENT" and "is not one folder name" in error["error"], error
+        assert len(error["error"]) < 400  # a 5,000-character name is not echoed whole
+    # Nothing was loaded under any of them, by either API.
+    assert orjson.loads(http_request(sagemaker_server, "GET", "/models").body) == {"models": []}
+    index = orjson.loads(http_request(sagemaker_server, "POST", "/v2/repository/index", b"{}").body)
+    assert sorted(entry["name"] for entry in index) == ["add_sub", "mlp"]
+    # A name at the file system's limit is a name.
+    longest = "m" * 255
+    assert (
+        http_request(sagemaker_server, "POST", "/models", orjson.dumps({"model_name": longest, "url": url})).status
+        == 200
+    )
+    assert http_request(sagemaker_server, "DELETE", f"/models/{longest}").status == 200
+
+
+@pytest.fixture(scope="module")
+def capped_server(tmp_path_factory: pytest.TempPathFactory, model_root: Path) -> Iterator[ServerProcess]:
+    repository = tmp_path_factory.mktemp("capped-repository")
+    logs = tmp_path_factory.mktemp("capped-logs") / "server.log"
+    ports = free_ports(3)
+    env = {"SAGEMAKER_BIND_TO_PORT": str(ports[0]), "INFERD_SAGEMAKER_MAX_MODELS": "2"}
+    args = ("--sagemaker", "--sagemaker-model-root", str(model_root))
+    with run_server(repository, logs, *args, ports=(ports[0], ports[1], ports[2]), env=env) as server:
+        yield server
+
+
+def test_models_loaded_from_folders_are_bounded(capped_server: ServerProcess, model_root: Path) -> None:
+    def load(name: str) -> tuple[int, dict]:
+        body = orjson.dumps({"model_name": name, "url": str(model_root / "d4e5f6" / "model")})
+        reply = http_request(capped_server, "POST", "/models", body)
+        return reply.status, orjson.loads(reply.body) if reply.body else {}
+
+    assert load("one")[0] == 200 and load("two")[0] == 200
+    status, error = load("three")
+    # SageMaker's contract: 507 when a model cannot be loaded for want of resources; the platform
+    # then unloads a model it no longer uses and tries again.
+    assert status == 507 and error["code"] == "TOO_MANY_MODELS", error
+    assert "2 models loaded from folders" in error["error"]
+    assert load("two")[0] == 409  # a name loaded already is still that, not a 507
+    assert [m["modelName"] for m in orjson.loads(http_request(capped_server, "GET", "/models").body)["models"]] == [
+        "one",
+        "two",
+    ]
+    assert http_request(capped_server, "DELETE", "/models/one").status == 200
+    assert load("three")[0] == 200
+    assert (
+        http_request(capped_server, "POST", "/models/three/invoke", orjson.dumps({"instances": ROWS.tolist()})).status
+        == 200
+    )
+
+
 def test_boto3_path_counts_under_the_sagemaker_door(sagemaker_server: ServerProcess) -> None:
     before = scrape(sagemaker_server)
     runtime(sagemaker_server).invoke_endpoint(EndpointName="local", Body=v2_body(ROWS), ContentType="application/json")

@@ -11,6 +11,7 @@ from click.core import ParameterSource
 
 from inferd.config.server import (
     DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_SAGEMAKER_MAX_MODELS,
     HttpServerKind,
     IntraOpPools,
     LogFormat,
@@ -289,6 +290,15 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     show_default=True,
     envvar="INFERD_SAGEMAKER_MODEL_ROOT",
     help="With --sagemaker: the folder the 'url' of every POST /models must lie under.",
+)
+@click.option(
+    "--sagemaker-max-models",
+    default=DEFAULT_SAGEMAKER_MAX_MODELS,
+    show_default=True,
+    type=click.IntRange(min=1),
+    envvar="INFERD_SAGEMAKER_MAX_MODELS",
+    help="With --sagemaker: models POST /models may have loaded at once; one more is answered 507, "
+    "as SageMaker's multi-model contract asks (the platform then unloads one and retries).",
 )
 @click.option(
     "--tls-cert",

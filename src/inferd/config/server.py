@@ -16,6 +16,7 @@ class LogFormat(enum.Enum):
 
 
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+DEFAULT_SAGEMAKER_MAX_MODELS = 1000
 
 
 class IntraOpPools(enum.Enum):
@@ -99,6 +100,9 @@ class ServerSettings(BaseModel):
     """Run as a SageMaker container: the multi-model endpoint routes and /endpoints/NAME/invocations."""
     sagemaker_model_root: str = "/opt/ml/models"
     """With sagemaker: the folder every model loaded by POST /models must lie under."""
+    sagemaker_max_models: int = Field(default=DEFAULT_SAGEMAKER_MAX_MODELS, gt=0)
+    """With sagemaker: models POST /models may have loaded at once; one more is refused with 507
+    (SageMaker then unloads one it no longer uses and retries). Default 1000."""
     sagemaker_default_model: str = ""
     """The model /invocations serves without X-Amzn-SageMaker-Target-Model (SAGEMAKER_TRITON_DEFAULT_MODEL_NAME)."""
     max_connections: int = Field(default=4096, gt=0)

@@ -240,25 +240,21 @@ class DynamicBatcher:
         timing: RequestTiming,
         deadline_s: float | None,
     ) -> Arrays:
-        """Run a request that comes alone to an idle batcher at once, as a model without a batcher
-        runs one, rather than a loop turn later in case company comes (24 us more of a lone
-        request's latency on the tiny model). Company that has not been coming (see
-        _learn_company); should a second request arrive in this loop turn after all, later ones
-        wait for company again."""
+        """Run a request that comes alone to an idle batcher at once, on the path a model without a
+        batcher runs one (which checks its rows, as _split checks a batch's), rather than a loop
+        turn later in case company comes (24 us more of a lone request's latency on the tiny
+        model). Company that has not been coming (see _learn_company); should a second request
+        arrive in this loop turn after all, later ones wait for company again."""
         self._dispatched_alone_this_turn = True
         asyncio.get_running_loop().call_soon(self._turn_over)
         self._learn_company(1)
-        started = time.perf_counter()
         self._executing += 1
         try:
-            results, timing.queue_s = await self._pool.execute(feeds, output_names, rows, deadline_s)
+            return await self._pool.execute_request(
+                feeds, output_names, rows, timing, deadline_s, batched=True, tracer=self._tracer
+            )
         finally:
             self._executing -= 1
-        timing.compute_infer_s = time.perf_counter() - started - timing.queue_s
-        timing.batch_rows = rows
-        if self._tracer is not None:
-            self._tracer.executed((timing,), rows, timing.compute_infer_s, 0.0, False)
-        return results
 
     def _turn_over(self) -> None:
         self._dispatched_alone_this_turn = False

@@ -26,8 +26,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from inferd.core.tracing import ExecutionTracer
+from inferd.core.validation import check_output_rows
 from inferd.runtimes import Runtime
 from inferd.runtimes.base import EXECUTION_DEADLINE, cores_available
+from inferd.types import RequestTiming
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 Execution = tuple[int, float, float]
@@ -254,6 +257,31 @@ class InstancePool:
 
         self.run(instance, job, done)
         return await answer, waited_s
+
+    async def execute_request(
+        self,
+        inputs: Mapping[str, np.ndarray[Any, Any]],
+        names: Sequence[str],
+        rows: int,
+        timing: RequestTiming,
+        deadline_s: float | None,
+        *,
+        batched: bool,
+        tracer: ExecutionTracer | None,
+    ) -> Arrays:
+        """Run one request alone: the one path for a model without a batcher and for a batcher's
+        lone request. Its outputs, their rows checked when the model `batched` (a model that
+        answers more or fewer rows than it got must not be answered with them), and its queue and
+        compute time written to `timing`."""
+        started = time.perf_counter()
+        results, timing.queue_s = await self.execute(inputs, names, rows, deadline_s)
+        if batched:
+            check_output_rows(self._name, results, rows)
+        timing.compute_infer_s = time.perf_counter() - started - timing.queue_s
+        timing.batch_rows = rows
+        if tracer is not None:
+            tracer.executed((timing,), rows, timing.compute_infer_s, 0.0, False)
+        return results
 
     def _finished_on_thread(
         self,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,7 @@ from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import Arrays, InstancePool
 from inferd.core.sequence import SequenceBatcher
 from inferd.core.tracing import ExecutionTracer
-from inferd.core.validation import check_output_rows, output_names, prepare_inputs
+from inferd.core.validation import output_names, prepare_inputs
 from inferd.errors import (
     DeadlineUnreachableError,
     InvalidRequestError,
@@ -35,7 +35,7 @@ from inferd.errors import (
     OverloadedError,
 )
 from inferd.runtimes.base import release_freed_memory
-from inferd.types import DataType, InferRequest, InferResponse, RequestTiming, Tensor
+from inferd.types import DataType, InferRequest, InferResponse, Tensor
 
 
 class HandleState(enum.Enum):
@@ -228,7 +228,15 @@ class ModelHandle(Handle):
         elif batcher is None:
             if deadline_s is not None:
                 self._check_deadline(deadline_s)
-            results = await self._run_unbatched(feeds, batch_size, names, request.timing, deadline_s)
+            results = await self.pool.execute_request(
+                feeds,
+                names,
+                batch_size,
+                request.timing,
+                deadline_s,
+                batched=self.config.max_batch_size > 0,
+                tracer=self.tracer,
+            )
         else:
             results = await batcher.submit(
                 feeds,
@@ -256,24 +264,6 @@ class ModelHandle(Handle):
                 f"{max(0.0, left_s) * 1000:.1f} ms left, about {estimate_s * 1000:.1f} ms needed",
                 retry_after_s=estimate_s,
             )
-
-    async def _run_unbatched(
-        self,
-        feeds: Mapping[str, np.ndarray[Any, Any]],
-        rows: int,
-        names: list[str],
-        timing: RequestTiming,
-        deadline_s: float | None,
-    ) -> Arrays:
-        started = time.perf_counter()
-        results, timing.queue_s = await self.pool.execute(feeds, names, rows, deadline_s)
-        if self.config.max_batch_size > 0:
-            check_output_rows(self.config.name, results, rows)
-        timing.compute_infer_s = time.perf_counter() - started - timing.queue_s
-        timing.batch_rows = rows
-        if self.tracer is not None:
-            self.tracer.executed((timing,), rows, timing.compute_infer_s, 0.0, False)
-        return results
 
     def _output_tensor(self, name: str, array: np.ndarray[Any, Any] | None, batch_size: int) -> Tensor:
         spec = self.config.output(name)

@@ -68,6 +68,7 @@ from inferd.errors import (
     ModelTooLargeError,
     PermissionDeniedError,
     VersionNotFoundError,
+    relative_to_model_folder,
     with_triton_phrase,
 )
 from inferd.runtimes import estimate_memory_bytes, needs_files
@@ -378,7 +379,7 @@ class ModelRegistry:
                 raise  # the caller's request was refused: the model is as it was
             except InferdError as exc:
                 self._publish_failure(name, exc.message, fingerprint)
-                logger.error("model %s failed to load: %s", name, exc.message, extra={"model": name})
+                logger.error("model %s failed to load: %s", name, exc.logged, extra={"model": name})
                 raise
             if model.config.ensemble is None:
                 await self._load_cleaning_up(name, model)
@@ -391,7 +392,7 @@ class ModelRegistry:
             if model.owned_dir is not None:
                 shutil.rmtree(model.owned_dir, ignore_errors=True)
             self._publish_failure(name, exc.message, model.fingerprint)
-            logger.error("model %s failed to load: %s", name, exc.message, extra={"model": name})
+            logger.error("model %s failed to load: %s", name, exc.logged, extra={"model": name})
             raise
         async with self._lock(name):
             if if_not_loaded and self._serves(name):
@@ -605,9 +606,11 @@ class ModelRegistry:
                 if overridden and not code_may_change:
                     check_override(config, model_dir, selected)
             check_config_paths(config, model_dir, selected)
-        except BaseException:
+        except BaseException as exc:
             if owned_dir is not None:
                 shutil.rmtree(owned_dir, ignore_errors=True)
+            if isinstance(exc, InferdError):  # config.pbtxt's errors name its path
+                raise relative_to_model_folder(exc, str(model_dir)) from exc
             raise
         memory = {version: self._estimate(config, model_dir, version, fingerprint) for version in selected}
         return LocalModel(model_dir, config, selected, fingerprint, owned_dir, fetch_s, memory)
@@ -734,11 +737,14 @@ class ModelRegistry:
             "model %s version %d failed to load: %s",
             name,
             version,
-            exc.message,
+            exc.logged,
             extra={"model": name, "version": version},
         )
         self._metrics.version_load_failed(name)
-        return VersionRecord(version, ModelState.FAILED, exc.message, files=files, config=model.config)
+        # The reason clients read (load answers, readiness, the index) names files inside the
+        # model's folder, not where the server keeps it.
+        reason = relative_to_model_folder(exc, str(model.model_dir)).message
+        return VersionRecord(version, ModelState.FAILED, reason, files=files, config=model.config)
 
     def _ensemble_handle(self, config: ModelConfig, version: int) -> EnsembleHandle:
         """Plan the ensemble against the configs of its step models, which serve by now."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from inferd.errors import InferdError, ModelLoadError, ModelNotFoundError
+from inferd.errors import InferdError, InvalidRequestError, ModelLoadError, ModelNotFoundError, TooManyModelsError
 
 CONFIG_FILE = "config.pbtxt"
 # (path relative to the model folder, size, tag): the tag is an ETag or a modification time.
@@ -58,9 +58,31 @@ class ModelFingerprint:
         return [version for version, _ in self.versions]
 
 
+# The longest file name Linux and macOS file systems take (NAME_MAX), in bytes of UTF-8.
+MAX_NAME_BYTES = 255
+PLAIN_NAME_RULE = (
+    f"one folder name: not empty, at most {MAX_NAME_BYTES} bytes of UTF-8, without '/', '\\' or control "
+    "characters, not starting with '.'"
+)
+
+
 def is_plain_name(name: str) -> bool:
-    """A single folder name: not empty, no separator, not `.`/`..`, not hidden."""
-    return bool(name) and "/" not in name and "\\" not in name and "\x00" not in name and not name.startswith(".")
+    """A single folder name (PLAIN_NAME_RULE): no separator, not `.`/`..`, not hidden, nothing a file
+    system refuses (NUL, a name too long) or a log line would be split by (a newline)."""
+    return (
+        bool(name)
+        and not name.startswith(".")
+        and "/" not in name
+        and "\\" not in name
+        and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)
+        and len(name.encode("utf-8", "surrogatepass")) <= MAX_NAME_BYTES
+    )
+
+
+def _not_in_repository(name: str, location: str) -> ModelNotFoundError:
+    """Where the repository is stays in the server's log: clients are not told the server's paths."""
+    message = f"model '{name}' is not in the model repository"
+    return ModelNotFoundError(message, server_message=f"{message} {location}")
 
 
 def fingerprint_of(files: Iterable[FileEntry]) -> ModelFingerprint:
@@ -140,7 +162,7 @@ class LocalRepository:
 
     def _model_dir(self, name: str) -> Path:
         if not self.has_model(name):
-            raise ModelNotFoundError(f"model '{name}' is not in the model repository {self.root}")
+            raise _not_in_repository(name, self.describe())
         return self.root / name
 
     def _is_model_dir(self, path: Path) -> bool:
@@ -214,12 +236,12 @@ class FsspecRepository:
     def _listing(self, name: str) -> list[tuple[FileEntry, str]]:
         """(relative path, size, tag) and the remote path of every file of the model."""
         if not is_plain_name(name):
-            raise ModelNotFoundError(f"model '{name}' is not in the model repository {self._url}")
+            raise _not_in_repository(name, self._url)
         prefix = f"{self._root}/{name}"
         self._fs.invalidate_cache(prefix)
         found = self._fs.find(prefix, detail=True)
         if not found:
-            raise ModelNotFoundError(f"model '{name}' is not in the model repository {self._url}")
+            raise _not_in_repository(name, self._url)
         entries = []
         for remote, info in found.items():
             relative = PurePosixPath(remote).relative_to(prefix).as_posix()
@@ -232,12 +254,24 @@ class FsspecRepository:
 
 class LinkedModels:
     """Model folders added while serving, each under a name of its own: SageMaker's multi-model
-    endpoints load a folder the platform chose, under the name it gives. A repository of links."""
+    endpoints load a folder the platform chose, under the name it gives. A repository of links,
+    at most `max_models` of them."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_models: int) -> None:
         self._folders: dict[str, Path] = {}
+        self._max_models = max_models
 
     def link(self, name: str, folder: Path) -> None:
+        """Serve `folder` as model `name`: a name that is not plain is the caller's mistake, and a
+        link past `max_models` is refused (the caller may unload one and retry)."""
+        if not is_plain_name(name):
+            shown = name if len(name) <= 80 else f"{name[:80]}..."
+            raise InvalidRequestError(f"model name {shown!r} is not {PLAIN_NAME_RULE}")
+        if name not in self._folders and len(self._folders) >= self._max_models:
+            raise TooManyModelsError(
+                f"cannot load model '{name}': {len(self._folders)} models loaded from folders, the most this "
+                f"server holds (--sagemaker-max-models {self._max_models}); unload one first"
+            )
         self._folders[name] = folder
 
     def unlink(self, name: str) -> None:
@@ -307,11 +341,16 @@ class Repositories:
     def _source(self, name: str) -> ModelRepository:
         holding = [source for source in self._sources if source.has_model(name)]
         if not holding:
-            raise ModelNotFoundError(f"model '{name}' is in none of the model repositories ({self.describe()})")
+            raise ModelNotFoundError(
+                f"model '{name}' is in none of the model repositories",
+                server_message=f"model '{name}' is in none of the model repositories ({self.describe()})",
+            )
         if len(holding) > 1:
+            unique = "a model name must be unique across them"
             raise ModelLoadError(
-                f"model '{name}' is in several model repositories ({', '.join(s.describe() for s in holding)}); "
-                "a model name must be unique across them"
+                f"model '{name}' is in several model repositories ({len(holding)} of them); {unique}",
+                server_message=f"model '{name}' is in several model repositories "
+                f"({', '.join(s.describe() for s in holding)}); {unique}",
             )
         return holding[0]
 

@@ -27,7 +27,8 @@ import numpy as np
 
 from inferd.config.model import ControlKind, ModelConfig, SequenceControl
 from inferd.core.executor import Arrays, InstancePool
-from inferd.errors import InvalidRequestError, ModelNotReadyError
+from inferd.core.validation import check_output_rows
+from inferd.errors import InferdError, InvalidRequestError, ModelNotReadyError, copied
 from inferd.types import DataType, InferRequest
 
 logger = logging.getLogger("inferd.sequence")
@@ -193,11 +194,14 @@ class SequenceBatcher:
             feeds, rows, places = self._feeds(batch)
             names = sorted({name for _, item in batch for name in item.names})
             results, _ = await self._pool.execute(feeds, names, rows)
+            if self._batched:  # a row too few would answer its request an empty tensor
+                check_output_rows(self._config.name, results, rows)
         except Exception as exc:
             for sequence, item in batch:
                 sequence.queue.popleft()
                 if not item.done.done():
-                    item.done.set_exception(exc)
+                    # One error for the whole batch: each request gets its own copy to put its id on.
+                    item.done.set_exception(copied(exc) if isinstance(exc, InferdError) and len(batch) > 1 else exc)
         else:
             for (sequence, item), row in zip(batch, places, strict=True):
                 sequence.queue.popleft()

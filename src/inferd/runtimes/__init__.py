@@ -97,7 +97,7 @@ def runtime_kind(config: ModelConfig, version_dir: Path) -> RuntimeKind:
         files = sorted(p.name for p in version_dir.iterdir()) if version_dir.is_dir() else []
         raise ModelLoadError(
             f"model '{config.name}': no platform or backend in its config, and no model file in "
-            f"{version_dir} tells one ({', '.join(sorted(_KINDS_BY_FILE))} do; found: {', '.join(files) or 'nothing'})"
+            f"{version_dir}/ tells one ({', '.join(sorted(_KINDS_BY_FILE))} do; found: {', '.join(files) or 'nothing'})"
         )
     return detected
 

@@ -19,8 +19,9 @@ import numpy as np
 import onnxruntime as ort
 
 from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorSpec
-from inferd.errors import InternalError, InvalidRequestError, ModelLoadError
+from inferd.errors import ModelLoadError
 from inferd.runtimes.base import RuntimeOptions, cores_available, release_freed_memory
+from inferd.runtimes.onnx_errors import execution_error, without_source_locations
 from inferd.runtimes.onnx_strings import bytes_from_ort, str_for_ort
 from inferd.types import DataType
 
@@ -170,6 +171,7 @@ class OnnxRuntime:
     may_run_inline = True
 
     def __init__(self, config: ModelConfig, version_dir: Path, options: RuntimeOptions) -> None:
+        self._name = config.name
         session_options = ort.SessionOptions()
         if options.intra_op_threads is None:
             _use_shared_pool(config, session_options)
@@ -190,7 +192,10 @@ class OnnxRuntime:
         try:
             self._session = ort.InferenceSession(str(path), sess_options=session_options, providers=providers)
         except Exception as exc:  # ORT raises its own pybind exception types for corrupt files
-            raise ModelLoadError(f"onnxruntime cannot load {path}: {exc}") from exc
+            raise ModelLoadError(
+                f"onnxruntime cannot load {path}: {without_source_locations(str(exc))}",
+                server_message=f"onnxruntime cannot load {path}: {exc}",
+            ) from exc
         self._signature = ModelSignature(
             inputs=tuple(_spec(arg) for arg in self._session.get_inputs()),
             outputs=tuple(_spec(arg) for arg in self._session.get_outputs()),
@@ -221,9 +226,9 @@ class OnnxRuntime:
         try:
             results = self._session.run(list(output_names), feeds, self._shrink_options if shrink else None)
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ValueError) as exc:
-            raise InvalidRequestError(f"the model rejected the inputs: {exc}") from exc
+            raise execution_error(self._name, exc, inputs, invalid_argument=True) from exc
         except Exception as exc:
-            raise InternalError(f"onnxruntime failed: {exc}") from exc
+            raise execution_error(self._name, exc, inputs, invalid_argument=False) from exc
         if shrink:  # the arena freed its chunks; the C heap keeps their pages unless trimmed
             release_freed_memory()
         return {

@@ -43,7 +43,14 @@ import numpy as np
 
 from inferd.config.loader import DATATYPES_BY_CONFIG_NAME
 from inferd.config.model import ModelConfig, ModelSignature, TensorSpec
-from inferd.errors import InferdError, InternalError, ModelLoadError, ModelOutputError, ModelRaisedError
+from inferd.errors import (
+    InferdError,
+    InternalError,
+    ModelLoadError,
+    ModelOutputError,
+    ModelRaisedError,
+    relative_to_model_folder,
+)
 from inferd.runtimes.base import RuntimeOptions, running_loop, signature_from_config
 from inferd.types import DataType
 
@@ -77,6 +84,7 @@ class PythonRuntime:
         # Outside a server (tools, tests): a loop of this instance's own, run by the executing thread.
         self._own_loop: asyncio.AbstractEventLoop | None = None
         self._path = version_dir / (config.default_model_filename or DEFAULT_MODEL_FILENAME)
+        self._model_dir = version_dir.parent
         if not self._path.is_file():
             raise ModelLoadError(f"model file {self._path} not found")
         module = self._import()
@@ -118,9 +126,7 @@ class PythonRuntime:
         except InferdError:  # the model may raise inferd's own errors, which say what they mean
             raise
         except Exception as exc:
-            raise ModelRaisedError(
-                f"model '{self._name}' version {self._version} raised {_describe(exc, self._path)}"
-            ) from exc
+            raise self._raised(exc) from exc
         if not isinstance(returned, Mapping):
             raise ModelOutputError(
                 f"model '{self._name}' version {self._version}: execute returned {type(returned).__name__}, "
@@ -154,9 +160,13 @@ class PythonRuntime:
         except InferdError:
             raise
         except Exception as exc:
-            raise ModelRaisedError(
-                f"model '{self._name}' version {self._version} raised {_describe(exc, self._path)}"
-            ) from exc
+            raise self._raised(exc) from exc
+
+    def _raised(self, exc: Exception) -> ModelRaisedError:
+        """The model's exception for its client: what it says may name files of the model's folder
+        (a file it could not open), which clients see relative to that folder."""
+        raised = ModelRaisedError(f"model '{self._name}' version {self._version} raised {_describe(exc, self._path)}")
+        return relative_to_model_folder(raised, str(self._model_dir))
 
     def _response(self, item: Any, output_names: Sequence[str]) -> dict[str, np.ndarray[Any, Any]]:
         if not isinstance(item, Mapping):

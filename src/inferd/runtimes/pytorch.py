@@ -194,7 +194,7 @@ def _model_path(config: ModelConfig, version_dir: Path) -> Path:
     for name in names:
         if (version_dir / name).is_file():
             return version_dir / name
-    raise ModelLoadError(f"no {' or '.join(names)} in {version_dir}")
+    raise ModelLoadError(f"no {' or '.join(names)} in {version_dir}/")
 
 
 def _tensor(array: np.ndarray[Any, Any], device: torch.device) -> torch.Tensor:

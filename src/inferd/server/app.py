@@ -90,7 +90,7 @@ def start_tracing(settings: TracingSettings) -> Tracing:
 
 async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | None) -> None:
     """`cache_dir`: where files of remote repositories are fetched to; `tracing`: None when off."""
-    linked = LinkedModels() if settings.sagemaker else None
+    linked = LinkedModels(max_models=settings.sagemaker_max_models) if settings.sagemaker else None
     repository = open_repositories(settings.model_repository, cache_dir, linked)
     await asyncio.to_thread(repository.check)
     statistics = ServingStatistics()

@@ -213,7 +213,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
                 empty.parameters[FINAL_RESPONSE].bool_param = True
                 await answers.put(pb.ModelStreamInferResponse(infer_response=empty))
         except InferdError as exc:
-            logger.warning("ModelStreamInfer -> %s: %s", exc.code.value, exc.message)
+            logger.warning("ModelStreamInfer -> %s: %s", exc.code.value, exc.logged)
             report_failure(exc.code.value, exc.message)
             await answers.put(pb.ModelStreamInferResponse(error_message=exc.message))
         except Exception as exc:
@@ -311,7 +311,7 @@ async def abort(context: grpc.aio.ServicerContext, method: str, error: InferdErr
         method,
         status.name,
         error.code.value,
-        error.message,
+        error.logged,
         extra={"request_id": request_id},
     )
     # The machine-readable fields the REST body carries, as trailing metadata: inferd-code, inferd-tensor, ...

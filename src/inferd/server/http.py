@@ -100,7 +100,7 @@ class HttpApp:
             request.path,
             status,
             error.code.value,
-            error.message,
+            error.logged,
             extra={"request_id": request_id, "status": status, "protocol": group.protocol},
         )
         headers = [(b"content-type", content_type), (REQUEST_ID_HEADER, header_value(request_id).encode("ascii"))]

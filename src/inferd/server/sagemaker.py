@@ -126,7 +126,10 @@ class SageMakerDoor:
         root = self._model_root.resolve()
         folder = Path(url).resolve()
         if not folder.is_relative_to(root):
-            raise LoadRequestError(f"'url' {url!r} is not under the model root {root} (--sagemaker-model-root)")
+            raise LoadRequestError(
+                f"'url' {url!r} is not under the model root (--sagemaker-model-root)",
+                server_message=f"'url' {url!r} is not under the model root {root} (--sagemaker-model-root)",
+            )
         if not folder.is_dir():
             raise LoadRequestError(f"'url' {url!r} is not a folder")
         if _is_model_folder(folder):
@@ -137,7 +140,10 @@ class SageMakerDoor:
                 f"'url' {url!r} holds no model: expected config.pbtxt or version folders, in it or in one folder of it"
             )
         if not inside[0].resolve().is_relative_to(root):
-            raise LoadRequestError(f"'url' {url!r} links outside the model root {root}")
+            raise LoadRequestError(
+                f"'url' {url!r} links outside the model root",
+                server_message=f"'url' {url!r} links outside the model root {root}",
+            )
         return inside[0]
 
     def _target_model(self, request: HttpRequest) -> str:

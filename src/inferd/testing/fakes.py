@@ -18,13 +18,20 @@ class FakeRuntime:
     """y = 2 * x. Rejects a batch holding a negative value (as an engine rejects bad input).
 
     `gate`, when given, holds every execution until it is set, so a test can keep an instance busy;
-    `may_run_inline` False stands for a runtime that may block (a Python model).
+    `may_run_inline` False stands for a runtime that may block (a Python model); `extra_rows`
+    (negative: fewer) makes it answer that many rows more than it got, as a broken model would.
     """
 
     def __init__(
-        self, gate: threading.Event | None = None, compute_s: float = 0.0, *, may_run_inline: bool = True
+        self,
+        gate: threading.Event | None = None,
+        compute_s: float = 0.0,
+        *,
+        may_run_inline: bool = True,
+        extra_rows: int = 0,
     ) -> None:
         self.may_run_inline = may_run_inline
+        self.extra_rows = extra_rows
         self.batches: list[int] = []
         self.gate = gate
         # Stands for the model's own compute time (a busy wait: it holds the thread as compute does).
@@ -46,7 +53,12 @@ class FakeRuntime:
         self.batches.append(int(x.shape[0]))
         if (x < 0).any():
             raise InvalidRequestError("negative input")
-        return {"y": x * 2}
+        y = x * 2
+        if self.extra_rows > 0:
+            y = np.concatenate([y, y[: self.extra_rows]])
+        elif self.extra_rows < 0:
+            y = y[: self.extra_rows]
+        return {"y": y}
 
     def close(self) -> None:
         return None

@@ -132,6 +132,39 @@ def slow_model(path: Path, size: int = 1024, repeats: int = 24, batched: bool = 
     _save(graph, path)
 
 
+def positions_model(path: Path, max_positions: int = 8, width: int = 4) -> None:
+    """input_ids INT64 [batch, sequence] → y FP32 [batch, sequence, width]: token embeddings plus
+    position embeddings from a table of `max_positions` rows, the positions sliced from a constant
+    as a transformer export does (MiniLM's 512). Longer sequences fail inside ONNX Runtime, at
+    execution: the graph's inputs say any length."""
+    onnx = _onnx()
+    helper, numpy_helper = onnx.helper, onnx.numpy_helper
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Gather", ["tokens", "input_ids"], ["token_embeddings"]),
+        helper.make_node("Shape", ["input_ids"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["length"], axis=0),
+        helper.make_node("Slice", ["position_ids", "zero", "length", "one"], ["positions"]),
+        helper.make_node("Gather", ["position_table", "positions"], ["position_embeddings"]),
+        helper.make_node("Add", ["token_embeddings", "position_embeddings"], ["y"]),
+    ]
+    initializers = [
+        numpy_helper.from_array(rng.standard_normal((100, width)).astype(np.float32), "tokens"),
+        numpy_helper.from_array(rng.standard_normal((max_positions, width)).astype(np.float32), "position_table"),
+        numpy_helper.from_array(np.arange(max_positions, dtype=np.int64)[None, :], "position_ids"),
+        numpy_helper.from_array(np.array([0], dtype=np.int64), "zero"),
+        numpy_helper.from_array(np.array([1], dtype=np.int64), "one"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "positions",
+        [helper.make_tensor_value_info("input_ids", onnx.TensorProto.INT64, ["batch", "sequence"])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", "sequence", width])],
+        initializer=initializers,
+    )
+    _save(graph, path)
+
+
 def torch_module(seed: int = 0) -> Any:
     """A small PyTorch module: forward(x [B, 4], scale [B, 1]) -> (mlp(x) * scale [B, 3], the row
     sums of x [B, 1]). Needs torch (the `pytorch` extra)."""

@@ -434,3 +434,22 @@ async def test_each_priority_level_has_its_own_queue_policy() -> None:
         await submit(batcher, [3.0], priority=1)
     gate.set()
     await asyncio.gather(blocker, urgent, *relaxed)
+
+
+@pytest.mark.parametrize("extra_rows", [1, -1])
+async def test_a_model_that_answers_the_wrong_number_of_rows_fails_every_request_alone_or_merged(
+    extra_rows: int,
+) -> None:
+    runtime = FakeRuntime(extra_rows=extra_rows)
+    batcher = make([runtime], max_batch_size=8)
+    # One after another: past the first few lone batches the batcher runs a lone request at once
+    # (its own path), which must check the rows as a merged batch's are checked.
+    for _ in range(50):
+        with pytest.raises(ModelOutputError, match="output 'y' has shape"):
+            await asyncio.wait_for(submit(batcher, [1.0]), timeout=10)
+        await asyncio.sleep(0)
+    assert len(runtime.batches) == 50
+    together = [asyncio.ensure_future(submit(batcher, [float(v)])) for v in range(50)]
+    outcomes = await asyncio.wait_for(asyncio.gather(*together, return_exceptions=True), timeout=10)
+    assert all(isinstance(outcome, ModelOutputError) for outcome in outcomes)
+    assert len({id(outcome) for outcome in outcomes}) == 50  # each its own copy, for its own request id

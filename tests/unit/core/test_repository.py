@@ -9,8 +9,8 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from inferd.core.repository import FsspecRepository, LocalRepository, Repositories, is_plain_name
-from inferd.errors import ModelLoadError, ModelNotFoundError
+from inferd.core.repository import FsspecRepository, LinkedModels, LocalRepository, Repositories, is_plain_name
+from inferd.errors import InvalidRequestError, ModelLoadError, ModelNotFoundError, TooManyModelsError
 
 
 @pytest.fixture
@@ -77,3 +77,27 @@ def test_a_name_in_two_repositories_is_refused(tmp_path: Path) -> None:
     assert both.fingerprint("only_a").version_numbers == [1]
     with pytest.raises(ModelLoadError, match="several model repositories"):
         both.fingerprint("same")
+
+
+def test_a_plain_name_is_one_folder_name_a_file_system_takes(tmp_path: Path) -> None:
+    for name in ("a\nb", "a\0b", "a\rb", "tab\there", "del\x7f", "x" * 256, "é" * 128, "a\\b"):
+        assert not is_plain_name(name), name
+        # Never an OSError (ENAMETOOLONG, an embedded NUL) from looking it up: simply not there.
+        assert not LocalRepository(tmp_path).has_model(name)
+    for name in ("x" * 255, "é" * 127, "model-1.onnx_v2", "modèle"):
+        assert is_plain_name(name), name
+
+
+def test_linked_folders_take_plain_names_and_at_most_max_models(tmp_path: Path) -> None:
+    linked = LinkedModels(max_models=2)
+    for name in ("..", "a/b", "a\nb", "x" * 5000):
+        with pytest.raises(InvalidRequestError, match="is not one folder name"):
+            linked.link(name, tmp_path)
+    linked.link("one", tmp_path)
+    linked.link("two", tmp_path)
+    linked.link("two", tmp_path / "again")  # relinking a name takes no room
+    with pytest.raises(TooManyModelsError, match="2 models loaded from folders"):
+        linked.link("three", tmp_path)
+    linked.unlink("one")
+    linked.link("three", tmp_path)
+    assert linked.model_names() == ["three", "two"]
