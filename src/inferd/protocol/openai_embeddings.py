@@ -15,8 +15,10 @@ import numpy as np
 import orjson
 
 from inferd.errors import InferdError, MalformedRequestError
+from inferd.limits import text_bytes
 from inferd.protocol import json_v2
 from inferd.protocol.status import HTTP_STATUS
+from inferd.protocol.tensor_bytes import check_text_size
 
 # The most texts one request may carry (OpenAI's own limit is 2048).
 MAX_INPUTS = 2048
@@ -93,7 +95,7 @@ def encode_error(error: InferdError, request_id: str) -> tuple[int, bytes, bytes
 
 def _texts(value: Any) -> tuple[bytes, ...]:
     if isinstance(value, str):
-        return (value.encode("utf-8"),)
+        value = [value]
     if not isinstance(value, list) or not value:
         raise MalformedRequestError("'input' must be a string or a non-empty list of strings")
     if len(value) > MAX_INPUTS:
@@ -104,4 +106,7 @@ def _texts(value: Any) -> tuple[bytes, ...]:
                 "'input' as token ids is not supported: send the text, which the model tokenizes"
             )
         raise MalformedRequestError("'input' must be a string or a list of strings")
-    return tuple(text.encode("utf-8") for text in value)
+    texts = tuple(text.encode("utf-8") for text in value)
+    # The request's texts together (the door sends them to the model in batches, each checked again).
+    check_text_size("input", text_bytes(texts))
+    return texts

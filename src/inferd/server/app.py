@@ -23,9 +23,11 @@ from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import LinkedModels, open_repositories
 from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
+from inferd.limits import REQUEST_LIMITS
 from inferd.protocol.tfserving_batching import read_batching_parameters
 from inferd.runtimes.base import keep_large_blocks_off_the_heap
 from inferd.server.auth import Access, AccessPolicy, read_tokens
+from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.grpc import TokenInterceptor, build_grpc_server, new_grpc_server
 from inferd.server.http import HttpApp
 from inferd.server.http11 import HttpLimits, HttpServer
@@ -119,7 +121,10 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         model_control_mode=settings.model_control_mode,
         linked=linked,
         tracer=tracing,
+        limits=settings.request_limits,
     )
+    # Every door's decoders read the limits here; listeners started below inherit the context.
+    REQUEST_LIMITS.set(settings.request_limits)
 
     # Regions registered by local clients, read and written by the KServe doors (HTTP and gRPC).
     regions = SharedMemoryRegions()
@@ -287,7 +292,8 @@ def build_router(
     access: AccessPolicy | None = None,
 ) -> Router:
     """Every REST door on the HTTP port, and its OpenAPI document (with the tokens `access` asks for)."""
-    kserve = KServeDoor(service, settings.max_request_bytes, regions)
+    decoded = DecodedBytesBudget(settings.max_decoded_bytes_in_flight, settings.max_compression_ratio)
+    kserve = KServeDoor(service, settings.max_request_bytes, regions, decoded=decoded)
     tfserving = TfServingDoor(service)
     sagemaker = SageMakerDoor(
         service,
