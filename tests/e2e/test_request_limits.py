@@ -316,7 +316,19 @@ def test_tf_serving_grpc_strings_repeated_over_a_shape_count_their_real_bytes(
         assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "--max-request-text-bytes" in str(caught.value.details())
         assert peak_rss_bytes(server) - before < RSS_GROWTH_BYTES
+        # Past the element limit, refused before the fill: 100 million pointers would be 800 MB, so
+        # this shows the decoder itself holds the server's limits (not only the service, after).
+        del proto.tensor_shape.dim[1:]
+        proto.tensor_shape.dim.add(size=100_000_000)
+        proto.string_val[:] = [b"s"]
+        request.inputs["INPUT0"].CopyFrom(proto)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.Predict(request, timeout=60)
+        assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "--max-request-elements" in str(caught.value.details())
+        assert peak_rss_bytes(server) - before < RSS_GROWTH_BYTES
         # A fill within the limit is still TensorFlow's: the last string repeated.
+        proto.string_val[:] = [b"s" * 512]
         del proto.tensor_shape.dim[1:]
         proto.tensor_shape.dim.add(size=3)
         request.inputs["INPUT0"].CopyFrom(proto)
