@@ -23,6 +23,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import http.client
+import itertools
+import json
 import multiprocessing
 import multiprocessing.synchronize
 import os
@@ -30,7 +33,11 @@ import statistics
 import sys
 import tempfile
 import time
+import zlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import psutil
@@ -38,9 +45,11 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serving import Measurement, Setup, _wait_until_quiet, build_repository, paced_wrk, tiny_model
+from serving import Measurement, Model, Setup, _wait_until_quiet, build_repository, paced_wrk, tiny_model
 
-from inferd.testing.server import run_server
+from inferd.testing.models import identity_model, python_model, write_config
+from inferd.testing.server import free_port, run_server
+from inferd.types import DataType
 
 console = Console(width=150)
 OVERSIZED_BYTES = 300 * 1024 * 1024
@@ -194,19 +203,277 @@ class ServerUse:
         )
 
 
+# -- request attacks: one small request that asks for gigabytes or seconds (issue 28, 1c) ---------
+
+REQUEST_ATTACKS = ("tf-repeat", "inline-big", "compressed-flood", "openai-many-texts")
+# Stands for the tokenizer / mean_pooling: an inline model (it only computes, fast on the probe's
+# one empty text) whose work grows with its texts: 20 passes of numpy over each (which, as ONNX
+# Runtime does, lets go of the GIL while it computes).
+EMBEDDER_MODEL = """
+import numpy as np
+
+
+class Model:
+    may_run_inline = True
+
+    def execute(self, inputs):
+        spaces = []
+        for text in inputs["text"].ravel():
+            characters = np.frombuffer(text, dtype=np.uint8)
+            for _ in range(20):
+                count = int(np.count_nonzero(characters == 32))
+            spaces.append(count if len(characters) else 0)
+        return {"embedding": np.repeat(np.array(spaces, dtype=np.float32)[:, None], 4, axis=1)}
+"""
+EMBEDDER_CONFIG = """
+backend: "python"
+max_batch_size: 8
+input [ { name: "text" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "embedding" data_type: TYPE_FP32 dims: [ 4 ] } ]
+parameters { key: "embedding_input" value { string_value: "text" } }
+"""
+
+
+def _request_attack_repository(root: Path, model: Model) -> Path:
+    build_repository(root, model, None, Setup(batching=True))
+    identity_model(root / "identity_bytes" / "1" / "model.onnx", DataType.BYTES, ["batch", -1])
+    python_model(root / "embedder" / "1", EMBEDDER_MODEL)
+    write_config(root / "embedder", EMBEDDER_CONFIG)
+    return root
+
+
+def _attack_calls(name: str, http_port: int, tf_port: int) -> Callable[[], str]:
+    """One attacking call of `name` (blocking), returning its outcome (HTTP status or gRPC code)."""
+    if name == "tf-repeat":
+        import grpc
+
+        from inferd.protocol.tfserving_pb import tensorflow_pb2 as tf_pb
+        from inferd.protocol.tfserving_pb import tensorflow_serving_pb2 as serving_pb
+        from inferd.protocol.tfserving_pb import tensorflow_serving_pb2_grpc as serving_grpc
+
+        # 562 bytes: one 512-byte string repeated over [1, 1000000].
+        request = serving_pb.PredictRequest()
+        request.model_spec.name = "identity_bytes"
+        proto = request.inputs["INPUT0"]
+        proto.dtype = tf_pb.DT_STRING
+        proto.string_val.append(b"s" * 512)
+        proto.tensor_shape.dim.add(size=1)
+        proto.tensor_shape.dim.add(size=1_000_000)
+        channel = grpc.insecure_channel(f"127.0.0.1:{tf_port}", options=[("grpc.max_receive_message_length", -1)])
+        stub = serving_grpc.PredictionServiceStub(channel)
+
+        def tf_repeat() -> str:
+            try:
+                stub.Predict(request, timeout=120)
+            except grpc.RpcError as error:
+                return error.code().name
+            return "OK"
+
+        return tf_repeat
+    if name == "inline-big":
+        # 13 million one-byte BYTES elements (95 KB deflated) to an identity model, then one 8 MiB
+        # text to the inline embedder, in turn.
+        count = 13_000_000
+        header = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [1, count],
+                                         "parameters": {"binary_data_size": 5 * count}}]}).encode()  # fmt: skip
+        elements = zlib.compress(header + b"\x01\x00\x00\x00a" * count, 9)
+        text = json.dumps({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1, 1],
+                                       "data": ["word " * (8 * 2**20 // 5)]}]}).encode()  # fmt: skip
+        turn = itertools.cycle(
+            [
+                ("/v2/models/identity_bytes/infer", elements,
+                 {"Content-Encoding": "deflate", "Inference-Header-Content-Length": str(len(header))}),
+                ("/v2/models/embedder/infer", text, {}),
+            ]
+        )  # fmt: skip
+        return lambda: _post(http_port, *next(turn))
+    if name == "compressed-flood":
+        bomb = zlib.compress(b"0" * (64 * 2**20), 9)  # 65 KB that inflate to 64 MiB
+        return lambda: _post(http_port, "/v2/models/tiny/infer", bomb, {"Content-Encoding": "deflate"})
+    if name == "openai-many-texts":
+        body = json.dumps({"model": "embedder", "input": ["word " * 800] * 2048}).encode()  # 2,048 texts of 4 KB
+        return lambda: _post(http_port, "/openai/v1/embeddings", body, {"Content-Type": "application/json"})
+    raise ValueError(name)
+
+
+def _post(port: int, path: str, body: bytes, headers: dict[str, str]) -> str:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        connection.request("POST", path, body=body, headers=headers)
+        response = connection.getresponse()
+        response.read()
+        return str(response.status)
+    except OSError as error:
+        return type(error).__name__
+    finally:
+        connection.close()
+
+
+def request_attacker(name: str, http_port: int, tf_port: int, connections: int, seconds: float, queue: object) -> None:
+    """The attackers' process: `connections` clients repeating `name`'s call for `seconds`; the
+    outcomes' counts go on `queue`."""
+    outcomes: dict[str, int] = {}
+    deadline = time.monotonic() + seconds
+
+    def client() -> None:
+        call = _attack_calls(name, http_port, tf_port)
+        while time.monotonic() < deadline:
+            outcome = call()
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+    with ThreadPoolExecutor(connections) as pool:
+        for future in [pool.submit(client) for _ in range(connections)]:
+            future.result()
+    queue.put(outcomes)  # type: ignore[attr-defined]
+
+
+@dataclass
+class Watch:
+    """What the server's other clients saw meanwhile, and its memory."""
+
+    health_ms: list[float] = field(default_factory=list)
+    health_failures: int = 0
+    good_ms: list[float] = field(default_factory=list)
+    good_failures: int = 0
+    peak_rss_mb: float = 0.0
+
+
+async def _watch(port: int, pid: int, body: bytes, stop: asyncio.Event, watch: Watch) -> None:
+    """/v2/health/live every 10 ms and a good client calling the tiny model back to back, each on a
+    connection of its own; the server's RSS every 20 ms."""
+
+    async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> bool:
+        writer.write(request)
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+        await reader.readexactly(length)
+        return head.startswith(b"HTTP/1.1 200")
+
+    async def client(request: bytes, pause_s: float, latencies: list[float], failed: Callable[[], None]) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                ok = await asyncio.wait_for(exchange(reader, writer, request), 30)
+            except (TimeoutError, OSError, asyncio.IncompleteReadError):
+                ok = False
+                writer.close()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            latencies.append((time.perf_counter() - started) * 1000)
+            if not ok:
+                failed()
+            await asyncio.sleep(pause_s)
+        writer.close()
+
+    def health_failed() -> None:
+        watch.health_failures += 1
+
+    def good_failed() -> None:
+        watch.good_failures += 1
+
+    async def memory() -> None:
+        process = psutil.Process(pid)
+        while not stop.is_set():
+            watch.peak_rss_mb = max(watch.peak_rss_mb, process.memory_info().rss / 2**20)
+            await asyncio.sleep(0.02)
+
+    health = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+    good = (b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
+    await asyncio.gather(
+        client(health, 0.01, watch.health_ms, health_failed), client(good, 0.0, watch.good_ms, good_failed), memory()
+    )
+
+
+def run_request_attacks(args: argparse.Namespace, attacks: tuple[str, ...]) -> None:
+    model = tiny_model()
+    body = model.v2_json()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="inferd-abuse-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        repository = _request_attack_repository(scratch / "repository", model)
+        tf_port = free_port()
+        with run_server(repository, scratch / "server.log", "--tfserving-grpc-port", str(tf_port)) as server:
+            pid = server.process.pid
+            for name in ("quiet", *attacks):
+                _wait_until_quiet(timeout_s=10)
+                before_mb = psutil.Process(pid).memory_info().rss / 2**20
+                watch, stop = Watch(), asyncio.Event()
+                outcomes: dict[str, int] = {}
+                attacker: BaseProcess | None = None
+                if name != "quiet":
+                    context = multiprocessing.get_context("spawn")
+                    results = context.Queue()
+                    connections = 8 if name == "compressed-flood" else 2
+                    attacker = context.Process(
+                        target=request_attacker,
+                        args=(name, server.http_port, tf_port, connections, args.seconds, results),
+                    )
+                    attacker.start()
+
+                async def observe(watch: Watch, stop: asyncio.Event, attacker: BaseProcess | None) -> None:
+                    task = asyncio.create_task(_watch(server.http_port, pid, body, stop, watch))
+                    await asyncio.sleep(args.seconds + 2)  # the attacker's start-up, then its run
+                    while attacker is not None and attacker.is_alive():
+                        await asyncio.sleep(0.1)
+                    stop.set()
+                    await task
+
+                asyncio.run(observe(watch, stop, attacker))
+                if attacker is not None:
+                    outcomes = results.get(timeout=60)
+                    attacker.join(30)
+                after_mb = psutil.Process(pid).memory_info().rss / 2**20
+                rows.append((name, outcomes, before_mb, watch, after_mb))
+                console.print(f"{name}: done ({outcomes or 'no attacker'})")
+            alive = server.process.poll() is None
+
+    table = Table(
+        title=f"Request attacks ({args.seconds:.0f} s each; health every 10 ms; a good client on the tiny model)"
+    )
+    for column in ("attack", "attacker outcomes", "RSS MiB before", "peak", "after", "health worst ms",
+                   "health p99 ms", "health failed", "good req/s", "good p99 ms", "good failed"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for name, outcomes, before_mb, watch, after_mb in rows:
+        good = sorted(watch.good_ms) or [0.0]
+        health = sorted(watch.health_ms) or [0.0]
+        table.add_row(
+            name,
+            ", ".join(f"{k} x{v}" for k, v in sorted(outcomes.items())) or "-",
+            f"{before_mb:.0f}",
+            f"{watch.peak_rss_mb:.0f}",
+            f"{after_mb:.0f}",
+            f"{health[-1]:.1f}",
+            f"{health[int(0.99 * (len(health) - 1))]:.1f}",
+            str(watch.health_failures),
+            f"{len(watch.good_ms) / (args.seconds + 2):,.0f}",
+            f"{good[int(0.99 * (len(good) - 1))]:.2f}",
+            str(watch.good_failures),
+        )
+    console.print(table)
+    console.print(f"server alive after: {alive}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=20.0, help="each quiet or attacked run (default 20)")
     parser.add_argument("--rounds", type=int, default=2, help="quiet/attacked pairs, alternated (default 2)")
     parser.add_argument("--slowloris", type=int, default=500, help="slowloris connections (default 500)")
+    every = (*ATTACKS, *REQUEST_ATTACKS)
     parser.add_argument(
-        "--attacks", default=",".join(ATTACKS), help=f"which, comma-separated (default {','.join(ATTACKS)})"
+        "--attacks", default=",".join(every), help=f"which, comma-separated (default {','.join(every)})"
     )
     parser.add_argument("--load", type=float, default=0.5, help="good load as a share of the flat-out rate (0.5)")
     args = parser.parse_args()
-    attacks = tuple(name.strip() for name in args.attacks.split(",") if name.strip())
-    if unknown := set(attacks) - set(ATTACKS):
-        parser.error(f"unknown attacks {sorted(unknown)}; choose from {', '.join(ATTACKS)}")
+    chosen = tuple(name.strip() for name in args.attacks.split(",") if name.strip())
+    if unknown := set(chosen) - set(every):
+        parser.error(f"unknown attacks {sorted(unknown)}; choose from {', '.join(every)}")
+    if requests := tuple(name for name in chosen if name in REQUEST_ATTACKS):
+        run_request_attacks(args, requests)
+    attacks = tuple(name for name in chosen if name in ATTACKS)
+    if not attacks:
+        return 0
 
     model = tiny_model()
     body = model.v2_json()

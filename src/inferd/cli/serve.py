@@ -10,6 +10,8 @@ import pydantic
 from click.core import ParameterSource
 
 from inferd.config.server import (
+    DEFAULT_MAX_COMPRESSION_RATIO,
+    DEFAULT_MAX_DECODED_BYTES_IN_FLIGHT,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_SAGEMAKER_MAX_MODELS,
     HttpServerKind,
@@ -19,6 +21,7 @@ from inferd.config.server import (
     ServerSettings,
 )
 from inferd.config.tracing import EXTRA, TracingSettings, missing_tracing_modules, tracing_settings
+from inferd.limits import DEFAULT_MAX_REQUEST_ELEMENTS, DEFAULT_MAX_REQUEST_TEXT_BYTES, DEFAULT_MAX_RESPONSE_BYTES
 
 
 class ByteSize(click.ParamType):  # type: ignore[type-arg]
@@ -167,6 +170,47 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     type=click.IntRange(min=1),
     envvar="INFERD_MAX_REQUEST_BYTES",
     help="Largest HTTP request body or gRPC message accepted; larger ones get 413 / RESOURCE_EXHAUSTED.",
+)
+@click.option(
+    "--max-request-elements",
+    default=DEFAULT_MAX_REQUEST_ELEMENTS,
+    show_default=True,
+    type=click.IntRange(min=1),
+    envvar="INFERD_MAX_REQUEST_ELEMENTS",
+    help="Most elements one request's inputs hold together, at every door; more get 413 / RESOURCE_EXHAUSTED.",
+)
+@click.option(
+    "--max-request-text-bytes",
+    default=DEFAULT_MAX_REQUEST_TEXT_BYTES,
+    show_default=True,
+    type=click.IntRange(min=1),
+    envvar="INFERD_MAX_REQUEST_TEXT_BYTES",
+    help="Most bytes one request's BYTES elements (texts) hold, 4 counted for each element, at every door; "
+    "more get 413 / RESOURCE_EXHAUSTED.",
+)
+@click.option(
+    "--max-response-bytes",
+    default=DEFAULT_MAX_RESPONSE_BYTES,
+    show_default=True,
+    type=click.IntRange(min=1),
+    envvar="INFERD_MAX_RESPONSE_BYTES",
+    help="Most bytes one answer's output tensors hold; a larger answer is refused with 413 / RESOURCE_EXHAUSTED.",
+)
+@click.option(
+    "--max-decoded-bytes-in-flight",
+    default=DEFAULT_MAX_DECODED_BYTES_IN_FLIGHT,
+    show_default=True,
+    type=click.IntRange(min=1),
+    envvar="INFERD_MAX_DECODED_BYTES_IN_FLIGHT",
+    help="HTTP: bytes all compressed request bodies in progress may inflate to together; past it, 503 to retry.",
+)
+@click.option(
+    "--max-compression-ratio",
+    default=DEFAULT_MAX_COMPRESSION_RATIO,
+    show_default=True,
+    type=click.IntRange(min=1),
+    envvar="INFERD_MAX_COMPRESSION_RATIO",
+    help="HTTP: a compressed request body may inflate to this many times its size at most; more gets 413.",
 )
 @click.option(
     "--strict-readiness/--no-strict-readiness",

@@ -8,6 +8,12 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from inferd.config.tracing import TracingSettings
+from inferd.limits import (
+    DEFAULT_MAX_REQUEST_ELEMENTS,
+    DEFAULT_MAX_REQUEST_TEXT_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    RequestLimits,
+)
 
 
 class LogFormat(enum.Enum):
@@ -17,6 +23,8 @@ class LogFormat(enum.Enum):
 
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 DEFAULT_SAGEMAKER_MAX_MODELS = 1000
+DEFAULT_MAX_DECODED_BYTES_IN_FLIGHT = 256 * 1024 * 1024
+DEFAULT_MAX_COMPRESSION_RATIO = 100
 
 
 class IntraOpPools(enum.Enum):
@@ -79,6 +87,18 @@ class ServerSettings(BaseModel):
     log_level: str = "INFO"
     max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, gt=0)
     """Largest request body (HTTP) or message (gRPC) accepted, in bytes (default 64 MiB)."""
+    max_request_elements: int = Field(default=DEFAULT_MAX_REQUEST_ELEMENTS, gt=0)
+    """Elements of one request's inputs together, at every door (default 16 Mi = 16,777,216)."""
+    max_request_text_bytes: int = Field(default=DEFAULT_MAX_REQUEST_TEXT_BYTES, gt=0)
+    """Bytes of one request's BYTES elements (texts), 4 more counted for each element, at every door
+    (default 16 MiB)."""
+    max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, gt=0)
+    """Bytes of one answer's output tensors, before encoding (default 256 MiB)."""
+    max_decoded_bytes_in_flight: int = Field(default=DEFAULT_MAX_DECODED_BYTES_IN_FLIGHT, gt=0)
+    """HTTP: bytes of compressed bodies' inflated form held by all requests at once (default 256 MiB);
+    a compressed body that would pass it is answered 503, to retry."""
+    max_compression_ratio: int = Field(default=DEFAULT_MAX_COMPRESSION_RATIO, gt=0)
+    """HTTP: a compressed body may inflate to this many times its size at most (default 100)."""
     strict_readiness: bool = False
     """When true, /v2/health/ready needs every model ready; else it needs startup loading done."""
     shutdown_timeout_s: float = Field(default=30.0, ge=0)
@@ -138,3 +158,11 @@ class ServerSettings(BaseModel):
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ValueError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS first)")
         return self
+
+    @property
+    def request_limits(self) -> RequestLimits:
+        return RequestLimits(
+            max_elements=self.max_request_elements,
+            max_text_bytes=self.max_request_text_bytes,
+            max_response_bytes=self.max_response_bytes,
+        )

@@ -411,7 +411,9 @@ class DynamicBatcher:
             else:
                 previous.add_done_callback(resolve)
 
-        self._pool.run(instance, lambda runtime: self._run(runtime, batch), done)
+        pool = self._pool
+        inline = pool.runs_inline and pool.fits_inline(*[pending.feeds for pending in batch])
+        pool.run(instance, lambda runtime: self._run(runtime, batch), done, inline=inline)
 
     def _run(
         self, instance: Runtime, batch: list[_Pending]

@@ -28,6 +28,7 @@ import numpy as np
 
 from inferd.core.tracing import ExecutionTracer
 from inferd.core.validation import check_output_rows
+from inferd.limits import text_bytes
 from inferd.runtimes import Runtime
 from inferd.runtimes.base import EXECUTION_DEADLINE, cores_available
 from inferd.types import RequestTiming
@@ -118,6 +119,9 @@ class InstancePool:
         # may wait on something its CPU time would not show.
         self._may_run_inline = all(instance.may_run_inline for instance in self._instances)
         self._movable = False
+        # What an execution may hold to run inline: the size the model was timed at (see calibrate).
+        self._inline_max_elements = 0
+        self._inline_max_text_bytes = 0
         self._mean_cpu_s = 0.0
         self._mean_execution_s = 0.0
         self._own_threads = threads is None
@@ -195,9 +199,15 @@ class InstancePool:
         """Whether executions run on the event loop (the model is faster than a thread hop)."""
         return self._inline
 
-    def calibrate(self, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str]) -> float:
+    def calibrate(
+        self, inputs: Mapping[str, np.ndarray[Any, Any]], names: Sequence[str], *, max_rows: int = 1
+    ) -> float:
         """Time the model on one instance before serving and choose where it runs: inline when its
-        runtime allows it and its fastest execution is under INLINE_THRESHOLD_S. Returns that time."""
+        runtime allows it and its fastest execution is under INLINE_THRESHOLD_S. Returns that time.
+        `inputs` are one row; `max_rows`, the most rows a batch of them may hold (the model's
+        max_batch_size). Only executions of at most so many rows of that size may then run inline:
+        a client chooses its input's size (a 32 MiB text, a million elements for a -1 dimension),
+        and work that grows with it must not block the loop because a small one was fast."""
         # A model that may never run inline is timed once, for the first estimates of its waits
         # (a Python model may sleep for seconds: thirty runs would delay its loading by minutes).
         runs = _CALIBRATION_RUNS if self._may_run_inline else 1
@@ -212,13 +222,44 @@ class InstancePool:
         fastest_s = min(durations)
         self._inline = self._movable = self._may_run_inline and fastest_s < INLINE_THRESHOLD_S
         self._mean_cpu_s = self._mean_execution_s = fastest_s
+        elements, text = self._size(inputs)
+        self._inline_max_elements, self._inline_max_text_bytes = elements * max_rows, text * max_rows
         return fastest_s
 
-    def run(self, instance: Runtime, job: Job[Result], done: Callable[[Result | BaseException], None]) -> None:
+    def fits_inline(self, *feeds: Mapping[str, np.ndarray[Any, Any]]) -> bool:
+        """Whether an execution on `feeds` (one request's, or a batch's) may run inline: it is no
+        larger than what the model was timed at (calibrate). Asked only of a model that runs inline."""
+        elements = text = 0
+        for inputs in feeds:
+            more_elements, more_text = self._size(inputs)
+            elements += more_elements
+            text += more_text
+        return elements <= self._inline_max_elements and text <= self._inline_max_text_bytes
+
+    @staticmethod
+    def _size(inputs: Mapping[str, np.ndarray[Any, Any]]) -> tuple[int, int]:
+        """Elements, and bytes of BYTES elements (as `limits.text_bytes` counts them), of `inputs`."""
+        # NOTE: on every inline request's path: a sum of sizes; BYTES inputs alone are walked.
+        elements = text = 0
+        for array in inputs.values():
+            elements += array.size
+            if array.dtype.kind == "O":
+                text += text_bytes(array)
+        return elements, text
+
+    def run(
+        self,
+        instance: Runtime,
+        job: Job[Result],
+        done: Callable[[Result | BaseException], None],
+        *,
+        inline: bool = True,
+    ) -> None:
         """Run `job` on an acquired `instance`, where this model runs: inline now, or on a worker
-        thread. Then (on the loop) the executions are recorded, the instance is released and
-        `done` hears the job's result, or the exception it raised."""
-        if self._inline:
+        thread (always when `inline` is false: the job is larger than `fits_inline` allows). Then
+        (on the loop) the executions are recorded, the instance is released and `done` hears the
+        job's result, or the exception it raised."""
+        if self._inline and inline:
             try:
                 result, executions = job(instance)
             except Exception as exc:  # a bug in the job: its caller must hear of it
@@ -255,7 +296,7 @@ class InstancePool:
             else:
                 answer.set_result(outcome)
 
-        self.run(instance, job, done)
+        self.run(instance, job, done, inline=self._inline and self.fits_inline(inputs))
         return await answer, waited_s
 
     async def execute_request(

@@ -117,7 +117,8 @@ def load_version(
 def _calibrate(config: ModelConfig, pool: InstancePool) -> float:
     """Where the model runs (inline or on threads); a model the probe cannot feed uses threads."""
     try:
-        return pool.calibrate(probe_inputs(config), [t.name for t in config.outputs])
+        names = [t.name for t in config.outputs]
+        return pool.calibrate(probe_inputs(config), names, max_rows=max(1, config.max_batch_size))
     except InferdError as exc:
         logger.info("model %s: not timed (%s); it runs on worker threads", config.name, exc.message)
         return 0.0

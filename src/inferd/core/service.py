@@ -26,6 +26,7 @@ from inferd.errors import (
     PermissionDeniedError,
     UnsupportedError,
 )
+from inferd.limits import RequestLimits, check_request_size, check_response_size
 from inferd.types import (
     InferRequest,
     InferResponse,
@@ -61,14 +62,17 @@ class InferenceService:
         linked: LinkedModels | None = None,
         tracer: RequestTracer | None = None,
         allow_model_upload: bool = False,
+        limits: RequestLimits | None = None,
     ) -> None:
         """`statistics` should be the sink the registry reports executions to, as well; `linked`,
         part of the registry's repository, takes the folders `load_model_folder` loads; `tracer`,
         the registry's too, hears of every request when the server traces; `allow_model_upload`:
         loads may bring files, and config overrides that change what code runs (see
-        `core.model_files`)."""
+        `core.model_files`); `limits`: what one request may hold and one answer carry, whichever
+        door it came by."""
         self._registry = registry
         self._allow_model_upload = allow_model_upload
+        self._limits = limits or RequestLimits()
         self._tracer = tracer
         self._linked = linked
         self._model_control_mode = model_control_mode
@@ -165,6 +169,7 @@ class InferenceService:
             self._tracer.request_started(request)
         handle = None
         try:
+            check_request_size(request.inputs, self._limits)
             classes = classification.requested_counts(request) if request.outputs else {}
             handle = self._registry.lookup(request.model_name, request.model_version)
             if handle is None:  # not serving: load on demand, or the error that says why
@@ -178,6 +183,7 @@ class InferenceService:
             response = await handle.infer(request)
             if classes:
                 response = classification.classify(response, classes, handle.config)
+            check_response_size(request.model_name, response.outputs, self._limits)
         except InferdError as exc:
             exc.request_id = exc.request_id or request.request_id
             if handle is None:
@@ -218,10 +224,12 @@ class InferenceService:
         handle = None
         outcome = "success"
         try:
+            check_request_size(request.inputs, self._limits)
             handle = self._registry.lookup(request.model_name, request.model_version)
             if handle is None:
                 handle = await self._registry.lease(request.model_name, request.model_version)
             async for response in handle.infer_stream(request):
+                check_response_size(request.model_name, response.outputs, self._limits)
                 yield response
         except InferdError as exc:
             exc.request_id = exc.request_id or request.request_id

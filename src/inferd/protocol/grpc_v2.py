@@ -17,7 +17,13 @@ from inferd.errors import InferdError, MalformedRequestError, TensorDataError
 from inferd.protocol import model_config, shared_memory
 from inferd.protocol.request_id import REQUEST_ID_HEADER, check_request_id
 from inferd.protocol.status import error_from_grpc
-from inferd.protocol.tensor_bytes import check_shape_size, tensor_from_bytes, tensor_to_bytes
+from inferd.protocol.tensor_bytes import (
+    bytes_array,
+    check_element_count,
+    check_shape_size,
+    tensor_from_bytes,
+    tensor_to_bytes,
+)
 from inferd.types import (
     BatchStatistics,
     DataType,
@@ -389,13 +395,12 @@ def _typed_contents(name: str, datatype: DataType, shape: tuple[int, ...], conte
             expected=f"{count} elements",
             actual=f"{len(values)} elements",
         )
+    check_element_count(name, count)
     if datatype is DataType.BYTES:
-        array = np.empty(count, dtype=object)
-        array[:] = list(values)
-        return array.reshape(shape)
+        return bytes_array(name, values).reshape(shape)
     target = datatype.numpy_dtype
     # Read at the field's own width (so UINT64 stays exact), then narrow with a range check.
-    array = np.array(values, dtype=_FIELD_DTYPES[field])
+    array: np.ndarray[Any, Any] = np.array(values, dtype=_FIELD_DTYPES[field])
     if target.kind in "iu" and array.size:
         info = np.iinfo(target)
         if array.min() < info.min or array.max() > info.max:

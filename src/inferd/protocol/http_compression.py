@@ -17,9 +17,15 @@ ACCEPTED = "gzip, deflate"
 _GZIP_OR_ZLIB = 15 | 32  # zlib's window bits: detect either wrapper from the header
 
 
-def decode_body(body: bytes, content_encoding: bytes | None, limit: int) -> bytes:
-    """The body as sent before compression; at most `limit` bytes of it (a small compressed body
-    may not inflate into a large one: it is refused at the limit, not after inflating it all)."""
+def is_compressed(content_encoding: bytes | None) -> bool:
+    """Whether a body's Content-Encoding says it is compressed (else `decode_body` returns it as is)."""
+    return content_encoding is not None and content_encoding.strip().lower() not in (b"", b"identity")
+
+
+def decode_body(body: bytes, content_encoding: bytes | None, limit: int, max_ratio: int | None = None) -> bytes:
+    """The body as sent before compression; at most `limit` bytes of it, and at most `max_ratio`
+    times its compressed size (a small compressed body may not inflate into a large one: it is
+    refused at the bound, not after inflating it all)."""
     encoding = (content_encoding or b"").decode("latin-1").strip().lower()
     if encoding in ("", "identity"):
         return body
@@ -28,12 +34,18 @@ def decode_body(body: bytes, content_encoding: bytes | None, limit: int) -> byte
             f"Unsupported compression type: Content-Encoding '{encoding}'; inferd reads gzip, deflate or identity",
             accepted=ACCEPTED,
         )
+    bound = limit if max_ratio is None else min(limit, max_ratio * len(body))
     inflater = zlib.decompressobj(_GZIP_OR_ZLIB)
     try:
-        plain = inflater.decompress(body, limit + 1)
+        plain = inflater.decompress(body, bound + 1)
     except zlib.error as exc:
         raise MalformedRequestError(f"the {encoding} request body cannot be decompressed: {exc}") from None
-    if len(plain) > limit or inflater.unconsumed_tail:
+    if len(plain) > bound or inflater.unconsumed_tail:
+        if bound < limit:
+            raise RequestTooLargeError(
+                f"the {encoding} request body decompresses to more than {max_ratio} times its {len(body)} bytes, "
+                "the server's limit (--max-compression-ratio)"
+            )
         raise RequestTooLargeError(
             f"the {encoding} request body decompresses to more than the server's limit of {limit} bytes "
             "(--max-request-bytes)"

@@ -29,6 +29,8 @@ from inferd.protocol.status import error_from_http
 from inferd.protocol.tensor_bytes import (
     MAX_DIMENSIONS,
     MAX_SHAPE_PRODUCT,
+    bytes_array,
+    check_element_count,
     check_shape_size,
     tensor_from_bytes,
     tensor_to_bytes,
@@ -738,6 +740,7 @@ def _array_from_json(name: str, datatype: DataType, shape: tuple[int, ...], data
             expected=f"{count} elements",
             actual=f"{array.size} elements",
         )
+    check_element_count(name, count)
     return array.reshape(shape)
 
 
@@ -851,9 +854,7 @@ def _bytes_from_json(name: str, data: list[Any]) -> np.ndarray[Any, Any]:
         if not isinstance(item, str):
             raise TensorDataError(f"input '{name}': BYTES data must be strings, found {item!r}", tensor=name)
         flat.append(item.encode("utf-8"))
-    array = np.empty(len(flat), dtype=object)
-    array[:] = flat
-    return array
+    return bytes_array(name, flat)
 
 
 def _kind_name(kind: str) -> str:

@@ -15,8 +15,10 @@ import numpy as np
 import orjson
 
 from inferd.errors import InferdError, MalformedRequestError
+from inferd.limits import text_bytes
 from inferd.protocol import json_v2
 from inferd.protocol.status import HTTP_STATUS
+from inferd.protocol.tensor_bytes import check_text_size
 
 # The most texts one request may carry (OpenAI's own limit is 2048).
 MAX_INPUTS = 2048
@@ -98,7 +100,7 @@ def _texts(value: Any) -> tuple[bytes, ...]:
     if isinstance(value, str):
         if not value:
             raise MalformedRequestError("'input' must not be an empty string", tensor="input")
-        return (value.encode("utf-8"),)
+        value = [value]
     if not isinstance(value, list) or not value:
         raise MalformedRequestError("'input' must be a string or a non-empty list of strings")
     if len(value) > MAX_INPUTS:
@@ -113,4 +115,7 @@ def _texts(value: Any) -> tuple[bytes, ...]:
         raise MalformedRequestError(
             f"'input' must not hold an empty string (text {value.index('')} is empty)", tensor="input"
         )
-    return tuple(text.encode("utf-8") for text in value)
+    texts = tuple(text.encode("utf-8") for text in value)
+    # The request's texts together (the door sends them to the model in batches, each checked again).
+    check_text_size("input", text_bytes(texts))
+    return texts

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import TensorDataError
+from inferd.limits import REQUEST_LIMITS, text_bytes, too_many_elements, too_much_text
 from inferd.types import DataType, Tensor, element_count
 
 _LENGTH = struct.Struct("<I")
@@ -40,6 +41,31 @@ def check_shape_size(name: str, shape: tuple[int, ...]) -> None:
         raise TensorDataError(f"input '{name}': shape {list(shape)} is larger than any tensor can be", tensor=name)
 
 
+def check_element_count(name: str, count: int) -> None:
+    """RequestTooLargeError for a tensor of more elements than a request may hold (the service
+    checks the inputs' sum): checked by each decoder once the shape agrees with the data sent, before
+    any element is read one by one or a shape is filled."""
+    limits = REQUEST_LIMITS.get()
+    if count > limits.max_elements:
+        raise too_many_elements(name, count, limits)
+
+
+def check_text_size(name: str, size: int) -> None:
+    """RequestTooLargeError for BYTES elements of more bytes than a request may hold, as
+    `limits.text_bytes` counts them: checked by each decoder before it builds the array."""
+    limits = REQUEST_LIMITS.get()
+    if size > limits.max_text_bytes:
+        raise too_much_text(name, size, limits)
+
+
+def bytes_array(name: str, items: Any) -> np.ndarray[Any, Any]:
+    """A flat object array of BYTES elements (a list, or protobuf's repeated field), after the text limit."""
+    check_text_size(name, text_bytes(items))
+    array = np.empty(len(items), dtype=object)
+    array[:] = list(items)
+    return array
+
+
 def tensor_from_bytes(name: str, datatype: DataType, shape: tuple[int, ...], data: bytes | memoryview) -> Tensor:
     """A tensor viewing `data` (no copy for fixed-size types)."""
     count = element_count(shape)
@@ -55,6 +81,7 @@ def tensor_from_bytes(name: str, datatype: DataType, shape: tuple[int, ...], dat
                 expected=f"{needed} bytes",
                 actual=f"{len(data)} bytes",
             )
+        check_element_count(name, count)
         array = np.frombuffer(data, dtype=datatype.numpy_dtype).reshape(shape)
     return Tensor(name=name, datatype=datatype, shape=shape, data=array)
 
@@ -85,6 +112,9 @@ def _bytes_elements(name: str, data: bytes | memoryview, count: int) -> np.ndarr
             f"length prefixes, but {len(data)} bytes were sent",
             tensor=name,
         )
+    check_element_count(name, count)
+    # The framing is what the text limit counts (4 bytes of length and the element's): no loop.
+    check_text_size(name, len(data))
     view = memoryview(data)
     elements = np.empty(count, dtype=object)
     offset = 0

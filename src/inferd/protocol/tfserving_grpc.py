@@ -15,15 +15,17 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import MalformedRequestError, TensorDataError
-from inferd.protocol.tensor_bytes import check_shape_size
+from inferd.limits import BYTES_ELEMENT_OVERHEAD, text_bytes
+from inferd.protocol.tensor_bytes import check_element_count, check_shape_size, check_text_size
 from inferd.protocol.tf_types import DEFAULT_SIGNATURE, PREDICT_METHOD, STATE_NUMBERS, from_tf_number, tf_name
 from inferd.protocol.tfserving_json import check_signature_name
 from inferd.protocol.tfserving_pb import tensorflow_pb2 as tf_pb
 from inferd.protocol.tfserving_pb import tensorflow_serving_pb2 as serving_pb
 from inferd.types import DataType, ModelMetadata, RequestedOutput, Tensor, TensorMetadata, element_count
 
-# The most a tensor may grow to when its last value is repeated over a shape it does not fill: a
-# few bytes on the wire must not allocate gigabytes.
+# The most a numeric tensor may grow to when its last value is repeated over a shape it does not
+# fill: a few bytes on the wire must not allocate gigabytes. Strings are held to the request's text
+# limit (--max-request-text-bytes), counting each repeated one at its length.
 MAX_FILLED_BYTES = 64 * 1024 * 1024
 
 # The *_val field TensorFlow writes each dtype's values to.
@@ -101,7 +103,12 @@ def tensor_from_proto(name: str, proto: Any) -> Tensor:
             f"input '{name}': {_VALUE_FIELDS[datatype]} holds {len(values)} values; shape {list(shape)} holds {count}",
             tensor=name,
         )
+    check_element_count(name, count)  # before a shape is filled: its count is the client's choice
     if datatype is DataType.BYTES:
+        # What the tensor holds once its last string is repeated: its real bytes, not the
+        # pointers' (one 512-byte string over [1, 1000000] is a 512 MB tensor, and as large an answer).
+        repeated = (len(values[-1]) + BYTES_ELEMENT_OVERHEAD) * (count - len(values)) if values else 0
+        check_text_size(name, text_bytes(values) + repeated)
         array = np.empty(len(values), dtype=object)
         array[:] = list(values)
     elif datatype is DataType.FP16:
@@ -110,8 +117,7 @@ def tensor_from_proto(name: str, proto: Any) -> Tensor:
         # Read at the field's own width: numpy would read [2**64 - 1, 5] as float64 and lose them.
         array = _checked(name, datatype, np.array(values, dtype=_FIELD_DTYPES[_VALUE_FIELDS[datatype]]))
     if len(array) < count:  # TensorFlow repeats the last value over the rest
-        itemsize = 8 if datatype is DataType.BYTES else datatype.numpy_dtype.itemsize
-        if count * itemsize > MAX_FILLED_BYTES:
+        if datatype is not DataType.BYTES and count * datatype.numpy_dtype.itemsize > MAX_FILLED_BYTES:
             raise TensorDataError(
                 f"input '{name}': {len(values)} values would be repeated to fill shape {list(shape)}, "
                 f"more than {MAX_FILLED_BYTES >> 20} MiB: send every value",

@@ -23,9 +23,11 @@ from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import LinkedModels, open_repositories
 from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
+from inferd.limits import REQUEST_LIMITS
 from inferd.protocol.tfserving_batching import read_batching_parameters
 from inferd.runtimes.base import keep_large_blocks_off_the_heap
 from inferd.server.auth import Access, AccessPolicy, is_loopback_host, read_tokens
+from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.grpc import TokenInterceptor, build_grpc_server, new_grpc_server
 from inferd.server.http import HttpApp
 from inferd.server.http11 import HttpLimits, HttpServer
@@ -123,7 +125,10 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         linked=linked,
         tracer=tracing,
         allow_model_upload=settings.allow_model_upload,
+        limits=settings.request_limits,
     )
+    # Every door's decoders read the limits here; listeners started below inherit the context.
+    REQUEST_LIMITS.set(settings.request_limits)
 
     access = access_policy(settings)
     logger.info("management: %s", check_management_exposure(settings, access))
@@ -334,7 +339,8 @@ def build_router(
     access: AccessPolicy | None = None,
 ) -> Router:
     """Every REST door on the HTTP port, and its OpenAPI document (with the tokens `access` asks for)."""
-    kserve = KServeDoor(service, settings.max_request_bytes, regions, access=access)
+    decoded = DecodedBytesBudget(settings.max_decoded_bytes_in_flight, settings.max_compression_ratio)
+    kserve = KServeDoor(service, settings.max_request_bytes, regions, decoded=decoded, access=access)
     tfserving = TfServingDoor(service)
     sagemaker = SageMakerDoor(
         service,

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
 
+from inferd.config.server import DEFAULT_MAX_COMPRESSION_RATIO, DEFAULT_MAX_DECODED_BYTES_IN_FLIGHT
 from inferd.core.service import InferenceService
 from inferd.errors import MalformedRequestError, NotFoundError, UnavailableError, UnsupportedError
 from inferd.protocol import http_compression, json_v2, model_config, shared_memory
 from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy, check_local_client
+from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.http import deadline, json_response, kserve_error, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.logging import current_request_id
@@ -32,11 +35,13 @@ class KServeDoor:
         max_request_bytes: int = 64 * 2**20,
         regions: SharedMemoryRegions | None = None,
         openapi_document: bytes | None = None,
+        decoded: DecodedBytesBudget | None = None,
         *,
         access: AccessPolicy | None = None,
     ) -> None:
         """`openapi_document`: the OpenAPI document of the port's routes (`server.openapi`), which
-        only the code that assembles the port's doors knows, served at /v2/openapi.json. `access`:
+        only the code that assembles the port's doors knows, served at /v2/openapi.json;
+        `decoded`: the server's budget for inflated bodies (one of its own when None); `access`:
         the tokens, for shared memory's check of who is on this host."""
         self._service = service
         self._regions = regions
@@ -45,6 +50,9 @@ class KServeDoor:
         self.openapi_document = openapi_document
         # A compressed body may not inflate past the limit the server holds uncompressed ones to.
         self._max_request_bytes = max_request_bytes
+        self._decoded = decoded or DecodedBytesBudget(
+            DEFAULT_MAX_DECODED_BYTES_IN_FLIGHT, DEFAULT_MAX_COMPRESSION_RATIO
+        )
 
     def routes(self) -> RouteGroup:
         get = self._get
@@ -94,10 +102,29 @@ class KServeDoor:
         `header_length`: the JSON header's length when the door carries it elsewhere than in
         Inference-Header-Content-Length (SageMaker's content type)."""
         self._service.shed(model, version, protocol)
+        encoding = http_request.headers.get(b"content-encoding")
+        if not http_compression.is_compressed(encoding):
+            return await self._infer_body(http_request, http_request.body, model, version, protocol, header_length)
+        # Held from before inflating until the answer is made: the body, and what it decodes to.
+        reserved = self._decoded.reserve(self._decoded.bound(len(http_request.body), self._max_request_bytes))
+        try:
+            # On a worker thread (zlib lets go of the GIL): inflating megabytes takes milliseconds of
+            # the loop's time, and many bodies at once would hold every other client up.
+            body = await asyncio.to_thread(
+                http_compression.decode_body, http_request.body, encoding, self._max_request_bytes,
+                self._decoded.max_ratio,
+            )  # fmt: skip
+            self._decoded.release(reserved - len(body))
+            reserved = len(body)
+            return await self._infer_body(http_request, body, model, version, protocol, header_length)
+        finally:
+            self._decoded.release(reserved)
+
+    async def _infer_body(
+        self, http_request: HttpRequest, body: bytes, model: str, version: str, protocol: str, header_length: int | None
+    ) -> HttpResponse:
         headers = http_request.headers
         decode_started = time.perf_counter()
-        body = http_compression.decode_body(http_request.body, headers.get(b"content-encoding"),
-                                            self._max_request_bytes)  # fmt: skip
         request = json_v2.decode_request(
             body,
             model_name=model,

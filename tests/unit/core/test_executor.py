@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pytest
@@ -164,3 +166,48 @@ async def test_a_request_run_alone_has_its_rows_checked_when_the_model_batches()
     results = await pool.execute_request(FEEDS, ["y"], 1, timing, None, batched=False, tracer=None)
     assert results["y"].shape == (2, 2)
     assert timing.batch_rows == 1
+
+
+class ThreadRecorder(FakeRuntime):
+    """Records the thread each execution ran on; any inputs, answered as they came."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[str] = []
+
+    def execute(self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]) -> dict[str, Any]:
+        self.threads.append(threading.current_thread().name)
+        return dict(inputs)
+
+
+async def ran_on(runtime: ThreadRecorder, pool: InstancePool, feeds: Mapping[str, np.ndarray[Any, Any]]) -> str:
+    await pool.execute(feeds, ["x"], 1)
+    return "loop" if runtime.threads[-1] == threading.current_thread().name else "thread"
+
+
+async def test_an_inline_model_runs_inputs_larger_than_it_was_timed_at_on_threads() -> None:
+    runtime = ThreadRecorder()
+    pool = InstancePool([runtime], name="grows_with_input")
+    pool.calibrate(FEEDS, ["x"], max_rows=4)  # one row of 2 elements, batches of 4 rows at most
+    assert pool.runs_inline
+    assert await ran_on(runtime, pool, FEEDS) == "loop"
+    assert await ran_on(runtime, pool, {"x": np.ones((4, 2), np.float32)}) == "loop"  # a full batch
+    # More elements than that (more rows, or a longer -1 dimension than the probe's): a thread.
+    assert await ran_on(runtime, pool, {"x": np.ones((5, 2), np.float32)}) == "thread"
+    assert await ran_on(runtime, pool, {"x": np.ones((1, 100_000), np.float32)}) == "thread"
+    assert pool.runs_inline  # the model's placement is unchanged: the next small one is inline
+    assert await ran_on(runtime, pool, FEEDS) == "loop"
+    # A batch is judged by all its requests' inputs together.
+    assert pool.fits_inline(FEEDS, FEEDS, FEEDS, FEEDS)
+    assert not pool.fits_inline(FEEDS, FEEDS, FEEDS, FEEDS, FEEDS)
+
+
+async def test_an_inline_text_model_runs_texts_longer_than_its_probe_on_threads() -> None:
+    runtime = ThreadRecorder()
+    pool = InstancePool([runtime], name="tokenizer")
+    pool.calibrate({"text": np.array([b"probe"], dtype=object)}, ["x"])
+    assert pool.runs_inline
+    assert await ran_on(runtime, pool, {"text": np.array([b"short"], dtype=object)}) == "loop"
+    assert await ran_on(runtime, pool, {"text": np.array([b"x" * 6], dtype=object)}) == "thread"
+    # More elements than the probe had, however short: a thread too.
+    assert await ran_on(runtime, pool, {"text": np.array([b"", b""], dtype=object)}) == "thread"
