@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -108,12 +107,7 @@ class KServeDoor:
         # Held from before inflating until the answer is made: the body, and what it decodes to.
         reserved = self._decoded.reserve(self._decoded.bound(len(http_request.body), self._max_request_bytes))
         try:
-            # On a worker thread (zlib lets go of the GIL): inflating megabytes takes milliseconds of
-            # the loop's time, and many bodies at once would hold every other client up.
-            body = await asyncio.to_thread(
-                http_compression.decode_body, http_request.body, encoding, self._max_request_bytes,
-                self._decoded.max_ratio,
-            )  # fmt: skip
+            body = await self._decoded.inflate(http_request.body, encoding, self._max_request_bytes)
             self._decoded.release(reserved - len(body))
             reserved = len(body)
             return await self._infer_body(http_request, body, model, version, protocol, header_length)
