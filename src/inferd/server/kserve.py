@@ -10,6 +10,7 @@ from inferd.core.service import InferenceService
 from inferd.errors import MalformedRequestError, NotFoundError, UnavailableError, UnsupportedError
 from inferd.protocol import http_compression, json_v2, model_config, shared_memory
 from inferd.server.auth import Access
+from inferd.server.cuda_shared_memory import CudaSharedMemory
 from inferd.server.http import deadline, json_response, kserve_error, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.logging import current_request_id
@@ -32,6 +33,7 @@ class KServeDoor:
         only the code that assembles the port's doors knows, served at /v2/openapi.json."""
         self._service = service
         self._regions = regions
+        self._cuda_shared_memory = CudaSharedMemory(regions)
         # Set by whoever assembles the port (server.app.build_router), once its routes are known.
         self.openapi_document = openapi_document
         # A compressed body may not inflate past the limit the server holds uncompressed ones to.
@@ -75,6 +77,7 @@ class KServeDoor:
                     self._shm_unregister,
                     Access.MANAGEMENT,
                 ),
+                *self._cuda_shared_memory.routes(),
             ),
         )
 

@@ -1,0 +1,123 @@
+"""What Triton's own client programs tripped on (issue 28), through tritonclient (HTTP and gRPC)
+against a real `inferd serve`: the CUDA shared memory calls a program makes to clean up before it
+starts (status and unregister answer no regions, register says the server has no GPU
+registration)."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
+from tritonclient.utils import InferenceServerException
+
+from inferd.testing.models import add_sub_model, mlp_model
+from inferd.testing.models import write_config as write_model_config
+from inferd.testing.server import ServerProcess, run_server
+
+pytestmark = pytest.mark.e2e
+
+LABELS = ["cat", "dog", "bird", "fish"]
+CLASSIFIER = """
+max_batch_size: 8
+input [{ name: "x", data_type: TYPE_FP32, dims: [16] }]
+output [{ name: "y", data_type: TYPE_FP32, dims: [4], label_filename: "labels.txt" }]
+"""
+# The ensemble's output comes from the classifier's `y`; the ensemble has no label file of its own.
+ENSEMBLE = """
+platform: "ensemble"
+max_batch_size: 8
+input [{ name: "pixels", data_type: TYPE_FP32, dims: [16] }]
+output [{ name: "scores", data_type: TYPE_FP32, dims: [4] }]
+ensemble_scheduling {
+  step [{ model_name: "classifier" model_version: -1
+          input_map { key: "x" value: "pixels" } output_map { key: "y" value: "scores" } }]
+}
+"""
+X = np.linspace(-1, 1, 48, dtype=np.float32).reshape(3, 16)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repository = tmp_path_factory.mktemp("repository")
+    mlp_model(repository / "classifier" / "1" / "model.onnx", seed=3)
+    write_model_config(repository / "classifier", CLASSIFIER)
+    (repository / "classifier" / "labels.txt").write_text("\n".join(LABELS) + "\n")
+    write_model_config(repository / "classify_ensemble", ENSEMBLE)
+    (repository / "classify_ensemble" / "1").mkdir()
+    add_sub_model(repository / "simple" / "1" / "model.onnx")
+    with run_server(repository, tmp_path_factory.mktemp("logs") / "server.log") as process:
+        yield process
+
+
+def top_classes(scores: np.ndarray, count: int) -> list[list[str]]:
+    """Triton's "score:index:label" of each row's `count` highest scores."""
+    return [[f"{row[i]:f}:{i}:{LABELS[i]}" for i in np.argsort(-row, kind="stable")[:count]] for row in scores]
+
+
+def as_text(classes: np.ndarray) -> list[list[str]]:
+    return [[c.decode() if isinstance(c, bytes) else c for c in row] for row in classes]
+
+
+# -- CUDA shared memory on a server without GPU registration ----------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_cuda_status_and_unregister_answer_no_regions(server: ServerProcess, protocol: str) -> None:
+    module: Any = httpclient if protocol == "http" else grpcclient
+    url = server.http_url if protocol == "http" else server.grpc_url
+    key = f"/inferd_cuda_{uuid.uuid4().hex[:8]}"
+    region = shm.create_shared_memory_region("input_data", key, X.nbytes)
+    try:
+        with module.InferenceServerClient(url) as client:
+            # What Triton's example programs do before their first inference (simple_*_shm_client.py).
+            client.unregister_system_shared_memory()
+            client.unregister_cuda_shared_memory()
+            client.unregister_cuda_shared_memory("never_registered")
+            status = client.get_cuda_shared_memory_status()
+            assert status == [] if protocol == "http" else len(status.regions) == 0, status
+            with pytest.raises(InferenceServerException) as missing:
+                client.get_cuda_shared_memory_status("output_data")
+            assert missing.value.message().startswith("Unable to find cuda shared memory region: 'output_data'")
+            # A system region asked for as a CUDA one: Triton says which kind it is.
+            shm.set_shared_memory_region(region, [X])
+            client.register_system_shared_memory("input_data", key, X.nbytes)
+            with pytest.raises(InferenceServerException) as other_kind:
+                client.get_cuda_shared_memory_status("input_data")
+            assert "'input_data' is registered as system shared memory, not CUDA shared memory" in str(other_kind.value)
+            # ... and the program goes on to its inference from system shared memory.
+            tensor = module.InferInput("x", [3, 16], "FP32")
+            tensor.set_shared_memory("input_data", X.nbytes)
+            result = client.infer("classifier", [tensor])
+            assert result.as_numpy("y").shape == (3, 4)
+            client.unregister_system_shared_memory()
+    finally:
+        shm.destroy_shared_memory_region(region)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_cuda_register_says_this_server_has_no_gpu_registration(server: ServerProcess, protocol: str) -> None:
+    module: Any = httpclient if protocol == "http" else grpcclient
+    url = server.http_url if protocol == "http" else server.grpc_url
+    # A cudaIpcMemHandle_t's 64 bytes (base64 in HTTP's JSON body, as cudashm.get_raw_handle gives them).
+    handle = base64.b64encode(bytes(64)).decode() if protocol == "http" else bytes(64)
+    with module.InferenceServerClient(url) as client:
+        with pytest.raises(InferenceServerException) as refused:
+            client.register_cuda_shared_memory("gpu_input", handle, 0, 64)
+        status = client.get_cuda_shared_memory_status()
+    message = refused.value.message()
+    # Triton's own answer when built without GPUs, then inferd's explanation.
+    assert message.startswith("failed to register CUDA shared memory region: 'gpu_input', GPUs not supported")
+    assert "system shared memory" in message
+    if protocol == "grpc":
+        assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert len(status.regions) == 0
+    else:
+        assert refused.value.status() == "400"
+        assert status == []
