@@ -1,11 +1,12 @@
 """What Triton's own client programs tripped on (issue 28), through tritonclient (HTTP and gRPC)
 against a real `inferd serve`: the CUDA shared memory calls a program makes to clean up before it
 starts (status and unregister answer no regions, register says the server has no GPU
-registration)."""
+registration); classification over ModelStreamInfer."""
 
 from __future__ import annotations
 
 import base64
+import queue
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -121,3 +122,32 @@ def test_cuda_register_says_this_server_has_no_gpu_registration(server: ServerPr
     else:
         assert refused.value.status() == "400"
         assert status == []
+
+
+# -- classification over the stream -----------------------------------------------------------------
+
+
+def test_classification_over_model_stream_infer(server: ServerProcess) -> None:
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        tensor = grpcclient.InferInput("x", [3, 16], "FP32")
+        tensor.set_data_from_numpy(X)
+        scores = client.infer("classifier", [tensor]).as_numpy("y")
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        try:
+            for count in (1, 3):
+                outputs = [grpcclient.InferRequestedOutput("y", class_count=count)]
+                client.async_stream_infer("classifier", [tensor], outputs=outputs, request_id=str(count))
+                result, error = answers.get(timeout=30)
+                assert error is None, error
+                classes = result.as_numpy("y")
+                assert result.get_output("y").datatype == "BYTES" and classes.shape == (3, count)
+                assert as_text(classes) == top_classes(scores, count)
+            # A bad value is the stream's error for that request, as the unary call's is.
+            outputs = [grpcclient.InferRequestedOutput("y")]
+            outputs[0]._output.parameters["classification"].int64_param = -1
+            client.async_stream_infer("classifier", [tensor], outputs=outputs)
+            result, error = answers.get(timeout=30)
+            assert result is None and "invalid value for the 'classification' parameter" in str(error)
+        finally:
+            client.stop_stream()
