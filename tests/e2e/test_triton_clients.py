@@ -1,7 +1,8 @@
 """What Triton's own client programs tripped on (issue 28), through tritonclient (HTTP and gRPC)
 against a real `inferd serve`: the CUDA shared memory calls a program makes to clean up before it
 starts (status and unregister answer no regions, register says the server has no GPU
-registration); classification over ModelStreamInfer."""
+registration); classification over ModelStreamInfer; requests with mistakes answered with the
+error Triton gives first, in Triton's words."""
 
 from __future__ import annotations
 
@@ -11,16 +12,20 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing.models import add_sub_model, mlp_model
+from inferd.testing.models import add_sub_model, identity_model, mlp_model
 from inferd.testing.models import write_config as write_model_config
 from inferd.testing.server import ServerProcess, run_server
+from inferd.types import DataType
 
 pytestmark = pytest.mark.e2e
 
@@ -53,6 +58,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     write_model_config(repository / "classify_ensemble", ENSEMBLE)
     (repository / "classify_ensemble" / "1").mkdir()
     add_sub_model(repository / "simple" / "1" / "model.onnx")
+    identity_model(repository / "strings" / "1" / "model.onnx", DataType.BYTES, ["batch", -1])
+    write_model_config(repository / "strings", "max_batch_size: 8")
     with run_server(repository, tmp_path_factory.mktemp("logs") / "server.log") as process:
         yield process
 
@@ -151,3 +158,83 @@ def test_classification_over_model_stream_infer(server: ServerProcess) -> None:
             assert result is None and "invalid value for the 'classification' parameter" in str(error)
         finally:
             client.stop_stream()
+
+
+# -- Triton's errors first ----------------------------------------------------------------------------
+
+
+def _model_infer(server: ServerProcess, request: Any) -> grpc.RpcError:
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.ModelInfer(request, timeout=30)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    return raised.value
+
+
+def test_typed_contents_beside_raw_contents_is_tritons_error_for_the_first_input(server: ServerProcess) -> None:
+    """grpc_explicit_int_content_client.py's last request: both inputs typed, then one raw entry and
+    typed contents on the first input; the program looks for Triton's sentence naming INPUT0."""
+    request = pb.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="FP32", shape=[1, 16]).contents.fp32_contents.extend([1.0] * 16)
+    request.raw_input_contents.append(np.zeros(8, dtype=np.float32).tobytes())
+    error = _model_infer(server, request)
+    assert error.details().startswith(
+        "contents field must not be specified when using raw_input_contents for 'INPUT0' for model 'simple': "
+    ), error.details()
+
+
+def test_an_input_without_data_is_tritons_unable_to_find_data(server: ServerProcess) -> None:
+    request = pb.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
+    request.raw_input_contents.append(np.zeros(16, dtype=np.float32).tobytes())
+    error = _model_infer(server, request)
+    assert error.details().startswith(
+        "unable to find data for input tensor 'INPUT1' for model 'simple' in request: "
+    ), error.details()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_bytes_that_do_not_fit_the_shape_are_tritons_byte_size_mismatch(server: ServerProcess, protocol: str) -> None:
+    """What Triton's shared memory and input validation tests look for: 128 bytes sent for [1, 16] FP32."""
+    module: Any = httpclient if protocol == "http" else grpcclient
+    url = server.http_url if protocol == "http" else server.grpc_url
+    with module.InferenceServerClient(url) as client:
+        inputs = [module.InferInput(name, [1, 32], "FP32") for name in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(np.ones((1, 32), dtype=np.float32))
+        inputs[0].set_shape([1, 16])
+        with pytest.raises(InferenceServerException) as raised:
+            client.infer("simple", inputs)
+    assert raised.value.message().startswith(
+        "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 128: "
+    ), raised.value.message()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize(
+    ("sent", "phrase"),
+    [
+        (3, "expected 5 string elements for inference input 'INPUT0' for model 'strings', got 3: "),
+        (6, "unexpected number of string elements 6 for inference input 'INPUT0' for model 'strings', expecting 5: "),
+    ],
+    ids=["fewer", "more"],
+)
+def test_string_elements_that_do_not_fit_the_shape_are_tritons_errors(
+    server: ServerProcess, protocol: str, sent: int, phrase: str
+) -> None:
+    """L0_input_validation's string checks: the data holds `sent` elements, the shape declares 5."""
+    module: Any = httpclient if protocol == "http" else grpcclient
+    url = server.http_url if protocol == "http" else server.grpc_url
+    with module.InferenceServerClient(url) as client:
+        tensor = module.InferInput("INPUT0", [1, sent], "BYTES")
+        if protocol == "http":
+            tensor.set_data_from_numpy(np.array([[b"ab"] * sent], dtype=object), binary_data=True)
+        else:
+            tensor.set_data_from_numpy(np.array([[b"ab"] * sent], dtype=object))
+        tensor.set_shape([1, 5])
+        with pytest.raises(InferenceServerException) as raised:
+            client.infer("strings", [tensor])
+    assert raised.value.message().startswith(phrase), raised.value.message()
