@@ -2,7 +2,8 @@
 against a real `inferd serve`: the CUDA shared memory calls a program makes to clean up before it
 starts (status and unregister answer no regions, register says the server has no GPU
 registration); classification over ModelStreamInfer; requests with mistakes answered with the
-error Triton gives first, in Triton's words."""
+error Triton gives first, in Triton's words; an ensemble answering classification with its step's
+labels (or its own, when it has a label file)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from inferd.types import DataType
 pytestmark = pytest.mark.e2e
 
 LABELS = ["cat", "dog", "bird", "fish"]
+OWN_LABELS = ["one", "two", "three", "four"]
 CLASSIFIER = """
 max_batch_size: 8
 input [{ name: "x", data_type: TYPE_FP32, dims: [16] }]
@@ -57,6 +59,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     (repository / "classifier" / "labels.txt").write_text("\n".join(LABELS) + "\n")
     write_model_config(repository / "classify_ensemble", ENSEMBLE)
     (repository / "classify_ensemble" / "1").mkdir()
+    own_labels = ENSEMBLE.replace("dims: [4] }", 'dims: [4], label_filename: "names.txt" }')
+    write_model_config(repository / "relabelled_ensemble", own_labels)
+    (repository / "relabelled_ensemble" / "1").mkdir()
+    (repository / "relabelled_ensemble" / "names.txt").write_text("\n".join(OWN_LABELS) + "\n")
     add_sub_model(repository / "simple" / "1" / "model.onnx")
     identity_model(repository / "strings" / "1" / "model.onnx", DataType.BYTES, ["batch", -1])
     write_model_config(repository / "strings", "max_batch_size: 8")
@@ -64,9 +70,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield process
 
 
-def top_classes(scores: np.ndarray, count: int) -> list[list[str]]:
+def top_classes(scores: np.ndarray, count: int, labels: list[str] = LABELS) -> list[list[str]]:
     """Triton's "score:index:label" of each row's `count` highest scores."""
-    return [[f"{row[i]:f}:{i}:{LABELS[i]}" for i in np.argsort(-row, kind="stable")[:count]] for row in scores]
+    return [[f"{row[i]:f}:{i}:{labels[i]}" for i in np.argsort(-row, kind="stable")[:count]] for row in scores]
 
 
 def as_text(classes: np.ndarray) -> list[list[str]]:
@@ -238,3 +244,22 @@ def test_string_elements_that_do_not_fit_the_shape_are_tritons_errors(
         with pytest.raises(InferenceServerException) as raised:
             client.infer("strings", [tensor])
     assert raised.value.message().startswith(phrase), raised.value.message()
+
+
+# -- labels through ensembles ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize(("model", "labels"), [("classify_ensemble", LABELS), ("relabelled_ensemble", OWN_LABELS)])
+def test_an_ensemble_classifies_with_its_steps_labels(
+    server: ServerProcess, protocol: str, model: str, labels: list[str]
+) -> None:
+    module: Any = httpclient if protocol == "http" else grpcclient
+    url = server.http_url if protocol == "http" else server.grpc_url
+    with module.InferenceServerClient(url) as client:
+        tensor = module.InferInput("pixels", [3, 16], "FP32")
+        tensor.set_data_from_numpy(X)
+        scores = client.infer(model, [tensor]).as_numpy("scores")
+        outputs = [module.InferRequestedOutput("scores", class_count=2)]
+        classes = client.infer(model, [tensor], outputs=outputs).as_numpy("scores")
+    assert as_text(classes) == top_classes(scores, 2, labels)
