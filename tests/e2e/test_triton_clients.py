@@ -23,7 +23,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing.models import add_sub_model, identity_model, mlp_model
+from inferd.testing.models import add_sub_model, identity_model, mlp_model, python_model
 from inferd.testing.models import write_config as write_model_config
 from inferd.testing.server import ServerProcess, run_server
 from inferd.types import DataType
@@ -49,6 +49,25 @@ ensemble_scheduling {
 }
 """
 X = np.linspace(-1, 1, 48, dtype=np.float32).reshape(3, 16)
+# L0_input_validation's two models: three required FP32 [1] inputs, and the same with a fourth, optional.
+SUM = """
+import numpy as np
+
+class Model:
+    def execute(self, inputs):
+        return {"OUTPUT0": sum(inputs.values())}
+"""
+INPUTS = """
+backend: "python"
+max_batch_size: 0
+input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [1] }, { name: "INPUT1", data_type: TYPE_FP32, dims: [1] },
+       { name: "INPUT2", data_type: TYPE_FP32, dims: [1] }]
+output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [1] }]
+"""
+OPTIONAL_INPUT = INPUTS.replace(
+    "dims: [1] }]\noutput",
+    'dims: [1] },\n       { name: "INPUT3", data_type: TYPE_FP32, dims: [1], optional: true }]\noutput',
+)
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +85,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     add_sub_model(repository / "simple" / "1" / "model.onnx")
     identity_model(repository / "strings" / "1" / "model.onnx", DataType.BYTES, ["batch", -1])
     write_model_config(repository / "strings", "max_batch_size: 8")
+    for name, config in (("input_all_required", INPUTS), ("input_optional", OPTIONAL_INPUT)):
+        python_model(repository / name / "1", SUM)
+        write_model_config(repository / name, config)
     with run_server(repository, tmp_path_factory.mktemp("logs") / "server.log") as process:
         yield process
 
@@ -244,6 +266,48 @@ def test_string_elements_that_do_not_fit_the_shape_are_tritons_errors(
         with pytest.raises(InferenceServerException) as raised:
             client.infer("strings", [tensor])
     assert raised.value.message().startswith(phrase), raised.value.message()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize(
+    ("model", "sent", "sentence"),
+    [
+        ("input_all_required", [], "expected 3 inputs but got 0 inputs for model 'input_all_required'. Got input(s) "
+         "[], but missing required input(s) ['INPUT0','INPUT1','INPUT2']. Please provide all required input(s)."),
+        ("input_optional", [], "expected number of inputs between 3 and 4 but got 0 inputs for model "
+         "'input_optional'. Got input(s) [], but missing required input(s) ['INPUT0','INPUT1','INPUT2']. Please "
+         "provide all required input(s)."),
+        ("input_all_required", ["INPUT0"], "expected 3 inputs but got 1 inputs for model 'input_all_required'. Got "
+         "input(s) ['INPUT0'], but missing required input(s) ['INPUT1','INPUT2']. Please provide all required "
+         "input(s)."),
+        ("input_optional", ["INPUT3"], "expected number of inputs between 3 and 4 but got 1 inputs for model "
+         "'input_optional'. Got input(s) ['INPUT3'], but missing required input(s) ['INPUT0','INPUT1','INPUT2']. "
+         "Please provide all required input(s)."),
+        # Too many: counted before the unknown name is looked at, as Triton does.
+        ("input_all_required", ["INPUT0", "INPUT1", "INPUT2", "EXTRA"], "expected 3 inputs but got 4 inputs for "
+         "model 'input_all_required'. Got input(s) ['INPUT0','INPUT1','INPUT2','EXTRA'], but missing required "
+         "input(s) []"),
+    ],
+    ids=["required-none", "optional-none", "required-one", "optional-only-optional", "one-too-many"],
+)  # fmt: skip
+def test_missing_inputs_are_tritons_whole_sentence(
+    server: ServerProcess, protocol: str, model: str, sent: list[str], sentence: str
+) -> None:
+    """L0_input_validation compares Triton's whole sentence (assertIn)."""
+    module: Any = httpclient if protocol == "http" else grpcclient
+    url = server.http_url if protocol == "http" else server.grpc_url
+    with module.InferenceServerClient(url) as client:
+        inputs = [module.InferInput(name, [1], "FP32") for name in sent]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(np.ones(1, dtype=np.float32))
+        with pytest.raises(InferenceServerException) as raised:
+            client.infer(model, inputs)
+        assert sentence in str(raised.value), str(raised.value)
+        # All three given: answered.
+        complete = [module.InferInput(f"INPUT{i}", [1], "FP32") for i in range(3)]
+        for tensor in complete:
+            tensor.set_data_from_numpy(np.ones(1, dtype=np.float32))
+        assert client.infer(model, complete).as_numpy("OUTPUT0").tolist() == [3.0]
 
 
 # -- labels through ensembles ---------------------------------------------------------------------

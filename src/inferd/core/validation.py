@@ -26,6 +26,7 @@ from inferd.types import InferRequest, Tensor
 
 def prepare_inputs(config: ModelConfig, request: InferRequest) -> tuple[dict[str, np.ndarray[Any, Any]], int]:
     """The runtime's feeds (reshaped where the config says so) and the batch size (1 if unbatched)."""
+    _check_input_count(config, request)
     feeds: dict[str, np.ndarray[Any, Any]] = {}
     batch_size: int | None = None
     batch_source = ""
@@ -60,16 +61,57 @@ def prepare_inputs(config: ModelConfig, request: InferRequest) -> tuple[dict[str
         feeds[tensor.name] = _reshaped(config, spec, tensor, tensor_batch)
     missing = [t.name for t in config.inputs if not t.optional and t.name not in feeds]
     if missing:
-        required = sum(1 for t in config.inputs if not t.optional)
-        raise MissingInputError(
-            with_triton_phrase(
-                f"expected {required} inputs but got {len(feeds)} inputs for model '{config.name}', missing "
-                f"required input(s) {missing}",
-                f"model '{config.name}' needs input(s) {missing}, which the request does not carry",
-            ),
-            tensor=missing[0],
-        )
+        raise _missing_inputs(config, request, missing)
     return feeds, batch_size or 1
+
+
+def _check_input_count(config: ModelConfig, request: InferRequest) -> None:
+    """Triton counts a request's inputs before it looks at any of them: too few or too many is
+    refused first, in its words (its input validation tests compare the whole sentence)."""
+    required = sum(1 for t in config.inputs if not t.optional)
+    if required <= len(request.inputs) <= len(config.inputs):
+        return
+    names = {tensor.name for tensor in request.inputs}
+    missing = [t.name for t in config.inputs if not t.optional and t.name not in names]
+    if missing:
+        raise _missing_inputs(config, request, missing)
+    unknown = [tensor.name for tensor in request.inputs if config.input(tensor.name) is None]
+    if not unknown:
+        return  # as many inputs as the model's and none unknown: one appears twice, which the loop says
+    raise UnknownTensorError(
+        with_triton_phrase(
+            _triton_input_count(config, request, missing),
+            f"model '{config.name}' has no input(s) {unknown}; its inputs are {[t.name for t in config.inputs]}",
+        ),
+        tensor=unknown[0],
+    )
+
+
+def _missing_inputs(config: ModelConfig, request: InferRequest, missing: list[str]) -> MissingInputError:
+    return MissingInputError(
+        with_triton_phrase(
+            _triton_input_count(config, request, missing),
+            f"model '{config.name}' needs input(s) {missing}, which the request does not carry",
+        ),
+        tensor=missing[0],
+    )
+
+
+def _triton_input_count(config: ModelConfig, request: InferRequest, missing: list[str]) -> str:
+    def listed(names: Any) -> str:  # Triton writes name lists as ['a','b']
+        return "[" + ",".join(f"'{name}'" for name in names) + "]"
+
+    required = sum(1 for t in config.inputs if not t.optional)
+    expected = (
+        f"{required} inputs"
+        if required == len(config.inputs)
+        else f"number of inputs between {required} and {len(config.inputs)}"
+    )
+    return (
+        f"expected {expected} but got {len(request.inputs)} inputs for model '{config.name}'. Got input(s) "
+        f"{listed(t.name for t in request.inputs)}, but missing required input(s) {listed(missing)}. Please "
+        "provide all required input(s)."
+    )
 
 
 def output_names(config: ModelConfig, request: InferRequest) -> list[str]:

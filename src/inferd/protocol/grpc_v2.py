@@ -312,8 +312,6 @@ def parameters_to_dict(parameters: Any) -> dict[str, Any]:
 def _decode_inputs(message: Any, regions: shared_memory.RegionAccess | None) -> tuple[Tensor, ...]:
     """Input by input, each checked in Triton's order (where its data is, then the data), so a
     request with several mistakes gets the error Triton gives first: its clients match that text."""
-    if not message.inputs:
-        raise MalformedRequestError("request has no inputs")
     model = message.model_name
     raw = message.raw_input_contents
     # raw_input_contents carries, in order, every input that is neither in shared memory nor typed.

@@ -611,8 +611,9 @@ def _plain(value: Any) -> Any:
 def _decode_inputs(
     raw_inputs: Any, binary: memoryview, regions: shared_memory.RegionAccess | None, model: str
 ) -> tuple[Tensor, ...]:
-    if not isinstance(raw_inputs, list) or not raw_inputs:
-        raise MalformedRequestError("request must have a non-empty 'inputs' list")
+    # An empty list is the model's to judge (Triton answers how many inputs it expects).
+    if not isinstance(raw_inputs, list):
+        raise MalformedRequestError("request must have an 'inputs' list")
     return _decode_tensors(raw_inputs, binary, "input", regions, model)
 
 
