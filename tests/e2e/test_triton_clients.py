@@ -8,6 +8,7 @@ labels (or its own, when it has a label file)."""
 from __future__ import annotations
 
 import base64
+import json
 import queue
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from inferd.testing.models import add_sub_model, identity_model, mlp_model, pyth
 from inferd.testing.models import write_config as write_model_config
 from inferd.testing.server import ServerProcess, run_server
 from inferd.types import DataType
+from tests.e2e.conftest import http_request
 
 pytestmark = pytest.mark.e2e
 
@@ -308,6 +310,32 @@ def test_missing_inputs_are_tritons_whole_sentence(
         for tensor in complete:
             tensor.set_data_from_numpy(np.ones(1, dtype=np.float32))
         assert client.infer(model, complete).as_numpy("OUTPUT0").tolist() == [3.0]
+
+
+def test_a_name_given_twice_is_tritons_already_exists(server: ServerProcess) -> None:
+    """L0_http's duplicate output names: a 400 with Triton's sentence (and so for inputs, over gRPC)."""
+    row = [1.0] * 16
+    body = {
+        "inputs": [{"name": f"INPUT{i}", "datatype": "FP32", "shape": [1, 16], "data": row} for i in (0, 1)],
+        "outputs": [{"name": "OUTPUT0"}, {"name": "OUTPUT0"}],
+    }
+    reply = http_request(server, "POST", "/v2/models/simple/infer", json.dumps(body).encode())
+    assert reply.status == 400 and json.loads(reply.body)["error"].startswith(
+        "output 'OUTPUT0' already exists in request: "
+    ), reply.body
+    request = pb.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="FP32", shape=[1, 16]).contents.fp32_contents.extend(row)
+    assert _model_infer(server, request).details().startswith("input 'INPUT0' already exists in request: ")
+
+
+def test_an_unknown_output_is_named_before_the_inputs_are_counted(server: ServerProcess) -> None:
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        tensor = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.float32))
+        with pytest.raises(InferenceServerException) as raised:
+            client.infer("simple", [tensor], outputs=[grpcclient.InferRequestedOutput("q")])
+    assert raised.value.message().startswith("unexpected inference output 'q' for model 'simple'")
 
 
 # -- labels through ensembles ---------------------------------------------------------------------

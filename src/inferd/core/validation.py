@@ -26,13 +26,12 @@ from inferd.types import InferRequest, Tensor
 
 def prepare_inputs(config: ModelConfig, request: InferRequest) -> tuple[dict[str, np.ndarray[Any, Any]], int]:
     """The runtime's feeds (reshaped where the config says so) and the batch size (1 if unbatched)."""
+    _check_names(config, request)
     _check_input_count(config, request)
     feeds: dict[str, np.ndarray[Any, Any]] = {}
     batch_size: int | None = None
     batch_source = ""
     for tensor in request.inputs:
-        if tensor.name in feeds:
-            raise MalformedRequestError(f"input '{tensor.name}' appears more than once", tensor=tensor.name)
         spec = config.input(tensor.name)
         if spec is None:
             raise UnknownTensorError(
@@ -65,6 +64,27 @@ def prepare_inputs(config: ModelConfig, request: InferRequest) -> tuple[dict[str
     return feeds, batch_size or 1
 
 
+def _check_names(config: ModelConfig, request: InferRequest) -> None:
+    """What Triton refuses as it builds a request, before it counts the inputs: a name given twice,
+    then a requested output the model does not have."""
+    for kind, tensors in (("input", request.inputs), ("output", request.outputs)):
+        if len(tensors) < 2:
+            continue
+        seen: set[str] = set()
+        for tensor in tensors:
+            if tensor.name in seen:
+                raise MalformedRequestError(
+                    with_triton_phrase(
+                        f"{kind} '{tensor.name}' already exists in request",
+                        f"the request names {kind} '{tensor.name}' more than once",
+                    ),
+                    tensor=tensor.name,
+                )
+            seen.add(tensor.name)
+    if request.outputs:
+        output_names(config, request)
+
+
 def _check_input_count(config: ModelConfig, request: InferRequest) -> None:
     """Triton counts a request's inputs before it looks at any of them: too few or too many is
     refused first, in its words (its input validation tests compare the whole sentence)."""
@@ -75,9 +95,8 @@ def _check_input_count(config: ModelConfig, request: InferRequest) -> None:
     missing = [t.name for t in config.inputs if not t.optional and t.name not in names]
     if missing:
         raise _missing_inputs(config, request, missing)
+    # More inputs than the model has, none given twice (_check_names): some are not the model's.
     unknown = [tensor.name for tensor in request.inputs if config.input(tensor.name) is None]
-    if not unknown:
-        return  # as many inputs as the model's and none unknown: one appears twice, which the loop says
     raise UnknownTensorError(
         with_triton_phrase(
             _triton_input_count(config, request, missing),
