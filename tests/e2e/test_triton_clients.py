@@ -329,6 +329,12 @@ def test_a_name_given_twice_is_tritons_already_exists(server: ServerProcess) -> 
     assert _model_infer(server, request).details().startswith("input 'INPUT0' already exists in request: ")
 
 
+def test_a_repository_index_asked_with_a_ready_that_is_not_a_boolean(server: ServerProcess) -> None:
+    reply = http_request(server, "POST", "/v2/repository/index", b'{"ready": "yes"}')
+    error = json.loads(reply.body)["error"]
+    assert reply.status == 400 and error.startswith("Invalid value for 'ready': expected a boolean: "), error
+
+
 def test_an_unknown_output_is_named_before_the_inputs_are_counted(server: ServerProcess) -> None:
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         tensor = grpcclient.InferInput("INPUT0", [1, 16], "FP32")

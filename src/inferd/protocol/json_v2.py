@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 import simdjson
 
-from inferd.errors import InferdError, MalformedRequestError, TensorDataError
+from inferd.errors import InferdError, MalformedRequestError, TensorDataError, with_triton_phrase
 from inferd.protocol import shared_memory
 from inferd.protocol.request_id import check_request_id
 from inferd.protocol.status import error_from_http
@@ -330,7 +330,9 @@ def decode_index_request(body: bytes) -> bool:
     document = _repository_body(body)
     ready = document.get("ready", False)
     if not isinstance(ready, bool):
-        raise MalformedRequestError("'ready' must be true or false")
+        raise MalformedRequestError(
+            with_triton_phrase("Invalid value for 'ready': expected a boolean", "'ready' must be true or false")
+        )
     return ready
 
 
