@@ -111,7 +111,13 @@ def test_unknown_and_missing_inputs_and_outputs(server: ServerProcess) -> None:
     [
         (b"{not json", "MALFORMED_REQUEST", "not valid JSON"),
         (b"[]", "MALFORMED_REQUEST", "JSON object"),
-        ({"inputs": []}, "MALFORMED_REQUEST", "non-empty 'inputs'"),
+        # No inputs: the model's count, in Triton's words (not a malformed body: a model may have only optional ones).
+        (
+            {"inputs": []},
+            "MISSING_INPUT",
+            "expected 1 inputs but got 0 inputs for model 'identity_fp32'. Got input(s) []",
+        ),
+        ({"inputs": {}}, "MALFORMED_REQUEST", "'inputs' list"),
         (
             {"inputs": [{"name": "INPUT0", "datatype": "FLOAT", "shape": [1], "data": [1]}]},
             "MALFORMED_REQUEST",
@@ -264,6 +270,8 @@ def grpc_infer_error(server: ServerProcess, request: Any) -> grpc.RpcError:
 def test_grpc_status_codes(server: ServerProcess) -> None:
     bad_dtype = service_pb2.ModelInferRequest(model_name="add_sub")
     bad_dtype.inputs.add(name="INPUT0", datatype="FP64", shape=[1, 16]).contents.fp64_contents.extend([1.0] * 16)
+    # Both inputs: with one missing, the count is what Triton (and inferd) answers first.
+    bad_dtype.inputs.add(name="INPUT1", datatype="FP32", shape=[1, 16]).contents.fp32_contents.extend([1.0] * 16)
     error = grpc_infer_error(server, bad_dtype)
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert "expected FP32" in error.details()

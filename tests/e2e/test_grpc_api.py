@@ -93,9 +93,9 @@ def test_methods_inferd_does_not_serve_answer_unimplemented_by_name(
 
     for _ in range(2):
         with pytest.raises(InferenceServerException) as raised:
-            client.get_cuda_shared_memory_status()
+            client.get_log_settings()
         assert raised.value.status() == "StatusCode.UNIMPLEMENTED"
-        assert "inferd does not implement inference.GRPCInferenceService/CudaSharedMemoryStatus" in str(raised.value)
+        assert "inferd does not implement inference.GRPCInferenceService/LogSettings" in str(raised.value)
     log = server.log()
     assert "NotImplementedError" not in log and "Traceback" not in log
-    assert log.count("GRPCInferenceService/CudaSharedMemoryStatus, which inferd does not implement") == 1
+    assert log.count("GRPCInferenceService/LogSettings, which inferd does not implement") == 1

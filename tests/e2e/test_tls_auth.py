@@ -239,6 +239,8 @@ MANAGEMENT_ROUTES = [
     ("POST", "/v2/systemsharedmemory/region/auth/register", f'{{"key": "{_SHM_KEY}", "byte_size": 64}}'.encode()),
     ("POST", "/v2/systemsharedmemory/region/auth/unregister", b""),
     ("POST", "/v2/systemsharedmemory/unregister", b""),
+    ("POST", "/v2/cudasharedmemory/region/auth/unregister", b""),
+    ("POST", "/v2/cudasharedmemory/unregister", b""),
 ]
 
 
@@ -262,6 +264,28 @@ def test_every_management_route_needs_a_management_token(
         assert _request(token_server, method, path, "mgmt-previous", body)[0] in (200, 409)
     finally:
         shm.destroy_shared_memory_region(region)
+
+
+def test_cuda_shared_memory_registration_needs_a_management_token_before_it_is_refused(
+    token_server: ServerProcess,
+) -> None:
+    path = "/v2/cudasharedmemory/region/gpu/register"
+    body = b'{"raw_handle": {"b64": ""}, "device_id": 0, "byte_size": 64}'
+    assert _request(token_server, "POST", path, None, body)[0] == 401
+    assert _request(token_server, "POST", path, INFERENCE_TOKEN, body)[0] == 403
+    status, _, answer = _request(token_server, "POST", path, MANAGEMENT_TOKEN, body)
+    assert status == 400 and b"GPUs not supported" in answer
+    user = {"authorization": f"Bearer {INFERENCE_TOKEN}"}
+    admin = {"authorization": f"Bearer {MANAGEMENT_TOKEN}"}
+    with grpcclient.InferenceServerClient(token_server.grpc_url) as client:
+        with pytest.raises(InferenceServerException) as denied:
+            client.register_cuda_shared_memory("gpu", b"", 0, 64, headers=user)
+        assert denied.value.status() == "StatusCode.PERMISSION_DENIED"
+        with pytest.raises(InferenceServerException) as refused:
+            client.register_cuda_shared_memory("gpu", b"", 0, 64, headers=admin)
+        assert refused.value.status() == "StatusCode.INVALID_ARGUMENT" and "GPUs not supported" in str(refused.value)
+        # Reading the (empty) status is not management, as the system regions' is not.
+        assert len(client.get_cuda_shared_memory_status(headers=user).regions) == 0
 
 
 def test_the_data_plane_takes_either_token_and_health_takes_none(token_server: ServerProcess) -> None:
@@ -310,6 +334,7 @@ def test_grpc_methods_ask_for_the_same_tokens(token_server: ServerProcess) -> No
                 lambda h: client.unload_model("spare", headers=h),
                 lambda h: client.register_system_shared_memory("grpc_auth", _SHM_KEY + "g", 64, headers=h),
                 lambda h: client.unregister_system_shared_memory("grpc_auth", headers=h),
+                lambda h: client.unregister_cuda_shared_memory(headers=h),
             ]
             for call in calls:
                 for headers, status in ((None, "UNAUTHENTICATED"), (bearer("nope"), "UNAUTHENTICATED"),

@@ -237,7 +237,8 @@ CASES = [
     ("classifier", "", [("x", np.zeros((9, 16), np.float32))], [],
      "inference request batch-size must be <= 8 for 'classifier'"),
     ("add_sub", "", [("INPUT0", np.zeros((1, 16), np.float32))], [],
-     "expected 2 inputs but got 1 inputs for model 'add_sub', missing required input(s) ['INPUT1']"),
+     "expected 2 inputs but got 1 inputs for model 'add_sub'. Got input(s) ['INPUT0'], but missing required "
+     "input(s) ['INPUT1']. Please provide all required input(s)."),
 ]  # fmt: skip
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 import numpy as np
@@ -136,6 +136,24 @@ def plan_ensemble(config: ModelConfig, step_configs: Sequence[ModelConfig]) -> E
         _check_compatible(output.name, source_spec, source_config, output, config, f"ensemble output '{output.name}'")
         steps_for_output[output.name] = frozenset(_with_ancestors(source_step, needs))
     return EnsemblePlan(tuple(planned), steps_for_output)
+
+
+def with_step_labels(config: ModelConfig, step_configs: Sequence[ModelConfig]) -> ModelConfig:
+    """`config` with each output that has no labels of its own labelled as the step output that
+    makes it (as Triton's ensembles are), so classification names the step model's classes."""
+    assert config.ensemble is not None
+    made_by = {
+        tensor: step_config.output(model_output)
+        for step, step_config in zip(config.ensemble.steps, step_configs, strict=True)
+        for model_output, tensor in step.output_map.items()
+    }
+    outputs = tuple(
+        replace(output, labels=source.labels)
+        if not output.labels and (source := made_by.get(output.name)) is not None and source.labels
+        else output
+        for output in config.outputs
+    )
+    return replace(config, outputs=outputs)
 
 
 def _where(config: ModelConfig, index: int, step: EnsembleStep) -> str:

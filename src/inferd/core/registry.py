@@ -51,7 +51,8 @@ from types import MappingProxyType
 from inferd.config.batching import BatchingDefaults
 from inferd.config.loader import read_model_config
 from inferd.config.model import ModelConfig
-from inferd.core.ensemble import EnsembleHandle, StepInference, plan_ensemble
+from inferd.core.classification import with_labels
+from inferd.core.ensemble import EnsembleHandle, StepInference, plan_ensemble, with_step_labels
 from inferd.core.executor import execution_threads as make_execution_threads
 from inferd.core.handle import Handle
 from inferd.core.loading import load_version
@@ -702,7 +703,7 @@ class ModelRegistry:
         files = model.fingerprint.version(version) if model.fingerprint is not None else None
         if model.config.ensemble is not None:
             try:
-                ensemble = self._ensemble_handle(model.config, version)
+                ensemble = self._ensemble_handle(with_labels(model.config, model.model_dir), version)
             except InferdError as exc:
                 return self._version_failed(name, version, exc, model, files)
             self._metrics.version_loaded(name, LoadTimings(session_s=0.0, warmup_s=0.0))
@@ -758,7 +759,7 @@ class ModelRegistry:
                     f"ensemble '{config.name}' step {index} (model '{step.model_name}'): {exc.message}"
                 ) from None
         plan = plan_ensemble(config, step_configs)
-        completed = replace(config, platform=config.platform, instance_groups=())
+        completed = replace(with_step_labels(config, step_configs), platform=config.platform, instance_groups=())
         logger.info(
             "model %s version %d: an ensemble of %d step(s): %s",
             config.name,

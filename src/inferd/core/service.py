@@ -170,7 +170,7 @@ class InferenceService:
         handle = None
         try:
             check_request_size(request.inputs, self._limits)
-            classes = classification.requested_counts(request) if request.outputs else {}
+            classes = _classes_asked(request)
             handle = self._registry.lookup(request.model_name, request.model_version)
             if handle is None:  # not serving: load on demand, or the error that says why
                 handle = await self._registry.lease(request.model_name, request.model_version)
@@ -180,9 +180,7 @@ class InferenceService:
                     f"'{request.model_name}' answers a request with a stream of responses; call it over gRPC's "
                     "ModelStreamInfer (tritonclient's start_stream and async_stream_infer)"
                 )
-            response = await handle.infer(request)
-            if classes:
-                response = classification.classify(response, classes, handle.config)
+            response = _as_asked(await handle.infer(request), classes, handle.config)
             check_response_size(request.model_name, response.outputs, self._limits)
         except InferdError as exc:
             exc.request_id = exc.request_id or request.request_id
@@ -225,10 +223,12 @@ class InferenceService:
         outcome = "success"
         try:
             check_request_size(request.inputs, self._limits)
+            classes = _classes_asked(request)
             handle = self._registry.lookup(request.model_name, request.model_version)
             if handle is None:
                 handle = await self._registry.lease(request.model_name, request.model_version)
             async for response in handle.infer_stream(request):
+                response = _as_asked(response, classes, handle.config)
                 check_response_size(request.model_name, response.outputs, self._limits)
                 yield response
         except InferdError as exc:
@@ -376,3 +376,13 @@ class InferenceService:
 
 def _tensor_metadata(config: ModelConfig, tensor: TensorConfig) -> TensorMetadata:
     return TensorMetadata(name=tensor.name, datatype=tensor.datatype.value, shape=config.full_shape(tensor))
+
+
+# What a request asks of its responses' outputs beyond the model's own (the classification
+# extension): one path for `infer` and `infer_stream`, so the stream honours what a unary call does.
+def _classes_asked(request: InferRequest) -> dict[str, int]:
+    return classification.requested_counts(request) if request.outputs else {}
+
+
+def _as_asked(response: InferResponse, classes: dict[str, int], config: ModelConfig) -> InferResponse:
+    return classification.classify(response, classes, config) if classes else response

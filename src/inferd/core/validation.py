@@ -26,12 +26,12 @@ from inferd.types import InferRequest, Tensor
 
 def prepare_inputs(config: ModelConfig, request: InferRequest) -> tuple[dict[str, np.ndarray[Any, Any]], int]:
     """The runtime's feeds (reshaped where the config says so) and the batch size (1 if unbatched)."""
+    _check_names(config, request)
+    _check_input_count(config, request)
     feeds: dict[str, np.ndarray[Any, Any]] = {}
     batch_size: int | None = None
     batch_source = ""
     for tensor in request.inputs:
-        if tensor.name in feeds:
-            raise MalformedRequestError(f"input '{tensor.name}' appears more than once", tensor=tensor.name)
         spec = config.input(tensor.name)
         if spec is None:
             raise UnknownTensorError(
@@ -60,16 +60,77 @@ def prepare_inputs(config: ModelConfig, request: InferRequest) -> tuple[dict[str
         feeds[tensor.name] = _reshaped(config, spec, tensor, tensor_batch)
     missing = [t.name for t in config.inputs if not t.optional and t.name not in feeds]
     if missing:
-        required = sum(1 for t in config.inputs if not t.optional)
-        raise MissingInputError(
-            with_triton_phrase(
-                f"expected {required} inputs but got {len(feeds)} inputs for model '{config.name}', missing "
-                f"required input(s) {missing}",
-                f"model '{config.name}' needs input(s) {missing}, which the request does not carry",
-            ),
-            tensor=missing[0],
-        )
+        raise _missing_inputs(config, request, missing)
     return feeds, batch_size or 1
+
+
+def _check_names(config: ModelConfig, request: InferRequest) -> None:
+    """What Triton refuses as it builds a request, before it counts the inputs: a name given twice,
+    then a requested output the model does not have."""
+    for kind, tensors in (("input", request.inputs), ("output", request.outputs)):
+        if len(tensors) < 2:
+            continue
+        seen: set[str] = set()
+        for tensor in tensors:
+            if tensor.name in seen:
+                raise MalformedRequestError(
+                    with_triton_phrase(
+                        f"{kind} '{tensor.name}' already exists in request",
+                        f"the request names {kind} '{tensor.name}' more than once",
+                    ),
+                    tensor=tensor.name,
+                )
+            seen.add(tensor.name)
+    if request.outputs:
+        output_names(config, request)
+
+
+def _check_input_count(config: ModelConfig, request: InferRequest) -> None:
+    """Triton counts a request's inputs before it looks at any of them: too few or too many is
+    refused first, in its words (its input validation tests compare the whole sentence)."""
+    required = sum(1 for t in config.inputs if not t.optional)
+    if required <= len(request.inputs) <= len(config.inputs):
+        return
+    names = {tensor.name for tensor in request.inputs}
+    missing = [t.name for t in config.inputs if not t.optional and t.name not in names]
+    if missing:
+        raise _missing_inputs(config, request, missing)
+    # More inputs than the model has, none given twice (_check_names): some are not the model's.
+    unknown = [tensor.name for tensor in request.inputs if config.input(tensor.name) is None]
+    raise UnknownTensorError(
+        with_triton_phrase(
+            _triton_input_count(config, request, missing),
+            f"model '{config.name}' has no input(s) {unknown}; its inputs are {[t.name for t in config.inputs]}",
+        ),
+        tensor=unknown[0],
+    )
+
+
+def _missing_inputs(config: ModelConfig, request: InferRequest, missing: list[str]) -> MissingInputError:
+    return MissingInputError(
+        with_triton_phrase(
+            _triton_input_count(config, request, missing),
+            f"model '{config.name}' needs input(s) {missing}, which the request does not carry",
+        ),
+        tensor=missing[0],
+    )
+
+
+def _triton_input_count(config: ModelConfig, request: InferRequest, missing: list[str]) -> str:
+    def listed(names: Any) -> str:  # Triton writes name lists as ['a','b']
+        return "[" + ",".join(f"'{name}'" for name in names) + "]"
+
+    required = sum(1 for t in config.inputs if not t.optional)
+    expected = (
+        f"{required} inputs"
+        if required == len(config.inputs)
+        else f"number of inputs between {required} and {len(config.inputs)}"
+    )
+    return (
+        f"expected {expected} but got {len(request.inputs)} inputs for model '{config.name}'. Got input(s) "
+        f"{listed(t.name for t in request.inputs)}, but missing required input(s) {listed(missing)}. Please "
+        "provide all required input(s)."
+    )
 
 
 def output_names(config: ModelConfig, request: InferRequest) -> list[str]:

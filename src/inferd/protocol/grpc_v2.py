@@ -13,7 +13,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from inferd.config.model import ModelConfig
-from inferd.errors import InferdError, MalformedRequestError, TensorDataError
+from inferd.errors import InferdError, MalformedRequestError, TensorDataError, with_triton_phrase
 from inferd.protocol import model_config, shared_memory
 from inferd.protocol.request_id import REQUEST_ID_HEADER, check_request_id
 from inferd.protocol.status import error_from_grpc
@@ -316,29 +316,39 @@ def parameters_to_dict(parameters: Any) -> dict[str, Any]:
 
 
 def _decode_inputs(message: Any, regions: shared_memory.RegionAccess | None) -> tuple[Tensor, ...]:
-    if not message.inputs:
-        raise MalformedRequestError("request has no inputs")
+    """Input by input, each checked in Triton's order (where its data is, then the data), so a
+    request with several mistakes gets the error Triton gives first: its clients match that text."""
+    model = message.model_name
     raw = message.raw_input_contents
-    # Most requests carry no shared memory: the parameters are converted only for inputs that name a region.
-    placements = [
-        shared_memory.placement(parameters_to_dict(item.parameters), item.name)
-        if shared_memory.REGION in item.parameters
-        else None
-        for item in message.inputs
-    ]
-    # raw_input_contents carries, in order, every input that is not in shared memory (as tritonclient sends it).
-    expected_raw = sum(place is None for place in placements)
-    if raw and len(raw) != expected_raw:
-        raise MalformedRequestError(
-            f"raw_input_contents has {len(raw)} entries for {expected_raw} inputs not in shared memory; when "
-            "used, it must carry every such input, in order"
-        )
+    # raw_input_contents carries, in order, every input that is neither in shared memory nor typed.
     next_raw = 0
     tensors = []
     for index, item in enumerate(message.inputs):
         name = item.name
         if not name:
             raise MalformedRequestError(f"inputs[{index}] has no name")
+        # Most requests carry no shared memory: the parameters are converted only for inputs that name a region.
+        place = (
+            shared_memory.placement(parameters_to_dict(item.parameters), name)
+            if shared_memory.REGION in item.parameters
+            else None
+        )
+        typed = _has_contents(item)
+        if place is not None and typed:
+            raise MalformedRequestError(
+                f"unexpected 'content' provided when using shared memory for input tensor '{name}' for model '{model}'",
+                tensor=name,
+            )
+        if place is None and typed and raw:
+            # As Triton: one request carries its data one way, never both.
+            raise MalformedRequestError(
+                with_triton_phrase(
+                    f"contents field must not be specified when using raw_input_contents for '{name}' for model "
+                    f"'{model}'",
+                    "send every input in raw_input_contents, or every one in contents",
+                ),
+                tensor=name,
+            )
         try:
             datatype = DataType.from_wire(item.datatype)
         except ValueError:
@@ -349,28 +359,28 @@ def _decode_inputs(message: Any, regions: shared_memory.RegionAccess | None) -> 
         if any(d < 0 for d in shape):
             raise MalformedRequestError(f"input '{name}': shape {list(shape)} has a negative dimension", tensor=name)
         check_shape_size(name, shape)
-        place = placements[index]
         if place is not None:
-            if _has_contents(item):
-                raise MalformedRequestError(
-                    f"unexpected 'content' provided when using shared memory for input tensor '{name}' for model "
-                    f"'{message.model_name}'",
-                    tensor=name,
-                )
             data = shared_memory.read_input(place, regions, name)
-            tensors.append(tensor_from_bytes(name, datatype, shape, memoryview(data)))
-        elif raw:
-            if _has_contents(item):
-                # As Triton: one request carries its data one way, never both.
-                raise MalformedRequestError(
-                    f"contents field must not be specified when using raw_input_contents for '{name}' for model "
-                    f"'{message.model_name}': send every input in raw_input_contents, or every one in contents",
-                    tensor=name,
-                )
-            tensors.append(tensor_from_bytes(name, datatype, shape, raw[next_raw]))
+            tensors.append(tensor_from_bytes(name, datatype, shape, memoryview(data), model=model))
+        elif next_raw < len(raw):
+            tensors.append(tensor_from_bytes(name, datatype, shape, raw[next_raw], model=model))
             next_raw += 1
-        else:
+        elif typed or (not raw and element_count(shape) == 0):
             tensors.append(Tensor(name, datatype, shape, _typed_contents(name, datatype, shape, item.contents)))
+        else:
+            raise MalformedRequestError(
+                with_triton_phrase(
+                    f"unable to find data for input tensor '{name}' for model '{model}' in request",
+                    f"inputs[{index}] has no contents, names no shared memory region, and raw_input_contents "
+                    f"(of {len(raw)} entries) has none left for it",
+                ),
+                tensor=name,
+            )
+    if next_raw != len(raw):
+        raise MalformedRequestError(
+            f"raw_input_contents has {len(raw)} entries for {next_raw} inputs not in shared memory; when "
+            "used, it must carry every such input, in order"
+        )
     return tuple(tensors)
 
 

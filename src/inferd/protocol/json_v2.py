@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 import simdjson
 
-from inferd.errors import InferdError, MalformedRequestError, TensorDataError
+from inferd.errors import InferdError, MalformedRequestError, TensorDataError, with_triton_phrase
 from inferd.protocol import shared_memory
 from inferd.protocol.request_id import check_request_id
 from inferd.protocol.status import error_from_http
@@ -82,7 +82,7 @@ def decode_request(
     check_request_id(v2_id, "'id'")
     request_id = request_id or v2_id or new_request_id()
     try:
-        inputs = _decode_inputs(document.get("inputs"), binary, regions)
+        inputs = _decode_inputs(document.get("inputs"), binary, regions, model_name)
         outputs = _decode_outputs(document.get("outputs"))
         parameters = _parameters(document.get("parameters"), "request")
     except InferdError as exc:
@@ -332,7 +332,9 @@ def decode_index_request(body: bytes) -> bool:
     document = _repository_body(body)
     ready = document.get("ready", False)
     if not isinstance(ready, bool):
-        raise MalformedRequestError("'ready' must be true or false")
+        raise MalformedRequestError(
+            with_triton_phrase("Invalid value for 'ready': expected a boolean", "'ready' must be true or false")
+        )
     return ready
 
 
@@ -611,17 +613,22 @@ def _plain(value: Any) -> Any:
 
 
 def _decode_inputs(
-    raw_inputs: Any, binary: memoryview, regions: shared_memory.RegionAccess | None
+    raw_inputs: Any, binary: memoryview, regions: shared_memory.RegionAccess | None, model: str
 ) -> tuple[Tensor, ...]:
-    if not isinstance(raw_inputs, list) or not raw_inputs:
-        raise MalformedRequestError("request must have a non-empty 'inputs' list")
-    return _decode_tensors(raw_inputs, binary, "input", regions)
+    # An empty list is the model's to judge (Triton answers how many inputs it expects).
+    if not isinstance(raw_inputs, list):
+        raise MalformedRequestError("request must have an 'inputs' list")
+    return _decode_tensors(raw_inputs, binary, "input", regions, model)
 
 
 def _decode_tensors(
-    raw_tensors: list[Any], binary: memoryview, kind: str, regions: shared_memory.RegionAccess | None = None
+    raw_tensors: list[Any],
+    binary: memoryview,
+    kind: str,
+    regions: shared_memory.RegionAccess | None = None,
+    model: str | None = None,
 ) -> tuple[Tensor, ...]:
-    """A request's inputs or a response's outputs (`kind`): JSON data or binary_data_size bytes."""
+    """A request's inputs to `model` or a response's outputs (`kind`): JSON data or binary_data_size bytes."""
     offset = 0
     tensors = []
     for index, raw in enumerate(raw_tensors):
@@ -645,7 +652,7 @@ def _decode_tensors(
                         tensor=name,
                     )
                 data = shared_memory.read_input(place, regions, name)
-                tensors.append(tensor_from_bytes(name, datatype, shape, memoryview(data)))
+                tensors.append(tensor_from_bytes(name, datatype, shape, memoryview(data), model=model))
                 continue
         if size is not None:
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
@@ -656,7 +663,7 @@ def _decode_tensors(
                     f"({len(binary) - offset} bytes left after the header and earlier {kind}s)",
                     tensor=name,
                 )
-            tensors.append(tensor_from_bytes(name, datatype, shape, binary[offset : offset + size]))
+            tensors.append(tensor_from_bytes(name, datatype, shape, binary[offset : offset + size], model=model))
             offset += size
         else:
             if "data" not in raw:

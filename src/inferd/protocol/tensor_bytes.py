@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import TensorDataError
+from inferd.errors import TensorDataError, with_triton_phrase
 from inferd.limits import REQUEST_LIMITS, text_bytes, too_many_elements, too_much_text
 from inferd.types import DataType, Tensor, element_count
 
@@ -66,17 +66,29 @@ def bytes_array(name: str, items: Any) -> np.ndarray[Any, Any]:
     return array
 
 
-def tensor_from_bytes(name: str, datatype: DataType, shape: tuple[int, ...], data: bytes | memoryview) -> Tensor:
-    """A tensor viewing `data` (no copy for fixed-size types)."""
+def tensor_from_bytes(
+    name: str, datatype: DataType, shape: tuple[int, ...], data: bytes | memoryview, *, model: str | None = None
+) -> Tensor:
+    """A tensor viewing `data` (no copy for fixed-size types). `model`: the model a request's input
+    is for; its errors then begin with Triton's sentence for the condition (None: a response's
+    output, which a client decodes)."""
     count = element_count(shape)
     if datatype is DataType.BYTES:
-        array = _bytes_elements(name, data, count).reshape(shape)
+        array = _bytes_elements(name, data, count, model).reshape(shape)
     else:
         needed = count * datatype.itemsize
         if len(data) != needed:
-            raise TensorDataError(
+            message = (
                 f"input '{name}': shape {list(shape)} of {datatype.value} needs {needed} bytes "
-                f"({count} elements x {datatype.itemsize}), but {len(data)} bytes were sent",
+                f"({count} elements x {datatype.itemsize}), but {len(data)} bytes were sent"
+            )
+            raise TensorDataError(
+                _tritons(
+                    f"input byte size mismatch for input '{name}' for model '{model}'. Expected {needed}, got "
+                    f"{len(data)}",
+                    message,
+                    model,
+                ),
                 tensor=name,
                 expected=f"{needed} bytes",
                 actual=f"{len(data)} bytes",
@@ -104,37 +116,67 @@ def serialize_bytes_elements(array: np.ndarray[Any, Any]) -> bytes:
     return b"".join(parts)
 
 
-def _bytes_elements(name: str, data: bytes | memoryview, count: int) -> np.ndarray[Any, Any]:
-    # Each element costs at least its 4-byte length: reject impossible counts before looping.
-    if count * _LENGTH.size > len(data):
-        raise TensorDataError(
-            f"input '{name}': {count} BYTES elements need at least {count * _LENGTH.size} bytes of "
-            f"length prefixes, but {len(data)} bytes were sent",
-            tensor=name,
-        )
-    check_element_count(name, count)
-    # The framing is what the text limit counts (4 bytes of length and the element's): no loop.
+def _bytes_elements(name: str, data: bytes | memoryview, count: int, model: str | None) -> np.ndarray[Any, Any]:
+    """The elements, checked in Triton's order (its core's ValidateBytesInputs): each length prefix
+    whole, no element past `count`, then exactly `count` of them. Nothing is allocated by `count`
+    (which the client declares): the elements found are at most one per 4 bytes sent."""
+    # The text limit first, before any loop over elements: the framing is what it counts (4 bytes of
+    # length and the element's), and it bounds the loop. The element limit once the data agrees
+    # with the count (an impossible count is the data's 400, as in Triton).
     check_text_size(name, len(data))
     view = memoryview(data)
-    elements = np.empty(count, dtype=object)
+    found: list[bytes] = []
     offset = 0
-    for index in range(count):
-        if offset + _LENGTH.size > len(view):
-            raise TensorDataError(f"input '{name}': BYTES data ends inside element {index}'s length", tensor=name)
+    while offset < len(view):
+        if len(view) - offset < _LENGTH.size:
+            raise TensorDataError(
+                _tritons(
+                    f"incomplete string length indicator for inference input '{name}' for model '{model}', "
+                    f"expecting {_LENGTH.size} bytes but only {len(view) - offset} bytes available",
+                    f"input '{name}': BYTES data ends inside element {len(found)}'s length",
+                    model,
+                ),
+                tensor=name,
+            )
+        if len(found) == count:
+            raise TensorDataError(
+                _tritons(
+                    f"unexpected number of string elements {count + 1} for inference input '{name}' for model "
+                    f"'{model}', expecting {count}",
+                    f"input '{name}': {len(view) - offset} bytes remain after the {count} BYTES elements that "
+                    "its shape declares",
+                    model,
+                ),
+                tensor=name,
+                expected=f"{count} elements",
+            )
         (length,) = _LENGTH.unpack_from(view, offset)
         offset += _LENGTH.size
         if offset + length > len(view):
             raise TensorDataError(
-                f"input '{name}': BYTES element {index} declares {length} bytes but only {len(view) - offset} remain",
+                f"input '{name}': BYTES element {len(found)} declares {length} bytes but only "
+                f"{len(view) - offset} remain",
                 tensor=name,
             )
-        elements[index] = bytes(view[offset : offset + length])
+        found.append(bytes(view[offset : offset + length]))
         offset += length
-    if offset != len(view):
+    if len(found) != count:
         raise TensorDataError(
-            f"input '{name}': {len(view) - offset} bytes remain after the {count} BYTES elements that "
-            "its shape declares",
+            _tritons(
+                f"expected {count} string elements for inference input '{name}' for model '{model}', got {len(found)}",
+                f"input '{name}': its shape declares {count} BYTES elements, the data holds {len(found)}",
+                model,
+            ),
             tensor=name,
             expected=f"{count} elements",
+            actual=f"{len(found)} elements",
         )
+    check_element_count(name, count)
+    elements = np.empty(count, dtype=object)
+    elements[:] = found
     return elements
+
+
+def _tritons(phrase: str, message: str, model: str | None) -> str:
+    """A request's error begins with Triton's phrase; a response's (no model) is inferd's message alone."""
+    return with_triton_phrase(phrase, message) if model is not None else message

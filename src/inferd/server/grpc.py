@@ -26,6 +26,7 @@ from inferd.protocol import grpc_v2, server_timing, shared_memory
 from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
 from inferd.protocol.status import grpc_status
 from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy, check_local_client, grpc_peer_is_local
+from inferd.server.cuda_shared_memory import CudaSharedMemory
 from inferd.server.logging import RequestErrorLog, current_request_id
 from inferd.server.shared_memory import SharedMemoryRegions
 from inferd.types import new_request_id
@@ -64,6 +65,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         self._service = service
         self._regions = regions
         self._access = access
+        self._cuda_shared_memory = CudaSharedMemory(regions, access)
         self._stream_tracer = stream_tracer
 
     async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -158,6 +160,29 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             return pb.SystemSharedMemoryUnregisterResponse()
 
         return await _call(context, "SystemSharedMemoryUnregister", unregister)
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        def status() -> Any:
+            self._cuda_shared_memory.status(request.name or None)  # no regions, or the error naming it
+            return pb.CudaSharedMemoryStatusResponse()
+
+        return await _call(context, "CudaSharedMemoryStatus", status)
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        def register() -> Any:
+            self._check_local(context)
+            self._cuda_shared_memory.register(request.name)
+            return pb.CudaSharedMemoryRegisterResponse()
+
+        return await _call(context, "CudaSharedMemoryRegister", register)
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        def unregister() -> Any:
+            self._check_local(context)
+            self._cuda_shared_memory.unregister(request.name or None)
+            return pb.CudaSharedMemoryUnregisterResponse()
+
+        return await _call(context, "CudaSharedMemoryUnregister", unregister)
 
     async def ModelStreamInfer(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
         """Bidirectional stream: each request's responses (a decoupled model's several, any other

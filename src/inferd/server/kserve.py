@@ -11,6 +11,7 @@ from inferd.core.service import InferenceService
 from inferd.errors import MalformedRequestError, NotFoundError, UnavailableError, UnsupportedError
 from inferd.protocol import http_compression, json_v2, model_config, shared_memory
 from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy, check_local_client
+from inferd.server.cuda_shared_memory import CudaSharedMemory
 from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.http import deadline, json_response, kserve_error, response_headers
 from inferd.server.http11 import HttpRequest, HttpResponse
@@ -45,6 +46,7 @@ class KServeDoor:
         self._service = service
         self._regions = regions
         self._access = access
+        self._cuda_shared_memory = CudaSharedMemory(regions, access)
         # Set by whoever assembles the port (server.app.build_router), once its routes are known.
         self.openapi_document = openapi_document
         # A compressed body may not inflate past the limit the server holds uncompressed ones to.
@@ -91,6 +93,7 @@ class KServeDoor:
                     self._shm_unregister,
                     Access.MANAGEMENT,
                 ),
+                *self._cuda_shared_memory.routes(),
             ),
         )
 

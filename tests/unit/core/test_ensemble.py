@@ -1,12 +1,15 @@
-"""Planning an ensemble against its step models' configs: each mistake is refused saying where."""
+"""Planning an ensemble against its step models' configs: each mistake is refused saying where;
+the ensemble's outputs take the class labels of the step outputs that make them."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from inferd.config.loader import parse_model_config
 from inferd.config.model import ModelConfig, TensorConfig
-from inferd.core.ensemble import plan_ensemble
+from inferd.core.ensemble import plan_ensemble, with_step_labels
 from inferd.errors import ModelConfigError
 from inferd.types import DataType
 
@@ -128,3 +131,21 @@ def test_step_versions_default_to_the_latest() -> None:
     assert config.ensemble is not None
     assert [s.version_label for s in config.ensemble.steps] == ["", "3"]
     assert config.ensemble.model_names == ("tokenizer", "encoder")
+
+
+def test_outputs_without_labels_take_those_of_the_step_output_that_makes_them() -> None:
+    labelled = ModelConfig(
+        name="encoder",
+        max_batch_size=16,
+        inputs=ENCODER.inputs,
+        outputs=(ENCODER.outputs[0], replace(ENCODER.outputs[1], labels=("a", "b", "c", "d"))),
+    )
+    outputs = (
+        '{ name: "EMBEDDING" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "ids" data_type: TYPE_INT64 dims: [ -1 ] }'
+    )
+    config = ensemble(f"{ENCODE}, {TOKENIZE}", outputs=outputs)
+    completed = with_step_labels(config, [labelled, TOKENIZER])
+    assert [t.labels for t in completed.outputs] == [("a", "b", "c", "d"), ()]
+    # Labels of the ensemble's own (its label_filename) stay.
+    own = replace(config, outputs=(replace(config.outputs[0], labels=("x",)), config.outputs[1]))
+    assert with_step_labels(own, [labelled, TOKENIZER]).outputs[0].labels == ("x",)

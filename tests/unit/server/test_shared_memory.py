@@ -116,3 +116,15 @@ async def test_a_management_token_registers_from_anywhere(tmp_path: Path) -> Non
     assert (await app(register_request(local_peer=False))).status == 401
     accepted = await app(register_request(local_peer=False, headers={b"authorization": b"Bearer admin"}))
     assert accepted.status == 200 and regions.status("r")
+
+
+async def test_cuda_registration_off_this_host_is_refused_first(tmp_path: Path) -> None:
+    app, _ = door(tmp_path, None)
+    path = "/v2/cudasharedmemory/region/r/register"
+    body = orjson.dumps({"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 8})
+    refused = await app(HttpRequest("POST", path, b"", {}, body, local_peer=False))
+    assert refused.status == 403 and b"on this host" in refused.body
+    local = await app(HttpRequest("POST", path, b"", {}, body, local_peer=True))
+    assert local.status == 400 and b"GPUs not supported" in local.body
+    unregister = HttpRequest("POST", "/v2/cudasharedmemory/unregister", b"", {}, b"", local_peer=False)
+    assert (await app(unregister)).status == 403

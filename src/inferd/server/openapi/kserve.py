@@ -242,5 +242,63 @@ def paths() -> dict[str, Json]:
                 parameters=[REGION],
             )
         },
+        **_cuda_shared_memory_routes(),
     }
     return routes
+
+
+def _cuda_shared_memory_routes() -> dict[str, Json]:
+    """Triton's CUDA shared memory extension (`server.cuda_shared_memory`), for clients that clean
+    up before they start: status and unregister answer no regions; register is always refused."""
+    return {
+        "/v2/cudasharedmemory/status": {
+            "get": operation(
+                KSERVE,
+                "cudaSharedMemoryStatus",
+                "every registered CUDA shared memory region: none (this server maps no GPU memory)",
+                {200: ok("an empty list", ref("CudaSharedMemoryStatus"))},
+            )
+        },
+        "/v2/cudasharedmemory/region/{region}/status": {
+            "get": operation(
+                KSERVE,
+                "cudaSharedMemoryRegionStatus",
+                "one CUDA region: never found",
+                {},
+                (404,),
+                parameters=[REGION],
+            )
+        },
+        "/v2/cudasharedmemory/region/{region}/register": {
+            "post": operation(
+                KSERVE,
+                "cudaSharedMemoryRegister",
+                "register a CUDA IPC handle: refused (400, Triton's 'GPUs not supported'); use system shared memory",
+                {},
+                (403,),
+                parameters=[REGION],
+                body=json_body(
+                    ref("CudaSharedMemoryRegister"), {"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 64}
+                ),
+            )
+        },
+        "/v2/cudasharedmemory/unregister": {
+            "post": operation(
+                KSERVE,
+                "cudaSharedMemoryUnregisterAll",
+                "unregister every CUDA region (there are none)",
+                {200: _EMPTY_OK},
+                (403,),
+            )
+        },
+        "/v2/cudasharedmemory/region/{region}/unregister": {
+            "post": operation(
+                KSERVE,
+                "cudaSharedMemoryUnregister",
+                "unregister a CUDA region (an unknown name is not an error)",
+                {200: _EMPTY_OK},
+                (403,),
+                parameters=[REGION],
+            )
+        },
+    }

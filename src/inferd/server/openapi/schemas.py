@@ -228,6 +228,17 @@ SHM_STATUS = _array(
         closed=True,
     )
 )
+# Triton's CUDA shared memory extension: served without GPU registration (no region is ever listed).
+CUDA_SHM_REGISTER = _object(
+    {"raw_handle": _object({"b64": STRING}, ("b64",)), "device_id": NATURAL, "byte_size": NATURAL},
+    ("raw_handle", "device_id", "byte_size"),
+)
+CUDA_SHM_STATUS = _array(
+    _object(
+        {"name": STRING, "device_id": NATURAL, "byte_size": NATURAL}, ("name", "device_id", "byte_size"), closed=True
+    ),
+    maxItems=0,
+)
 
 # -- TF Serving REST ------------------------------------------------------------------------------
 
@@ -417,6 +428,8 @@ SCHEMAS: Json = {
     "UnloadRequest": UNLOAD_REQUEST,
     "SharedMemoryRegister": SHM_REGISTER,
     "SharedMemoryStatus": SHM_STATUS,
+    "CudaSharedMemoryRegister": CUDA_SHM_REGISTER,
+    "CudaSharedMemoryStatus": CUDA_SHM_STATUS,
     "PredictRequest": PREDICT_REQUEST,
     "PredictResponse": PREDICT_RESPONSE,
     "ModelStatus": MODEL_STATUS,
