@@ -39,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import Any
 
 import psutil
 from rich.console import Console
@@ -205,7 +206,7 @@ class ServerUse:
 
 # -- request attacks: one small request that asks for gigabytes or seconds (issue 28, 1c) ---------
 
-REQUEST_ATTACKS = ("tf-repeat", "inline-big", "compressed-flood", "openai-many-texts")
+REQUEST_ATTACKS = ("tf-repeat", "inline-big", "compressed-flood", "openai-many-texts", "shm-regions")
 # Stands for the tokenizer / mean_pooling: an inline model (it only computes, fast on the probe's
 # one empty text) whose work grows with its texts: 20 passes of numpy over each (which, as ONNX
 # Runtime does, lets go of the GIL while it computes).
@@ -290,10 +291,29 @@ def _attack_calls(name: str, http_port: int, tf_port: int) -> Callable[[], str]:
     if name == "compressed-flood":
         bomb = zlib.compress(b"0" * (64 * 2**20), 9)  # 65 KB that inflate to 64 MiB
         return lambda: _post(http_port, "/v2/models/tiny/infer", bomb, {"Content-Encoding": "deflate"})
+    if name == "shm-regions":
+        # Regions without end on one 4 KB object (each of its clients its own): they once held a
+        # descriptor each, and 10,000 used up the process's (new connections reset, loads failed).
+        from multiprocessing import shared_memory
+
+        segment = shared_memory.SharedMemory(create=True, size=4096)
+        _SEGMENTS.append(segment)
+        names = itertools.count()
+        register = json.dumps({"key": f"/{segment.name}", "offset": 0, "byte_size": 64}).encode()
+
+        def shm_region() -> str:
+            path = f"/v2/systemsharedmemory/region/{segment.name}_{next(names)}/register"
+            return _post(http_port, path, register, {"Content-Type": "application/json"})
+
+        return shm_region
     if name == "openai-many-texts":
         body = json.dumps({"model": "embedder", "input": ["word " * 800] * 2048}).encode()  # 2,048 texts of 4 KB
         return lambda: _post(http_port, "/openai/v1/embeddings", body, {"Content-Type": "application/json"})
     raise ValueError(name)
+
+
+# The shared memory objects an attacker made, removed once it is done.
+_SEGMENTS: list[Any] = []
 
 
 def _post(port: int, path: str, body: bytes, headers: dict[str, str]) -> str:
@@ -324,6 +344,11 @@ def request_attacker(name: str, http_port: int, tf_port: int, connections: int, 
     with ThreadPoolExecutor(connections) as pool:
         for future in [pool.submit(client) for _ in range(connections)]:
             future.result()
+    if _SEGMENTS:  # leave the server as it was for the next attack
+        _post(http_port, "/v2/systemsharedmemory/unregister", b"", {})
+        for segment in _SEGMENTS:
+            segment.close()
+            segment.unlink()
     queue.put(outcomes)  # type: ignore[attr-defined]
 
 
@@ -336,6 +361,7 @@ class Watch:
     good_ms: list[float] = field(default_factory=list)
     good_failures: int = 0
     peak_rss_mb: float = 0.0
+    peak_fds: int = 0
 
 
 async def _watch(port: int, pid: int, body: bytes, stop: asyncio.Event, watch: Watch) -> None:
@@ -377,6 +403,7 @@ async def _watch(port: int, pid: int, body: bytes, stop: asyncio.Event, watch: W
         process = psutil.Process(pid)
         while not stop.is_set():
             watch.peak_rss_mb = max(watch.peak_rss_mb, process.memory_info().rss / 2**20)
+            watch.peak_fds = max(watch.peak_fds, process.num_fds())
             await asyncio.sleep(0.02)
 
     health = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -432,7 +459,7 @@ def run_request_attacks(args: argparse.Namespace, attacks: tuple[str, ...]) -> N
     table = Table(
         title=f"Request attacks ({args.seconds:.0f} s each; health every 10 ms; a good client on the tiny model)"
     )
-    for column in ("attack", "attacker outcomes", "RSS MiB before", "peak", "after", "health worst ms",
+    for column in ("attack", "attacker outcomes", "RSS MiB before", "peak", "after", "fds peak", "health worst ms",
                    "health p99 ms", "health failed", "good req/s", "good p99 ms", "good failed"):  # fmt: skip
         table.add_column(column, justify="right")
     for name, outcomes, before_mb, watch, after_mb in rows:
@@ -444,6 +471,7 @@ def run_request_attacks(args: argparse.Namespace, attacks: tuple[str, ...]) -> N
             f"{before_mb:.0f}",
             f"{watch.peak_rss_mb:.0f}",
             f"{after_mb:.0f}",
+            str(watch.peak_fds),
             f"{health[-1]:.1f}",
             f"{health[int(0.99 * (len(health) - 1))]:.1f}",
             str(watch.health_failures),
