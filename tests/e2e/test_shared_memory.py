@@ -129,9 +129,17 @@ def test_bad_regions_and_placements_are_the_clients_errors(server: ServerProcess
             tensor.set_shared_memory(region, byte_size, offset=offset)
             return client.infer("mlp", [tensor])
 
-        with pytest.raises(InferenceServerException, match="is past the end of shared memory region"):
+        # Triton's sentences first (its clients' tests compare them), then inferd's.
+        with pytest.raises(
+            InferenceServerException,
+            match=f"^.*Invalid offset \\+ byte size for shared memory region: '{name}': .*past the end",
+        ):
             infer(name, X.nbytes, offset=4)
-        with pytest.raises(InferenceServerException, match="is not registered"):
+        with pytest.raises(InferenceServerException, match=f"Invalid offset for shared memory region: '{name}'"):
+            infer(name, 4, offset=X.nbytes)
+        with pytest.raises(
+            InferenceServerException, match=r"Unable to find shared memory region: 'unknown': .*is not registered"
+        ):
             infer("unknown", X.nbytes)
         with pytest.raises(InferenceServerException, match=r"needs 128 bytes .* but 124 bytes were sent"):
             infer(name, X.nbytes - 4)  # too few bytes for a [2, 16] FP32 tensor

@@ -25,7 +25,13 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferd.errors import AlreadyExistsError, InvalidRequestError, NotFoundError, PermissionDeniedError
+from inferd.errors import (
+    AlreadyExistsError,
+    InvalidRequestError,
+    NotFoundError,
+    PermissionDeniedError,
+    with_triton_phrase,
+)
 
 logger = logging.getLogger("inferd.shared_memory")
 SHM_ROOT = Path("/dev/shm")
@@ -133,14 +139,21 @@ class SharedMemoryRegions:
         region = self._regions.get(name)
         if region is None:
             raise InvalidRequestError(
-                f"tensor '{tensor}': shared memory region '{name}' is not registered (or was unregistered while "
-                "the request ran)",
+                with_triton_phrase(
+                    f"Unable to find shared memory region: '{name}'",
+                    f"tensor '{tensor}': the region is not registered (or was unregistered while the request ran)",
+                ),
                 tensor=tensor,
             )
+        # Triton's two sentences, which its clients' tests compare: the offset alone, then with the size.
         if offset < 0 or byte_size < 0 or offset + byte_size > region.byte_size:
+            triton = "Invalid offset" if offset < 0 or offset >= region.byte_size else "Invalid offset + byte size"
             raise InvalidRequestError(
-                f"tensor '{tensor}': offset {offset} + byte size {byte_size} is past the end of shared memory "
-                f"region '{name}' ({region.byte_size} bytes)",
+                with_triton_phrase(
+                    f"{triton} for shared memory region: '{name}'",
+                    f"tensor '{tensor}': offset {offset} + byte size {byte_size} is past the end of the region "
+                    f"({region.byte_size} bytes)",
+                ),
                 tensor=tensor,
             )
         start = region.offset + offset
