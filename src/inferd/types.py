@@ -82,18 +82,22 @@ _DATATYPES_BY_WIRE_NAME = {dt.value: dt for dt in DataType}
 _DATATYPES_BY_NUMPY = {dtype.newbyteorder("="): dt for dt, dtype in _NUMPY_DTYPES.items() if dt is not DataType.BYTES}
 
 
-# The doors a request comes in by, as the `protocol` label of the metrics names them; "ensemble":
-# a step of an ensemble, which the ensemble's own request counts under its door.
-PROTOCOLS = (
-    "kserve_http",
-    "kserve_grpc",
-    "tfserving_rest",
-    "tfserving_grpc",
-    "sagemaker",
-    "openai",
-    "torchserve",
-    "ensemble",
-)
+class Door(enum.StrEnum):
+    """The door a request comes in by, valued as the `protocol` label of the metrics names it."""
+
+    KSERVE_HTTP = "kserve_http"
+    KSERVE_GRPC = "kserve_grpc"  # unary ModelInfer and the ModelStreamInfer stream alike
+    TFSERVING_REST = "tfserving_rest"
+    TFSERVING_GRPC = "tfserving_grpc"
+    SAGEMAKER = "sagemaker"
+    OPENAI = "openai"
+    TORCHSERVE = "torchserve"
+
+
+# The `protocol` label of an ensemble's step: the ensemble's own request counts under its door.
+ENSEMBLE_STEP = "ensemble"
+PROTOCOLS = (*(door.value for door in Door), ENSEMBLE_STEP)
+
 
 _REQUEST_ID_PREFIX = os.urandom(4).hex()
 _request_counter = itertools.count(1)
@@ -141,8 +145,8 @@ class InferRequest:
     # When the client stops waiting, on time.monotonic()'s clock; None when it did not say.
     deadline_s: float | None = None
     timing: RequestTiming = field(default_factory=lambda: RequestTiming())
-    # The door it came in by (one of PROTOCOLS): a label of its metrics.
-    protocol: str = "kserve_http"
+    # The door it came in by (a Door, or ENSEMBLE_STEP): a label of its metrics.
+    protocol: str = Door.KSERVE_HTTP
 
 
 @dataclass(slots=True)

@@ -35,6 +35,7 @@ from inferd.config.model import (
     WarmupInput,
     WarmupSample,
 )
+from inferd.datatypes import NAMES
 from inferd.errors import ModelConfigError
 from inferd.types import DataType
 
@@ -45,22 +46,8 @@ DEFAULT_MAX_BATCH_SIZE = 4
 # too (inferd's default) or queued ones only ("false": Triton's meaning).
 QUEUE_INCLUDES_EXECUTING_PARAMETER = "max_queue_size_includes_executing"
 
-# Triton's TYPE_* names → v2 datatypes. TYPE_STRING is the BYTES tensor.
-DATATYPES_BY_CONFIG_NAME = {
-    "TYPE_BOOL": DataType.BOOL,
-    "TYPE_UINT8": DataType.UINT8,
-    "TYPE_UINT16": DataType.UINT16,
-    "TYPE_UINT32": DataType.UINT32,
-    "TYPE_UINT64": DataType.UINT64,
-    "TYPE_INT8": DataType.INT8,
-    "TYPE_INT16": DataType.INT16,
-    "TYPE_INT32": DataType.INT32,
-    "TYPE_INT64": DataType.INT64,
-    "TYPE_FP16": DataType.FP16,
-    "TYPE_FP32": DataType.FP32,
-    "TYPE_FP64": DataType.FP64,
-    "TYPE_STRING": DataType.BYTES,
-}
+# Triton's TYPE_* names → v2 datatypes (`inferd.datatypes`). TYPE_STRING is the BYTES tensor.
+DATATYPES_BY_CONFIG_NAME = {names.config: datatype for datatype, names in NAMES.items()}
 CONFIG_NAMES_BY_DATATYPE = {dt: name for name, dt in DATATYPES_BY_CONFIG_NAME.items()}
 
 # The fields inferd acts on, per message type; anything else that is set is reported as ignored.

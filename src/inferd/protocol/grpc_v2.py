@@ -13,6 +13,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from inferd.config.model import ModelConfig
+from inferd.datatypes import NAMES
 from inferd.errors import InferdError, MalformedRequestError, TensorDataError, with_triton_phrase
 from inferd.protocol import model_config, shared_memory
 from inferd.protocol.request_id import REQUEST_ID_HEADER, check_request_id
@@ -27,6 +28,7 @@ from inferd.protocol.tensor_bytes import (
 from inferd.types import (
     BatchStatistics,
     DataType,
+    Door,
     DurationStatistic,
     InferRequest,
     InferResponse,
@@ -34,6 +36,7 @@ from inferd.types import (
     ModelMetadata,
     ModelStatistics,
     RequestedOutput,
+    RequestTiming,
     ServerMetadata,
     Tensor,
     TensorMetadata,
@@ -44,20 +47,7 @@ from inferd.types import (
 _DURATION_FIELDS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
 
 # Which typed contents field carries each datatype; FP16 has none and must come raw.
-_CONTENTS_FIELD = {
-    DataType.BOOL: "bool_contents",
-    DataType.INT8: "int_contents",
-    DataType.INT16: "int_contents",
-    DataType.INT32: "int_contents",
-    DataType.INT64: "int64_contents",
-    DataType.UINT8: "uint_contents",
-    DataType.UINT16: "uint_contents",
-    DataType.UINT32: "uint_contents",
-    DataType.UINT64: "uint64_contents",
-    DataType.FP32: "fp32_contents",
-    DataType.FP64: "fp64_contents",
-    DataType.BYTES: "bytes_contents",
-}
+_CONTENTS_FIELD = {datatype: names.grpc_contents for datatype, names in NAMES.items() if names.grpc_contents}
 
 
 _FIELD_DTYPES = {
@@ -77,6 +67,7 @@ def decode_request(
     request_id: str = "",
     deadline_s: float | None = None,
     regions: shared_memory.RegionAccess | None = None,
+    timing: RequestTiming | None = None,
 ) -> InferRequest:
     check_request_id(message.id, "'id'")
     request_id = request_id or message.id or new_request_id()
@@ -98,7 +89,8 @@ def decode_request(
         parameters=parameters,
         id=message.id,
         deadline_s=deadline_s,
-        protocol="kserve_grpc",
+        protocol=Door.KSERVE_GRPC,
+        timing=timing if timing is not None else RequestTiming(),
     )
 
 
@@ -119,6 +111,28 @@ def encode_response(
         else:
             message.raw_output_contents.append(tensor_to_bytes(tensor))
     return message
+
+
+# The response parameter that tells a stream's client whether a request's responses are over.
+FINAL_RESPONSE = "triton_final_response"
+EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
+
+
+def encode_stream_response(
+    response: InferResponse, request: InferRequest, final: bool, regions: shared_memory.RegionAccess | None = None
+) -> Any:
+    """A response of a ModelStreamInfer stream, saying whether it is the request's last."""
+    encoded = encode_response(response, request, regions)
+    encoded.parameters[FINAL_RESPONSE].bool_param = final
+    return pb.ModelStreamInferResponse(infer_response=encoded)
+
+
+def empty_final_response(request: InferRequest) -> Any:
+    """What ends a decoupled model's responses to a request that asked for it (Triton's
+    `triton_enable_empty_final_response`): a response without outputs, marked final."""
+    empty = pb.ModelInferResponse(model_name=request.model_name, model_version=request.model_version, id=request.id)
+    empty.parameters[FINAL_RESPONSE].bool_param = True
+    return pb.ModelStreamInferResponse(infer_response=empty)
 
 
 def encode_request(request: InferRequest) -> Any:

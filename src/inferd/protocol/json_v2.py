@@ -45,6 +45,7 @@ from inferd.types import (
     ModelMetadata,
     ModelStatistics,
     RequestedOutput,
+    RequestTiming,
     ServerMetadata,
     Tensor,
     TensorMetadata,
@@ -69,6 +70,7 @@ def decode_request(
     deadline_s: float | None = None,
     protocol: str = "kserve_http",
     regions: shared_memory.RegionAccess | None = None,
+    timing: RequestTiming | None = None,
 ) -> InferRequest:
     """Parse an infer request. `request_id` (from X-Request-ID) wins over the v2 `id`; else one is made.
     `protocol`: the door it came by (a v2 body reaches SageMaker's /invocations too)."""
@@ -98,6 +100,7 @@ def decode_request(
         id=v2_id,
         deadline_s=deadline_s,
         protocol=protocol,
+        timing=timing if timing is not None else RequestTiming(),
     )
 
 

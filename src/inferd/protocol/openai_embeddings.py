@@ -33,12 +33,22 @@ class EmbeddingsRequest:
 
 
 def decode_request(body: bytes) -> EmbeddingsRequest:
+    return decode_document(read_document(body))
+
+
+def read_document(body: bytes) -> dict[str, Any]:
+    """The body parsed, and its `model` checked: all a server reads before it may shed the request."""
     document = json_v2.load_json(body, non_finite=False)  # OpenAI's API reads strict JSON
     if not isinstance(document, dict):
         raise MalformedRequestError("request body must be a JSON object with 'model' and 'input'")
     model = document.get("model")
     if not isinstance(model, str) or not model:
         raise MalformedRequestError("'model' must name a model (GET /openai/v1/models lists them)")
+    return document
+
+
+def decode_document(document: dict[str, Any]) -> EmbeddingsRequest:
+    """The rest of a body `read_document` parsed."""
     texts = _texts(document.get("input"))
     encoding = document.get("encoding_format", "float")
     if encoding not in ("float", "base64"):
@@ -49,7 +59,7 @@ def decode_request(body: bytes) -> EmbeddingsRequest:
     user = document.get("user")
     if user is not None and not isinstance(user, str):
         raise MalformedRequestError("'user' must be a string")
-    return EmbeddingsRequest(model=model, texts=texts, base64=encoding == "base64", dimensions=dimensions)
+    return EmbeddingsRequest(model=document["model"], texts=texts, base64=encoding == "base64", dimensions=dimensions)
 
 
 def encode_response(model: str, vectors: np.ndarray[Any, Any], prompt_tokens: int, *, as_base64: bool) -> bytes:

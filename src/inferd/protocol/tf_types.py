@@ -3,24 +3,11 @@ names for the REST metadata, numbers for TensorProto on gRPC. No TensorFlow impo
 
 from __future__ import annotations
 
+from inferd.datatypes import NAMES
 from inferd.types import DataType
 
-# v2 datatype -> (TF enum name, TF enum number)
-_TF: dict[DataType, tuple[str, int]] = {
-    DataType.FP32: ("DT_FLOAT", 1),
-    DataType.FP64: ("DT_DOUBLE", 2),
-    DataType.INT32: ("DT_INT32", 3),
-    DataType.UINT8: ("DT_UINT8", 4),
-    DataType.INT16: ("DT_INT16", 5),
-    DataType.INT8: ("DT_INT8", 6),
-    DataType.BYTES: ("DT_STRING", 7),
-    DataType.INT64: ("DT_INT64", 9),
-    DataType.BOOL: ("DT_BOOL", 10),
-    DataType.UINT16: ("DT_UINT16", 17),
-    DataType.FP16: ("DT_HALF", 19),
-    DataType.UINT32: ("DT_UINT32", 22),
-    DataType.UINT64: ("DT_UINT64", 23),
-}
+# v2 datatype -> (TF enum name, TF enum number), from `inferd.datatypes`.
+_TF: dict[DataType, tuple[str, int]] = {datatype: (names.tf_name, names.tf_number) for datatype, names in NAMES.items()}
 _BY_NUMBER = {number: datatype for datatype, (_, number) in _TF.items()}
 
 # The signature every inferd model shows under TF Serving: its inputs and outputs as they are.

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from inferd.datatypes import NAMES
 from inferd.errors import MalformedRequestError, TensorDataError
 from inferd.limits import BYTES_ELEMENT_OVERHEAD, text_bytes
 from inferd.protocol.tensor_bytes import check_element_count, check_shape_size, check_text_size
@@ -29,21 +30,7 @@ from inferd.types import DataType, ModelMetadata, RequestedOutput, Tensor, Tenso
 MAX_FILLED_BYTES = 64 * 1024 * 1024
 
 # The *_val field TensorFlow writes each dtype's values to.
-_VALUE_FIELDS = {
-    DataType.FP32: "float_val",
-    DataType.FP64: "double_val",
-    DataType.INT32: "int_val",
-    DataType.INT16: "int_val",
-    DataType.INT8: "int_val",
-    DataType.UINT8: "int_val",
-    DataType.UINT16: "int_val",
-    DataType.INT64: "int64_val",
-    DataType.BOOL: "bool_val",
-    DataType.FP16: "half_val",
-    DataType.UINT32: "uint32_val",
-    DataType.UINT64: "uint64_val",
-    DataType.BYTES: "string_val",
-}
+_VALUE_FIELDS = {datatype: names.tf_values for datatype, names in NAMES.items()}
 # The numpy type that holds each numeric *_val field's values exactly (protobuf's own widths).
 _FIELD_DTYPES = {
     "float_val": np.float32,

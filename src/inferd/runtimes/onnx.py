@@ -19,6 +19,7 @@ import numpy as np
 import onnxruntime as ort
 
 from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorSpec
+from inferd.datatypes import NAMES
 from inferd.errors import ModelLoadError
 from inferd.runtimes.base import RuntimeOptions, cores_available, release_freed_memory
 from inferd.runtimes.onnx_errors import execution_error, without_source_locations
@@ -32,21 +33,7 @@ CPU_PROVIDER = "CPUExecutionProvider"
 CUDA_PROVIDER = "CUDAExecutionProvider"
 TENSORRT_PROVIDER = "TensorrtExecutionProvider"
 
-_DATATYPES_BY_ORT_TYPE = {
-    "tensor(bool)": DataType.BOOL,
-    "tensor(uint8)": DataType.UINT8,
-    "tensor(uint16)": DataType.UINT16,
-    "tensor(uint32)": DataType.UINT32,
-    "tensor(uint64)": DataType.UINT64,
-    "tensor(int8)": DataType.INT8,
-    "tensor(int16)": DataType.INT16,
-    "tensor(int32)": DataType.INT32,
-    "tensor(int64)": DataType.INT64,
-    "tensor(float16)": DataType.FP16,
-    "tensor(float)": DataType.FP32,
-    "tensor(double)": DataType.FP64,
-    "tensor(string)": DataType.BYTES,
-}
+_DATATYPES_BY_ORT_TYPE = {names.onnx: datatype for datatype, names in NAMES.items()}
 
 ProviderEntry = str | tuple[str, dict[str, Any]]
 

@@ -31,6 +31,7 @@ from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.grpc import TokenInterceptor, build_grpc_server, new_grpc_server
 from inferd.server.http import HttpApp
 from inferd.server.http11 import HttpLimits, HttpServer
+from inferd.server.inference_call import InferenceCall
 from inferd.server.kserve import KServeDoor
 from inferd.server.logging import configure_logging
 from inferd.server.openai import OpenAiDoor
@@ -135,7 +136,8 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     # Regions registered by local clients, read and written by the KServe doors (HTTP and gRPC).
     regions = SharedMemoryRegions(prefix=settings.shared_memory_prefix, max_regions=settings.max_shared_memory_regions)
     tls = tls_files(settings)
-    router = build_router(service, settings, regions, access)
+    call = inference_call(service, settings)
+    router = build_router(service, settings, regions, access, call)
     # Tokens first: a call refused for its credentials makes no span.
     interceptors: list[grpc.aio.ServerInterceptor] = [TokenInterceptor(access)] if access is not None else []
     stream_tracer = None
@@ -162,6 +164,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         )
     grpc_server = build_grpc_server(
         service,
+        call,
         max_message_bytes=settings.max_request_bytes,
         regions=regions,
         interceptors=interceptors,
@@ -172,7 +175,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     tfserving_server = None
     if settings.tfserving_grpc_port is not None:
         tfserving_server = new_grpc_server(settings.max_request_bytes, interceptors)
-        add_tfserving_servicers(service, tfserving_server)
+        add_tfserving_servicers(service, call, tfserving_server)
         _listen(tfserving_server, f"{settings.host}:{settings.tfserving_grpc_port}", tls)
     metrics_server = serve_metrics(
         statistics,
@@ -332,20 +335,26 @@ def _listen(server: grpc.aio.Server, address: str, tls: TlsFiles | None) -> None
         server.add_secure_port(address, tls.grpc_credentials())
 
 
+def inference_call(service: InferenceService, settings: ServerSettings) -> InferenceCall:
+    """The one inference call every door's inference goes through, with the server's limits."""
+    decoded = DecodedBytesBudget(settings.max_decoded_bytes_in_flight, settings.max_compression_ratio)
+    return InferenceCall(service, max_request_bytes=settings.max_request_bytes, decoded=decoded)
+
+
 def build_router(
     service: InferenceService,
     settings: ServerSettings,
     regions: SharedMemoryRegions | None = None,
     access: AccessPolicy | None = None,
+    call: InferenceCall | None = None,
 ) -> Router:
     """Every REST door on the HTTP port, and its OpenAPI document (with the tokens `access` asks for)."""
-    decoded = DecodedBytesBudget(settings.max_decoded_bytes_in_flight, settings.max_compression_ratio)
-    kserve = KServeDoor(service, settings.max_request_bytes, regions, decoded=decoded, access=access)
-    tfserving = TfServingDoor(service)
+    call = call or inference_call(service, settings)
+    kserve = KServeDoor(service, call, regions, access=access)
     sagemaker = SageMakerDoor(
         service,
-        kserve,
-        tfserving,
+        call,
+        regions,
         multi_model=settings.sagemaker,
         model_root=Path(settings.sagemaker_model_root),
         default_model=settings.sagemaker_default_model,
@@ -353,10 +362,10 @@ def build_router(
     kserve_routes = kserve.routes()
     doors = [
         kserve_routes,
-        tfserving.routes(),
-        OpenAiDoor(service).routes(),
+        TfServingDoor(service, call).routes(),
+        OpenAiDoor(service, call).routes(),
         sagemaker.routes(),
-        TorchServeDoor(service, kserve).inference_routes(),
+        TorchServeDoor(service, call, regions).inference_routes(),
     ]
     router = Router(doors, fallback=kserve_routes)
     kserve.openapi_document = document_bytes(
@@ -369,7 +378,7 @@ def build_management_router(
     service: InferenceService, settings: ServerSettings, access: AccessPolicy | None = None
 ) -> Router:
     """The TorchServe management port's routes, its OpenAPI document at /api-description."""
-    door = TorchServeDoor(service, KServeDoor(service, settings.max_request_bytes))
+    door = TorchServeDoor(service)
     management = door.management_routes()
     router = Router([management], fallback=management)
     door.management_document = management_document_bytes(access=route_access(router), policy=access)

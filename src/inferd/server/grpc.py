@@ -1,8 +1,8 @@
 """KServe v2 over gRPC (`inference.GRPCInferenceService`) on grpc.aio.
 
-Each method decodes with `protocol.grpc_v2`, calls `InferenceService` and encodes. Errors abort the
-call with the status from `protocol.status`, the message, and trailing metadata carrying the
-request id and the error code.
+ModelInfer and each request of ModelStreamInfer go through `server.inference_call.InferenceCall`
+with the KServe codecs (`protocol.codecs.kserve`); the other methods call `InferenceService` and
+encode with `protocol.grpc_v2`. Errors abort the call as `server.grpc_calls` says.
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
@@ -21,18 +19,17 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from inferd.core.service import InferenceService
-from inferd.errors import InferdError, InternalError, UnavailableError, UnsupportedError
-from inferd.protocol import grpc_v2, server_timing, shared_memory
-from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
-from inferd.protocol.status import grpc_status
+from inferd.errors import InferdError, InternalError, UnsupportedError
+from inferd.protocol import grpc_v2, shared_memory
+from inferd.protocol.codecs.kserve import KServeGrpcCodec, KServeStreamCodec
 from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy, check_local_client, grpc_peer_is_local
 from inferd.server.cuda_shared_memory import CudaSharedMemory
-from inferd.server.logging import RequestErrorLog, current_request_id
+from inferd.server.grpc_calls import abort, call, call_async, metadata_request_id
+from inferd.server.inference_call import InferenceCall
 from inferd.server.shared_memory import SharedMemoryRegions
 from inferd.types import new_request_id
 
 logger = logging.getLogger("inferd.grpc")
-_errors_log = RequestErrorLog(logger)
 
 T = TypeVar("T")
 
@@ -55,6 +52,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     def __init__(
         self,
         service: InferenceService,
+        call: InferenceCall,
         regions: SharedMemoryRegions | None = None,
         stream_tracer: StreamRequestTracer | None = None,
         access: AccessPolicy | None = None,
@@ -63,45 +61,48 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         stream's requests are only told apart here). `access`: the tokens, for shared memory's
         check of who is on this host."""
         self._service = service
+        self._call = call
+        self._codec = KServeGrpcCodec(regions)
+        self._stream_codec = KServeStreamCodec(regions)
         self._regions = regions
         self._access = access
         self._cuda_shared_memory = CudaSharedMemory(regions, access)
         self._stream_tracer = stream_tracer
 
     async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await _call(context, "ServerLive", lambda: pb.ServerLiveResponse(live=self._service.live()))
+        return await call(context, "ServerLive", lambda: pb.ServerLiveResponse(live=self._service.live()))
 
     async def ServerReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await _call(context, "ServerReady", lambda: pb.ServerReadyResponse(ready=self._service.ready()))
+        return await call(context, "ServerReady", lambda: pb.ServerReadyResponse(ready=self._service.ready()))
 
     async def ModelReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await _call(
+        return await call(
             context,
             "ModelReady",
             lambda: pb.ModelReadyResponse(ready=self._service.model_ready(request.name, request.version)),
         )
 
     async def ServerMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await _call(
+        return await call(
             context, "ServerMetadata", lambda: grpc_v2.encode_server_metadata(self._service.server_metadata())
         )
 
     async def ModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await _call(
+        return await call(
             context,
             "ModelMetadata",
             lambda: grpc_v2.encode_model_metadata(self._service.model_metadata(request.name, request.version)),
         )
 
     async def ModelConfig(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await _call(
+        return await call(
             context,
             "ModelConfig",
             lambda: grpc_v2.encode_model_config(self._service.model_config(request.name, request.version)),
         )
 
     async def ModelStatistics(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await _call(
+        return await call(
             context,
             "ModelStatistics",
             lambda: grpc_v2.encode_statistics(self._service.model_statistics(request.name, request.version)),
@@ -139,7 +140,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         check_local_client(self._access, grpc_peer_is_local(context.peer()), authorization)
 
     async def SystemSharedMemoryStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await _call(
+        return await call(
             context,
             "SystemSharedMemoryStatus",
             lambda: shared_memory.status_proto(self._shared_memory().status(request.name or None)),
@@ -151,7 +152,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             self._shared_memory().register(request.name, request.key, request.offset, request.byte_size)
             return pb.SystemSharedMemoryRegisterResponse()
 
-        return await _call(context, "SystemSharedMemoryRegister", register)
+        return await call(context, "SystemSharedMemoryRegister", register)
 
     async def SystemSharedMemoryUnregister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         def unregister() -> Any:
@@ -159,14 +160,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             self._shared_memory().unregister(request.name or None)
             return pb.SystemSharedMemoryUnregisterResponse()
 
-        return await _call(context, "SystemSharedMemoryUnregister", unregister)
+        return await call(context, "SystemSharedMemoryUnregister", unregister)
 
     async def CudaSharedMemoryStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         def status() -> Any:
             self._cuda_shared_memory.status(request.name or None)  # no regions, or the error naming it
             return pb.CudaSharedMemoryStatusResponse()
 
-        return await _call(context, "CudaSharedMemoryStatus", status)
+        return await call(context, "CudaSharedMemoryStatus", status)
 
     async def CudaSharedMemoryRegister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         def register() -> Any:
@@ -174,7 +175,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             self._cuda_shared_memory.register(request.name)
             return pb.CudaSharedMemoryRegisterResponse()
 
-        return await _call(context, "CudaSharedMemoryRegister", register)
+        return await call(context, "CudaSharedMemoryRegister", register)
 
     async def CudaSharedMemoryUnregister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         def unregister() -> Any:
@@ -182,7 +183,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             self._cuda_shared_memory.unregister(request.name or None)
             return pb.CudaSharedMemoryUnregisterResponse()
 
-        return await _call(context, "CudaSharedMemoryUnregister", unregister)
+        return await call(context, "CudaSharedMemoryUnregister", unregister)
 
     async def ModelStreamInfer(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
         """Bidirectional stream: each request's responses (a decoupled model's several, any other
@@ -222,21 +223,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     async def _answer_streamed(self, message: Any, answers: asyncio.Queue[Any], report_failure: FailureReport) -> None:
         """Put one streamed request's responses (or its error) on the stream's queue of answers."""
         try:
-            decode_started = time.perf_counter()
-            decoded = grpc_v2.decode_request(message, regions=self._regions)
-            decoded.timing.decode_s = time.perf_counter() - decode_started
-            final = not self._service_decoupled(decoded.model_name, decoded.model_version)
-            async for response in self._service.infer_stream(decoded):
-                encode_started = time.perf_counter()
-                encoded = grpc_v2.encode_response(response, decoded, self._regions)
-                encoded.parameters[FINAL_RESPONSE].bool_param = final
-                decoded.timing.encode_s += time.perf_counter() - encode_started
-                await answers.put(pb.ModelStreamInferResponse(infer_response=encoded))
-            if not final and decoded.parameters.get("triton_enable_empty_final_response"):
-                empty = pb.ModelInferResponse(model_name=message.model_name, model_version=message.model_version,
-                                              id=message.id)  # fmt: skip
-                empty.parameters[FINAL_RESPONSE].bool_param = True
-                await answers.put(pb.ModelStreamInferResponse(infer_response=empty))
+            async for answer in self._call.stream(self._stream_codec, message):
+                await answers.put(answer)
         except InferdError as exc:
             logger.warning("ModelStreamInfer -> %s: %s", exc.code.value, exc.logged)
             report_failure(exc.code.value, exc.message)
@@ -246,47 +234,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             report_failure(InternalError.code.value, type(exc).__name__)
             await answers.put(pb.ModelStreamInferResponse(error_message="internal error; see the server log"))
 
-    def _service_decoupled(self, model: str, version: str) -> bool:
-        try:
-            return self._service.model_config(model, version).decoupled
-        except InferdError:
-            return False  # infer_stream says what is wrong
-
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        metadata = dict(context.invocation_metadata() or ())
-        request_id = str(metadata.get(REQUEST_ID_HEADER, ""))
-        token = current_request_id.set(request_id)
-        try:
-            self._service.shed(request.model_name, request.model_version, "kserve_grpc")
-            decode_started = time.perf_counter()
-            remaining_s = context.time_remaining()
-            deadline_s = time.monotonic() + remaining_s if remaining_s is not None else None
-            decoded = grpc_v2.decode_request(
-                request, request_id=request_id, deadline_s=deadline_s, regions=self._regions
-            )
-            decoded.timing.decode_s = time.perf_counter() - decode_started
-            request_id = decoded.request_id
-            current_request_id.set(request_id)
-            response = await self._service.infer(decoded)
-            encode_started = time.perf_counter()
-            message = grpc_v2.encode_response(response, decoded, self._regions)
-            decoded.timing.encode_s = time.perf_counter() - encode_started
-            self._service.response_encoded(response, decoded.timing.encode_s)
-            trailers = [(REQUEST_ID_HEADER, header_value(request_id))]
-            if server_timing.wanted(metadata.get(server_timing.REQUEST_HEADER)):
-                trailers.append((server_timing.RESPONSE_HEADER, server_timing.encode(decoded.timing)))
-            context.set_trailing_metadata(tuple(trailers))
-            return message
-        except InferdError as exc:
-            await abort(context, "ModelInfer", exc, exc.request_id or request_id or new_request_id())
-        except Exception:
-            await abort_unexpected(context, "ModelInfer", request_id)
-        finally:
-            current_request_id.reset(token)
+        return await self._call.grpc(self._codec, request, context, "ModelInfer")
 
 
 SERVICE = "inference.GRPCInferenceService"
-FINAL_RESPONSE = "triton_final_response"
 _reported_unimplemented: set[str] = set()
 
 
@@ -310,52 +262,6 @@ for _method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
         setattr(InferenceServicer, _method.name, _unimplemented(_method.name))
 
 
-async def _call(context: grpc.aio.ServicerContext, method: str, build: Callable[[], T]) -> T:
-    async def run() -> T:
-        return build()
-
-    return await call_async(context, method, run)
-
-
-async def call_async(context: grpc.aio.ServicerContext, method: str, build: Callable[[], Awaitable[T]]) -> T:
-    try:
-        return await build()
-    except InferdError as exc:
-        await abort(context, method, exc, _metadata_request_id(context) or new_request_id())
-    except Exception:
-        await abort_unexpected(context, method, _metadata_request_id(context))
-    raise AssertionError("unreachable: abort raises")
-
-
-async def abort(context: grpc.aio.ServicerContext, method: str, error: InferdError, request_id: str) -> None:
-    status = grpc_status(error.code)
-    _errors_log.log(
-        status is grpc.StatusCode.INTERNAL,
-        error.code,
-        "%s -> %s %s: %s",
-        method,
-        status.name,
-        error.code.value,
-        error.logged,
-        extra={"request_id": request_id},
-    )
-    # The machine-readable fields the REST body carries, as trailing metadata: inferd-code, inferd-tensor, ...
-    details = tuple(
-        (f"inferd-{key.replace('_', '-')}", header_value(str(value))) for key, value in error.details().items()
-    )
-    retry_after: tuple[tuple[str, str], ...] = ()
-    if isinstance(error, UnavailableError) and error.retry_after_s is not None:
-        retry_after = (("retry-after", str(max(1, math.ceil(error.retry_after_s)))),)
-    context.set_trailing_metadata(((REQUEST_ID_HEADER, header_value(request_id)), *details, *retry_after))
-    await context.abort(status, error.message)
-
-
-async def abort_unexpected(context: grpc.aio.ServicerContext, method: str, request_id: str) -> None:
-    request_id = request_id or new_request_id()
-    logger.exception("unexpected error in %s", method, extra={"request_id": request_id})
-    await abort(context, method, InternalError("internal error; see the server log"), request_id)
-
-
 def _authorization(metadata: Sequence[tuple[str, str | bytes]] | None) -> bytes | None:
     for key, value in metadata or ():
         if key == AUTHORIZATION_HEADER:
@@ -363,15 +269,9 @@ def _authorization(metadata: Sequence[tuple[str, str | bytes]] | None) -> bytes 
     return None
 
 
-def _metadata_request_id(context: grpc.aio.ServicerContext) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == REQUEST_ID_HEADER:
-            return str(value)
-    return ""
-
-
 def build_grpc_server(
     service: InferenceService,
+    call: InferenceCall,
     *,
     max_message_bytes: int,
     regions: SharedMemoryRegions | None = None,
@@ -380,7 +280,7 @@ def build_grpc_server(
     access: AccessPolicy | None = None,
 ) -> grpc.aio.Server:
     server = new_grpc_server(max_message_bytes, interceptors)
-    servicer = InferenceServicer(service, regions, stream_tracer, access)
+    servicer = InferenceServicer(service, call, regions, stream_tracer, access)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     return server
 
@@ -447,7 +347,7 @@ def _refusing(handler: grpc.RpcMethodHandler | None, method: str, error: InferdE
         return None
 
     async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
-        await abort(context, method, error, _metadata_request_id(context) or new_request_id())
+        await abort(context, method, error, metadata_request_id(context) or new_request_id())
 
     if handler.request_streaming and handler.response_streaming:
         make = grpc.stream_stream_rpc_method_handler

@@ -3,8 +3,9 @@ what they share: request ids, the body limit, deadlines, Server-Timing, and erro
 answered in each door's own shape.
 
 No web framework: matching a table of fixed paths costs less than a framework's router, and every
-microsecond here is paid by every request. Each door's handlers (`server.kserve`,
-`server.tfserving`, ...) decode with their codec in `protocol/`, call `InferenceService`, encode.
+microsecond here is paid by every request. Each door's inference routes hand the request to
+`server.inference_call.InferenceCall` with their codec (`protocol.codecs`); their other routes
+call `InferenceService` and encode with `protocol/`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from inferd.server.auth import AUTHORIZATION_HEADER, WWW_AUTHENTICATE, AccessPol
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.logging import RequestErrorLog, current_request_id
 from inferd.server.routes import RouteGroup, Router
-from inferd.types import InferRequest, RequestedOutput, Tensor, new_request_id
+from inferd.types import new_request_id
 
 logger = logging.getLogger("inferd.http")
 _errors_log = RequestErrorLog(logger)
@@ -117,40 +118,6 @@ class HttpApp:
 
 def json_response(document: Any, status: int = 200, headers: list[tuple[bytes, bytes]] | None = None) -> HttpResponse:
     return HttpResponse(status, json_v2.encode_json(document), [*_JSON_HEADERS, *(headers or ())])
-
-
-def door_request(
-    http_request: HttpRequest,
-    model: str,
-    version: str,
-    inputs: tuple[Tensor, ...],
-    protocol: str,
-    decode_started: float,
-    outputs: tuple[RequestedOutput, ...] = (),
-) -> InferRequest:
-    """The request a door decoded: its id (X-Request-ID, else a new one, now the log's), the
-    deadline header, the door's name, and the decoding time since `decode_started`."""
-    request_id = current_request_id.get() or new_request_id()
-    current_request_id.set(request_id)
-    request = InferRequest(
-        model_name=model,
-        model_version=version,
-        request_id=request_id,
-        inputs=inputs,
-        outputs=outputs,
-        deadline_s=deadline(http_request.headers),
-        protocol=protocol,
-    )
-    request.timing.decode_s = time.perf_counter() - decode_started
-    return request
-
-
-def response_headers(request: HttpRequest, infer_request: InferRequest) -> list[tuple[bytes, bytes]]:
-    """What every door's inference answer carries: the request id and, when asked, Server-Timing."""
-    headers = [(REQUEST_ID_HEADER, header_value(infer_request.request_id).encode("ascii"))]
-    if server_timing.wanted(request.headers.get(_SERVER_TIMING_REQUEST)):
-        headers.append((_SERVER_TIMING_RESPONSE, server_timing.encode(infer_request.timing).encode()))
-    return headers
 
 
 def deadline(headers: dict[bytes, bytes]) -> float | None:

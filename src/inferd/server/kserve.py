@@ -1,25 +1,31 @@
-"""The KServe v2 REST door (Triton's HTTP API): `/v2/...`, decoded and encoded by `protocol.json_v2`."""
+"""The KServe v2 REST door (Triton's HTTP API): `/v2/...`; inference through `server.inference_call` with
+`protocol.codecs.kserve`, the other routes by `protocol.json_v2`."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
-from inferd.config.server import DEFAULT_MAX_COMPRESSION_RATIO, DEFAULT_MAX_DECODED_BYTES_IN_FLIGHT
+from inferd.config.server import (
+    DEFAULT_MAX_COMPRESSION_RATIO,
+    DEFAULT_MAX_DECODED_BYTES_IN_FLIGHT,
+    DEFAULT_MAX_REQUEST_BYTES,
+)
 from inferd.core.service import InferenceService
-from inferd.errors import MalformedRequestError, NotFoundError, UnavailableError, UnsupportedError
-from inferd.protocol import http_compression, json_v2, model_config, shared_memory
+from inferd.errors import NotFoundError, UnavailableError, UnsupportedError
+from inferd.protocol import json_v2, model_config, shared_memory
+from inferd.protocol.codecs.base import Target
+from inferd.protocol.codecs.kserve import KServeHttpCodec
 from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy, check_local_client
 from inferd.server.cuda_shared_memory import CudaSharedMemory
 from inferd.server.decoded_bytes import DecodedBytesBudget
-from inferd.server.http import deadline, json_response, kserve_error, response_headers
+from inferd.server.http import json_response, kserve_error
 from inferd.server.http11 import HttpRequest, HttpResponse
-from inferd.server.logging import current_request_id
+from inferd.server.inference_call import InferenceCall
 from inferd.server.routes import READ, Params, Route, RouteGroup
 from inferd.server.shared_memory import SharedMemoryRegions
+from inferd.types import Door
 
-_HEADER_LENGTH = json_v2.HEADER_LENGTH_HEADER.encode()
 _JSON_HEADERS = [(b"content-type", json_v2.JSON_CONTENT_TYPE)]
 _AUTHORIZATION = AUTHORIZATION_HEADER.encode()
 # The Open Inference Protocol's health bodies, which KServe's SDK reads (`response.json()["ready"]`)
@@ -32,28 +38,28 @@ class KServeDoor:
     def __init__(
         self,
         service: InferenceService,
-        max_request_bytes: int = 64 * 2**20,
+        call: InferenceCall | None = None,
         regions: SharedMemoryRegions | None = None,
         openapi_document: bytes | None = None,
-        decoded: DecodedBytesBudget | None = None,
         *,
         access: AccessPolicy | None = None,
     ) -> None:
-        """`openapi_document`: the OpenAPI document of the port's routes (`server.openapi`), which
-        only the code that assembles the port's doors knows, served at /v2/openapi.json;
-        `decoded`: the server's budget for inflated bodies (one of its own when None); `access`:
+        """`call`: the server's one inference call (one of its own, with the default limits, when
+        None); `openapi_document`: the OpenAPI document of the port's routes (`server.openapi`), which
+        only the code that assembles the port's doors knows, served at /v2/openapi.json; `access`:
         the tokens, for shared memory's check of who is on this host."""
         self._service = service
+        self._call = call or InferenceCall(
+            service,
+            max_request_bytes=DEFAULT_MAX_REQUEST_BYTES,
+            decoded=DecodedBytesBudget(DEFAULT_MAX_DECODED_BYTES_IN_FLIGHT, DEFAULT_MAX_COMPRESSION_RATIO),
+        )
+        self._codec = KServeHttpCodec(Door.KSERVE_HTTP, regions)
         self._regions = regions
         self._access = access
         self._cuda_shared_memory = CudaSharedMemory(regions, access)
         # Set by whoever assembles the port (server.app.build_router), once its routes are known.
         self.openapi_document = openapi_document
-        # A compressed body may not inflate past the limit the server holds uncompressed ones to.
-        self._max_request_bytes = max_request_bytes
-        self._decoded = decoded or DecodedBytesBudget(
-            DEFAULT_MAX_DECODED_BYTES_IN_FLIGHT, DEFAULT_MAX_COMPRESSION_RATIO
-        )
 
     def routes(self) -> RouteGroup:
         get = self._get
@@ -97,64 +103,8 @@ class KServeDoor:
             ),
         )
 
-    async def infer(
-        self, http_request: HttpRequest, model: str, version: str, protocol: str, header_length: int | None = None
-    ) -> HttpResponse:
-        """A v2 infer request (JSON, or with binary tensors), by any door that takes v2 bodies;
-        `header_length`: the JSON header's length when the door carries it elsewhere than in
-        Inference-Header-Content-Length (SageMaker's content type)."""
-        self._service.shed(model, version, protocol)
-        encoding = http_request.headers.get(b"content-encoding")
-        if not http_compression.is_compressed(encoding):
-            return await self._infer_body(http_request, http_request.body, model, version, protocol, header_length)
-        # Held from before inflating until the answer is made: the body, and what it decodes to.
-        reserved = self._decoded.reserve(self._decoded.bound(len(http_request.body), self._max_request_bytes))
-        try:
-            body = await self._decoded.inflate(http_request.body, encoding, self._max_request_bytes)
-            self._decoded.release(reserved - len(body))
-            reserved = len(body)
-            return await self._infer_body(http_request, body, model, version, protocol, header_length)
-        finally:
-            self._decoded.release(reserved)
-
-    async def _infer_body(
-        self, http_request: HttpRequest, body: bytes, model: str, version: str, protocol: str, header_length: int | None
-    ) -> HttpResponse:
-        headers = http_request.headers
-        decode_started = time.perf_counter()
-        request = json_v2.decode_request(
-            body,
-            model_name=model,
-            model_version=version,
-            header_length=_header_length(headers) if header_length is None else header_length,
-            request_id=current_request_id.get(),
-            deadline_s=deadline(headers),
-            protocol=protocol,
-            regions=self._regions,
-        )
-        request.timing.decode_s = time.perf_counter() - decode_started
-        current_request_id.set(request.request_id)
-        # NOTE: if the client disconnects meanwhile, HttpServer cancels this task; a request still
-        # queued in a batcher is then dropped unrun.
-        response = await self._service.infer(request)
-        encode_started = time.perf_counter()
-        payload, json_length = json_v2.encode_response(response, request, self._regions)
-        request.timing.encode_s = time.perf_counter() - encode_started
-        self._service.response_encoded(response, request.timing.encode_s)
-        answer_headers = response_headers(http_request, request)
-        if json_length is None:
-            answer_headers.extend(_JSON_HEADERS)
-        else:
-            answer_headers.append((b"content-type", json_v2.BINARY_CONTENT_TYPE))
-            answer_headers.append((_HEADER_LENGTH, str(json_length).encode()))
-        encoding = http_compression.response_encoding(headers.get(b"accept-encoding"))
-        if encoding is not None:
-            payload = http_compression.encode_body(payload, encoding)
-            answer_headers.append((b"content-encoding", encoding.encode()))
-        return HttpResponse(200, payload, answer_headers)
-
     async def _infer(self, request: HttpRequest, params: Params) -> HttpResponse:
-        return await self.infer(request, params["model"], params.get("version", ""), "kserve_http")
+        return await self._call.http(self._codec, request, Target(params["model"], params.get("version", "")))
 
     async def _live(self, request: HttpRequest, params: Params) -> HttpResponse:
         if not self._service.live():
@@ -228,15 +178,3 @@ class KServeDoor:
             return json_response(document(params))
 
         return handler
-
-
-def _header_length(headers: dict[bytes, bytes]) -> int | None:
-    raw = headers.get(_HEADER_LENGTH)
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise MalformedRequestError(
-            f"Inference-Header-Content-Length {raw.decode('latin-1')!r} is not an integer"
-        ) from None

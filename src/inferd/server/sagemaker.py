@@ -10,11 +10,7 @@ status of, so TorchServe's users find their health check too.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from inferd.core.service import InferenceService
 from inferd.errors import (
@@ -23,16 +19,17 @@ from inferd.errors import (
     LoadRequestError,
     ModelNotFoundError,
     NotAcceptableError,
-    TensorDataError,
 )
-from inferd.protocol import json_v2, sagemaker, tfserving_json
+from inferd.protocol import sagemaker
+from inferd.protocol.codecs import sagemaker as sagemaker_codecs
+from inferd.protocol.codecs.base import Target
 from inferd.server.auth import Access
-from inferd.server.http import door_request, json_response, kserve_error, response_headers
+from inferd.server.http import json_response, kserve_error
 from inferd.server.http11 import HttpRequest, HttpResponse
-from inferd.server.kserve import KServeDoor
+from inferd.server.inference_call import InferenceCall
 from inferd.server.routes import READ, Params, Route, RouteGroup
-from inferd.server.tfserving import TfServingDoor
-from inferd.types import DataType, InferResponse, Tensor
+from inferd.server.shared_memory import SharedMemoryRegions
+from inferd.types import Door
 
 TARGET_MODEL_HEADER = b"x-amzn-sagemaker-target-model"
 _CONTENT_TYPE = b"content-type"
@@ -43,18 +40,20 @@ class SageMakerDoor:
     def __init__(
         self,
         service: InferenceService,
-        kserve: KServeDoor,
-        tfserving: TfServingDoor,
+        call: InferenceCall,
+        regions: SharedMemoryRegions | None = None,
         *,
         multi_model: bool,
         model_root: Path,
         default_model: str = "",
     ) -> None:
-        """`multi_model`: serve the multi-model endpoint routes (--sagemaker); `model_root`: the
-        folder every loaded model's `url` must lie under; `default_model`: /invocations' model."""
+        """`regions`: shared memory, which v2 bodies may name; `multi_model`: serve the multi-model
+        endpoint routes (--sagemaker); `model_root`: the folder every loaded model's `url` must lie
+        under; `default_model`: /invocations' model."""
         self._service = service
-        self._kserve = kserve
-        self._tfserving = tfserving
+        self._call = call
+        self._json, self._binary = sagemaker_codecs.json_codecs(regions)
+        self._arrays = {kind: sagemaker_codecs.SageMakerArrayCodec(kind) for kind in (sagemaker.NPY, sagemaker.CSV)}
         self._multi_model = multi_model
         self._model_root = model_root
         self._default_model = default_model
@@ -79,7 +78,7 @@ class SageMakerDoor:
             ]
             roots += ("endpoints", "models")
         # Errors are KServe-shaped JSON: SageMaker passes a container's error body to the caller as it is.
-        return RouteGroup(protocol="sagemaker", roots=roots, routes=tuple(routes), encode_error=kserve_error)
+        return RouteGroup(protocol=Door.SAGEMAKER, roots=roots, routes=tuple(routes), encode_error=kserve_error)
 
     async def _ping(self, request: HttpRequest, params: Params) -> HttpResponse:
         if self._service.ready():
@@ -161,86 +160,17 @@ class SageMakerDoor:
         return loaded[0]
 
     async def _infer(self, request: HttpRequest, model: str) -> HttpResponse:
-        self._service.shed(model, "", "sagemaker")
-        kind, parameters = sagemaker.media_type(request.headers.get(_CONTENT_TYPE))
+        """An invocation, read by the codec of its content type."""
+        kind, _ = sagemaker.media_type(request.headers.get(_CONTENT_TYPE))
         sagemaker.check_readable(kind)
-        if kind in (sagemaker.JSON, sagemaker.TRITON_BINARY):
-            if sagemaker.answer_type(request.headers.get(_ACCEPT), sagemaker.JSON) != sagemaker.JSON:
-                raise NotAcceptableError("a JSON body is answered in JSON; send .npy or CSV for another answer")
-            if kind == sagemaker.TRITON_BINARY:
-                return await self._kserve.infer(request, model, "", "sagemaker", _header_size(parameters, request))
-            document = json_v2.load_json(request.body)
-            if sagemaker.is_v2_body(document):  # the v2 codec reads the raw body (binary parts, large data)
-                return await self._kserve.infer(request, model, "", "sagemaker")
-            return await self._tfserving.predict(request, model, "", "sagemaker", document)
-        return await self._infer_array(request, model, kind)
-
-    async def _infer_array(self, http_request: HttpRequest, model: str, kind: str) -> HttpResponse:
-        """A .npy or CSV body: the model's single input; the answer its single output, or JSON."""
-        answer = sagemaker.answer_type(http_request.headers.get(_ACCEPT), sagemaker.JSON)
-        started = time.perf_counter()
-        metadata = await self._service.serving_metadata(model)
-        if len(metadata.inputs) != 1:
-            raise InvalidRequestError(
-                f"model '{model}' has {len(metadata.inputs)} inputs; a {kind} body holds one array: "
-                "send JSON naming each input"
-            )
-        spec = metadata.inputs[0]
-        datatype = DataType.from_wire(spec.datatype)
-        array = (
-            sagemaker.decode_npy(http_request.body)
-            if kind == sagemaker.NPY
-            else sagemaker.decode_csv(http_request.body, datatype)
-        )
-        array = _as_datatype(array, datatype)
-        try:
-            sent = DataType.from_numpy(array.dtype)
-        except ValueError:
-            raise TensorDataError(
-                f"the array's dtype {array.dtype} is not one inferd serves", tensor=spec.name
-            ) from None
-        inputs = (Tensor(spec.name, sent, array.shape, array),)
-        request = door_request(http_request, model, "", inputs, "sagemaker", started)
-        response = await self._service.infer(request)
-        payload = _encode(response, answer)
-        headers = [(_CONTENT_TYPE, answer.encode()), *response_headers(http_request, request)]
-        return HttpResponse(200, payload, headers)
-
-
-def _encode(response: InferResponse, answer: str) -> bytes:
-    if answer == sagemaker.JSON:
-        return tfserving_json.encode_predict(response.outputs, row_format=True)
-    if len(response.outputs) != 1:
-        raise NotAcceptableError(
-            f"model '{response.model_name}' has {len(response.outputs)} outputs; {answer} holds one array: "
-            "accept application/json"
-        )
-    data = response.outputs[0].data
-    return sagemaker.encode_npy(data) if answer == sagemaker.NPY else sagemaker.encode_csv(data)
-
-
-def _as_datatype(array: np.ndarray[Any, Any], datatype: DataType) -> np.ndarray[Any, Any]:
-    """NumPy's default types (float64, int64, fixed-width strings) as the model's, where nothing is lost
-    in kind; anything else is left for the model's checks to name."""
-    if datatype is DataType.BYTES and array.dtype.kind in "SU":
-        converted = np.empty(array.shape, dtype=object)
-        flat = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in array.reshape(-1).tolist()]
-        converted.reshape(-1)[:] = flat
-        return converted
-    target = datatype.numpy_dtype
-    if datatype is not DataType.BYTES and array.dtype != target and np.can_cast(array.dtype, target, "same_kind"):
-        return array.astype(target)
-    return array
-
-
-def _header_size(parameters: dict[str, str], request: HttpRequest) -> int:
-    raw = parameters.get(sagemaker.HEADER_SIZE_PARAMETER, "")
-    if not (raw.isascii() and raw.isdigit()) or int(raw) > len(request.body):
-        raise InvalidRequestError(
-            f"{sagemaker.TRITON_BINARY} needs {sagemaker.HEADER_SIZE_PARAMETER}=N, "
-            f"N at most the body's {len(request.body)} bytes; got {raw!r}"
-        )
-    return int(raw)
+        target = Target(model)
+        if kind not in (sagemaker.JSON, sagemaker.TRITON_BINARY):
+            return await self._call.http(self._arrays[kind], request, target)
+        if sagemaker.answer_type(request.headers.get(_ACCEPT), sagemaker.JSON) != sagemaker.JSON:
+            raise NotAcceptableError("a JSON body is answered in JSON; send .npy or CSV for another answer")
+        if kind == sagemaker.JSON:
+            return await self._call.http(self._json, request, target)
+        return await self._call.http(self._binary, request, target)
 
 
 def _is_model_folder(folder: Path) -> bool:

@@ -1,0 +1,146 @@
+"""A door's codec pair: how a front door's raw request becomes `InferRequest`s, and their responses
+its answer.
+
+A door is a route-table entry plus a codec. `server.inference_call.InferenceCall` does everything
+else alike for every door and both transports: it resolves the target, sheds before decoding,
+resolves the deadline, sets the request id, counts and times the request, answers Server-Timing and
+maps errors. A codec is pure: `decode(raw, target, context, signature)` reads bytes (or a message)
+into requests, `encode(responses, decoded)` writes the answer; no I/O beyond the shared memory
+regions a client registered (read at decode, written at encode), so each is unit-tested alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from inferd.config.model import ModelConfig
+from inferd.types import Door, InferRequest, InferResponse, ModelMetadata, RequestTiming, new_request_id
+
+RawT = TypeVar("RawT", contravariant=True)
+StateT = TypeVar("StateT")
+AnswerT = TypeVar("AnswerT", covariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The model (and version) a call is for, as the door names it."""
+
+    model: str
+    version: str = ""
+    # TF Serving's version label ("stable"): the call resolves it through the model's config.
+    label: str = ""
+    # What the codec already read to find the model (OpenAI's parsed body), handed to `decode`,
+    # so a body is parsed once; None where the route names the model.
+    preread: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """The serving version's config and metadata, for codecs that read a body by the model's inputs
+    (TF Serving's, SageMaker's arrays, TorchServe's, OpenAI's)."""
+
+    config: ModelConfig
+    metadata: ModelMetadata
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What the call knows of a request before its body is read: built once by the call, carried
+    into every request the codec makes."""
+
+    # The transport's id (X-Request-ID, gRPC metadata); "" when it sent none, and the codec then
+    # takes the body's own id (v2's `id`) or makes one.
+    request_id: str
+    # When the client stops waiting, on time.monotonic()'s clock; resolved once from whichever
+    # header or field the door carries.
+    deadline_s: float | None
+    door: Door
+    timing: RequestTiming = field(default_factory=RequestTiming)
+
+    def request(
+        self,
+        model: str,
+        version: str,
+        inputs: Sequence[Any],
+        outputs: Sequence[Any] = (),
+        parameters: Mapping[str, Any] | None = None,
+    ) -> InferRequest:
+        """A request of this context (its id, made now when the transport sent none; its deadline,
+        door and timing)."""
+        if not self.request_id:
+            self.request_id = new_request_id()
+        return InferRequest(
+            model_name=model,
+            model_version=version,
+            request_id=self.request_id,
+            inputs=tuple(inputs),
+            outputs=tuple(outputs),
+            parameters=parameters if parameters is not None else {},
+            deadline_s=self.deadline_s,
+            timing=self.timing,
+            protocol=self.door,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded(Generic[StateT]):
+    """A door's decoded request: the requests to run (one, or a body split in several, as OpenAI's
+    texts are in chunks of the model's batch size), and what `encode` needs of the body."""
+
+    requests: tuple[InferRequest, ...]
+    state: StateT
+
+
+@dataclass(frozen=True, slots=True)
+class HttpBody:
+    """An HTTP door's raw request: the body (inflated when it was compressed) and the headers."""
+
+    body: bytes
+    headers: Mapping[bytes, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAnswer:
+    """An HTTP door's answer to a call that succeeded: the body and its content headers."""
+
+    body: bytes
+    headers: list[tuple[bytes, bytes]]
+
+
+class Codec(Protocol[RawT, StateT, AnswerT]):
+    @property
+    def door(self) -> Door: ...
+
+    def needs_signature(self, raw: RawT) -> bool:
+        """Whether `decode` reads the body by the model's signature."""
+        ...
+
+    def decode(
+        self, raw: RawT, target: Target, context: RequestContext, signature: Signature | None
+    ) -> Decoded[StateT]: ...
+
+    def encode(self, responses: Sequence[InferResponse], decoded: Decoded[StateT]) -> AnswerT: ...
+
+
+# An HTTP door's codec; its routes name the target, or a function of the body finds it (OpenAI's).
+HttpCodec = Codec[HttpBody, StateT, HttpAnswer]
+
+
+class GrpcCodec(Codec[Any, StateT, Any], Protocol[StateT]):
+    """A gRPC door's codec: its messages name their target."""
+
+    def target(self, message: Any) -> Target: ...
+
+
+class StreamCodec(GrpcCodec[StateT], Protocol[StateT]):
+    """A codec of a stream's requests, each answered by one or more messages."""
+
+    def encode_streamed(self, response: InferResponse, decoded: Decoded[StateT]) -> Any:
+        """One of the request's responses as the stream's message."""
+        ...
+
+    def stream_ended(self, decoded: Decoded[StateT]) -> Sequence[Any]:
+        """What the stream sends after a request's last response (Triton's empty final response)."""
+        ...
