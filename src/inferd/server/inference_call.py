@@ -31,11 +31,11 @@ from inferd.errors import InferdError, InvalidRequestError
 from inferd.protocol import http_compression, server_timing
 from inferd.protocol.codecs.base import (
     Codec,
-    Decoded,
     GrpcCodec,
     HttpAnswer,
     HttpBody,
     HttpCodec,
+    InflatedBody,
     RequestContext,
     Signature,
     StreamCodec,
@@ -79,24 +79,43 @@ class InferenceCall:
         for `HttpApp` to answer in the door's shape."""
         context = RequestContext(current_request_id.get(), deadline(request.headers), codec.door)
         encoding = request.headers.get(_CONTENT_ENCODING)
-        if isinstance(target, Target):
-            target = await self._admit(target, codec.door)
-            if not http_compression.is_compressed(encoding):
-                raw = HttpBody(request.body, request.headers)
-                return _http_response(request, context, await self._serve(codec, raw, target, context))
+        if isinstance(target, Target) and not http_compression.is_compressed(encoding):
+            if not self._admit_named(target, codec.door):
+                await self._admit(target, codec.door)
+            answer = await self._serve(codec, request, target, context)
+        else:
+            answer = await self._serve_inflated(codec, request, target, context, encoding)
+        headers = answer.headers
+        headers.append((_REQUEST_ID, header_value(context.request_id).encode("ascii")))
+        if server_timing.wanted(request.headers.get(_SERVER_TIMING_REQUEST)):
+            headers.append((_SERVER_TIMING_RESPONSE, server_timing.encode(context.timing).encode()))
+        return HttpResponse(200, answer.body, headers)
+
+    async def _serve_inflated(
+        self,
+        codec: HttpCodec[StateT],
+        request: HttpRequest,
+        target: HttpTarget,
+        context: RequestContext,
+        encoding: bytes | None,
+    ) -> HttpAnswer:
+        """`_serve` for a body that is compressed, or that names its target (read once inflated)."""
+        if isinstance(target, Target):  # shed before inflating
+            await self._admit(target, codec.door)
         # Held from before inflating until the answer is made: the body, and what it decodes to.
         reserved = 0
         try:
-            body = request.body
+            raw: HttpBody = request
             if http_compression.is_compressed(encoding):
-                reserved = self._decoded.reserve(self._decoded.bound(len(body), self._max_request_bytes))
-                body = await self._decoded.inflate(body, encoding, self._max_request_bytes)
+                reserved = self._decoded.reserve(self._decoded.bound(len(request.body), self._max_request_bytes))
+                body = await self._decoded.inflate(request.body, encoding, self._max_request_bytes)
                 self._decoded.release(reserved - len(body))
                 reserved = len(body)
-            raw = HttpBody(body, request.headers)
+                raw = InflatedBody(body, request.headers)
             if not isinstance(target, Target):
-                target = await self._admit(target(raw), codec.door)
-            return _http_response(request, context, await self._serve(codec, raw, target, context))
+                target = target(raw)
+                await self._admit(target, codec.door)
+            return await self._serve(codec, raw, target, context)
         finally:
             self._decoded.release(reserved)
 
@@ -113,7 +132,9 @@ class InferenceCall:
             request_id, time.monotonic() + remaining_s if remaining_s is not None else None, codec.door
         )
         try:
-            target = await self._admit(codec.target(message), codec.door)
+            target = codec.target(message)
+            if not self._admit_named(target, codec.door):
+                await self._admit(target, codec.door)
             answer = await self._serve(codec, message, target, call)
             trailers = [(REQUEST_ID_HEADER, header_value(call.request_id))]
             if server_timing.wanted(metadata.get(server_timing.REQUEST_HEADER)):
@@ -132,9 +153,14 @@ class InferenceCall:
         """One request of a gRPC stream: its answers as the model makes them (a decoupled model's
         several, any other's one), then whatever closes it; errors are raised for the stream to send."""
         call = RequestContext("", None, codec.door)
-        target = await self._admit(codec.target(message), codec.door)
-        decoded = await self._decode(codec, message, target, call)
+        target = codec.target(message)
+        await self._admit(target, codec.door)
+        signature = await self._signature(target) if codec.needs_signature(message) else None
+        decode_started = time.perf_counter()
+        decoded = codec.decode(message, target, call, signature)
         request = decoded.requests[0]
+        call.request_id = request.request_id
+        call.timing.decode_s = time.perf_counter() - decode_started
         async for response in self._service.infer_stream(request):
             encode_started = time.perf_counter()
             answer = codec.encode_streamed(response, decoded)
@@ -147,18 +173,30 @@ class InferenceCall:
 
     # -- every transport -------------------------------------------------------------------------
 
-    async def _admit(self, target: Target, door: Door) -> Target:
-        """The target with its version resolved, once its model's queue has room."""
+    async def _admit(self, target: Target, door: Door) -> None:
+        """Resolve the target's version label (in place), then refuse it when its model's queue is full."""
         if target.label:
-            target = Target(target.model, await self.label_version(target.model, target.label), "", target.preread)
+            target.version, target.label = await self.label_version(target.model, target.label), ""
         self._service.shed(target.model, target.version, door)
-        return target
+
+    def _admit_named(self, target: Target, door: Door) -> bool:
+        """`_admit` without a coroutine where no label needs resolving (most requests): False when
+        the target has a label, which `_admit` must resolve."""
+        if target.label:
+            return False
+        self._service.shed(target.model, target.version, door)
+        return True
 
     async def _serve(
         self, codec: Codec[Any, StateT, AnswerT], raw: Any, target: Target, context: RequestContext
     ) -> AnswerT:
-        decoded = await self._decode(codec, raw, target, context)
+        signature = await self._signature(target) if codec.needs_signature(raw) else None
+        decode_started = time.perf_counter()
+        decoded = codec.decode(raw, target, context, signature)
         requests = decoded.requests
+        context.request_id = requests[0].request_id
+        current_request_id.set(context.request_id)
+        context.timing.decode_s = time.perf_counter() - decode_started
         # NOTE: if the client disconnects meanwhile, the transport cancels this task; a request
         # still queued in a batcher is then dropped unrun.
         if len(requests) == 1:
@@ -170,17 +208,6 @@ class InferenceCall:
         context.timing.encode_s = encode_s = time.perf_counter() - encode_started
         self._service.response_encoded(responses[0], encode_s)
         return answer
-
-    async def _decode(
-        self, codec: Codec[Any, StateT, Any], raw: Any, target: Target, context: RequestContext
-    ) -> Decoded[StateT]:
-        decode_started = time.perf_counter()
-        signature = await self._signature(target) if codec.needs_signature(raw) else None
-        decoded = codec.decode(raw, target, context, signature)
-        context.request_id = decoded.requests[0].request_id
-        current_request_id.set(context.request_id)
-        context.timing.decode_s = time.perf_counter() - decode_started
-        return decoded
 
     async def _signature(self, target: Target) -> Signature:
         config = await self._service.serving_config(target.model, target.version)
@@ -204,11 +231,3 @@ def parse_version_labels(text: str) -> dict[str, str]:
         if label and version.strip().isascii() and version.strip().isdigit():
             labels[label.strip()] = version.strip()
     return labels
-
-
-def _http_response(request: HttpRequest, context: RequestContext, answer: HttpAnswer) -> HttpResponse:
-    headers = answer.headers
-    headers.append((_REQUEST_ID, header_value(context.request_id).encode("ascii")))
-    if server_timing.wanted(request.headers.get(_SERVER_TIMING_REQUEST)):
-        headers.append((_SERVER_TIMING_RESPONSE, server_timing.encode(context.timing).encode()))
-    return HttpResponse(200, answer.body, headers)

@@ -16,7 +16,7 @@ from tritonclient.grpc import service_pb2 as pb
 from inferd.config.model import ModelConfig, TensorConfig
 from inferd.errors import InvalidRequestError, MalformedRequestError, NotAcceptableError
 from inferd.protocol import grpc_v2, sagemaker, tfserving_grpc
-from inferd.protocol.codecs.base import Decoded, HttpBody, RequestContext, Signature, Target
+from inferd.protocol.codecs.base import Decoded, HttpBody, InflatedBody, RequestContext, Signature, Target
 from inferd.protocol.codecs.kserve import KServeGrpcCodec, KServeHttpCodec, KServeStreamCodec
 from inferd.protocol.codecs.openai import OpenAiEmbeddingsCodec
 from inferd.protocol.codecs.sagemaker import SageMakerArrayCodec, json_codecs
@@ -66,7 +66,7 @@ def answer(model: str, *outputs: Tensor) -> InferResponse:
 
 
 def http(body: bytes, **headers: str) -> HttpBody:
-    return HttpBody(body, {k.replace("_", "-").encode(): v.encode() for k, v in headers.items()})
+    return InflatedBody(body, {k.replace("_", "-").encode(): v.encode() for k, v in headers.items()})
 
 
 # -- KServe v2 -------------------------------------------------------------------------------------
