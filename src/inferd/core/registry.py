@@ -49,15 +49,14 @@ from pathlib import Path
 from types import MappingProxyType
 
 from inferd.config.batching import BatchingDefaults
-from inferd.config.loader import read_model_config
 from inferd.config.model import ModelConfig
 from inferd.core.classification import with_labels
 from inferd.core.ensemble import EnsembleHandle, StepInference, plan_ensemble, with_step_labels
 from inferd.core.executor import execution_threads as make_execution_threads
 from inferd.core.handle import Handle
 from inferd.core.loading import load_version
+from inferd.core.local_model import LocalModel, read_local_model
 from inferd.core.metrics import Metrics, NoMetrics
-from inferd.core.model_files import check_config_paths, check_override
 from inferd.core.repository import FileEntry, ModelFingerprint, ModelRepository
 from inferd.core.tracing import RequestTracer
 from inferd.errors import (
@@ -72,7 +71,6 @@ from inferd.errors import (
     relative_to_model_folder,
     with_triton_phrase,
 )
-from inferd.runtimes import estimate_memory_bytes, needs_files
 from inferd.types import InferRequest, InferResponse, LoadTimings
 
 logger = logging.getLogger("inferd.registry")
@@ -171,21 +169,6 @@ class Snapshot:
                 serving[(name, "")] = default.handle
         shedding = {key: handle for key, handle in serving.items() if handle.sheds}
         return cls(MappingProxyType(dict(models)), MappingProxyType(serving), MappingProxyType(shedding))
-
-
-@dataclass(frozen=True, slots=True)
-class LocalModel:
-    """A model's files as a load sees them: its folder, its config and what to load of it."""
-
-    model_dir: Path
-    config: ModelConfig
-    versions: list[int]
-    fingerprint: ModelFingerprint | None
-    owned_dir: Path | None = None
-    # Seconds spent bringing the files to `model_dir` (a remote repository's fetch).
-    fetch_s: float = 0.0
-    # version -> the runtime's estimate of its resident memory once loaded.
-    memory_bytes: Mapping[int, int] = field(default_factory=dict)
 
 
 class ModelRegistry:
@@ -375,7 +358,10 @@ class ModelRegistry:
                 return
             fingerprint = None if files else await asyncio.to_thread(self._repository.fingerprint, name)
             try:
-                model = await asyncio.to_thread(self._read_model, name, config, files, fingerprint, code_may_change)
+                model = await asyncio.to_thread(
+                    read_local_model, self._repository, name, config, files, fingerprint,
+                    code_may_change=code_may_change, batching_defaults=self._batching_defaults,
+                )  # fmt: skip
             except PermissionDeniedError:
                 raise  # the caller's request was refused: the model is as it was
             except InferdError as exc:
@@ -555,78 +541,6 @@ class ModelRegistry:
             self._publish(replace(old, reason=f"reloading failed: {reason}", fingerprint=fingerprint))
         else:
             self._publish(ModelRecord(name, ModelState.FAILED, reason, fingerprint=fingerprint))
-
-    def _read_model(
-        self,
-        name: str,
-        config: ModelConfig | None,
-        files: Mapping[str, bytes],
-        fingerprint: ModelFingerprint | None,
-        code_may_change: bool = True,
-    ) -> LocalModel:
-        """On a worker thread: the model's folder, config and the versions to load."""
-        owned_dir = None
-        fetch_s = 0.0
-        if files:
-            owned_dir = model_dir = write_model_files(name, files)
-        else:
-            fetch_started = time.perf_counter()
-            model_dir = self._repository.localize(name, ())  # the config and shared files first
-            fetch_s = time.perf_counter() - fetch_started
-        overridden = config is not None
-        try:
-            if config is None:
-                config = read_model_config(model_dir)
-            config = replace(config, name=name)
-            if self._batching_defaults is not None:
-                config = self._batching_defaults.apply(config)
-            if config.ignored_fields:
-                logger.warning(
-                    "model %s: config fields not supported and ignored: %s",
-                    name,
-                    ", ".join(config.ignored_fields),
-                    extra={"model": name},
-                )
-            if fingerprint is not None:
-                available = fingerprint.version_numbers
-            else:
-                numbered = (p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit())
-                available = sorted(int(name) for name in numbered if int(name) > 0)
-            if not available and (config.ensemble is not None or not needs_files(config)):
-                available = [1]  # an ensemble or a remote model has no files: its empty `1/` may be left out
-            selected = config.version_policy.select(available)
-            if not selected:
-                raise ModelLoadError(
-                    f"no version of model '{name}' to load: found versions {available}, "
-                    f"version_policy {config.version_policy.kind.value} selects none"
-                )
-            if owned_dir is None:
-                fetch_started = time.perf_counter()
-                model_dir = self._repository.localize(name, selected)
-                fetch_s += time.perf_counter() - fetch_started
-                if overridden and not code_may_change:
-                    check_override(config, model_dir, selected)
-            check_config_paths(config, model_dir, selected)
-        except BaseException as exc:
-            if owned_dir is not None:
-                shutil.rmtree(owned_dir, ignore_errors=True)
-            if isinstance(exc, InferdError):  # config.pbtxt's errors name its path
-                raise relative_to_model_folder(exc, str(model_dir)) from exc
-            raise
-        memory = {version: self._estimate(config, model_dir, version, fingerprint) for version in selected}
-        return LocalModel(model_dir, config, selected, fingerprint, owned_dir, fetch_s, memory)
-
-    @staticmethod
-    def _estimate(config: ModelConfig, model_dir: Path, version: int, fingerprint: ModelFingerprint | None) -> int:
-        """The runtime's estimate of the version's resident memory, from its files' sizes."""
-        if config.ensemble is not None:
-            return 0  # its steps' models hold the memory, and count it themselves
-        listed = fingerprint.version(version) if fingerprint is not None else None
-        if listed is not None:
-            model_bytes = sum(size for _, size, _ in listed)
-        else:
-            model_bytes = sum(p.stat().st_size for p in (model_dir / str(version)).rglob("*") if p.is_file())
-        return estimate_memory_bytes(config, model_dir / str(version), model_bytes)
 
     async def _load(self, name: str, model: LocalModel) -> None:
         old = self.snapshot.models.get(name)
@@ -835,25 +749,6 @@ class ModelRegistry:
         task = asyncio.get_running_loop().create_task(handle.drain())
         self._draining.add(task)
         task.add_done_callback(self._draining.discard)
-
-
-def write_model_files(name: str, files: Mapping[str, bytes]) -> Path:
-    """A fresh folder holding `files` (relative path -> bytes) for model `name`; paths that would
-    leave it are refused."""
-    import tempfile
-
-    root = Path(tempfile.mkdtemp(prefix=f"inferd-{name}-"))
-    try:
-        for relative, content in files.items():
-            path = (root / relative).resolve()
-            if not path.is_relative_to(root.resolve()) or relative.startswith("/") or ".." in Path(relative).parts:
-                raise ModelLoadError(f"model '{name}': file path '{relative}' leaves the model's folder")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
-    except BaseException:
-        shutil.rmtree(root, ignore_errors=True)
-        raise
-    return root
 
 
 def _mib(size: int) -> str:
