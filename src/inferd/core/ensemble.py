@@ -6,7 +6,7 @@ step reads exists (an ensemble input or one step's output), names and datatypes 
 meet, batch sizes fit, and the steps form no cycle; each mistake is a load error that names the
 step and the tensor. `EnsembleHandle` then runs a request: each step starts as soon as the
 tensors it reads exist, so independent steps run concurrently, and each step is an ordinary
-request to its model (through `StepInference`: the same door clients use), so each step model
+request to its model (through `StepInference`: the dispatcher clients use too), so each step model
 batches with its own traffic and counts in its own statistics. Tensors pass from step to step as
 the arrays they are (BYTES elements untouched, UTF-8 or not). A step's failure answers the
 request with that step's error (its status and code), its message prefixed with the step.
@@ -47,7 +47,7 @@ from inferd.errors import (
 )
 from inferd.types import InferRequest, InferResponse, RequestedOutput, Tensor
 
-# How a step's request is answered: the registry's lookup and the step model's handle.
+# How a step's request is answered: the dispatcher's `infer` (the step model's handle, counted).
 StepInference = Callable[[InferRequest], Awaitable[InferResponse]]
 
 

@@ -22,6 +22,10 @@ class Metrics(Protocol):
         """`outcome` is "success" or the failing ErrorCode's value; `protocol` the door it came by."""
         ...
 
+    def request_unresolved(self, protocol: str, outcome: str) -> None:
+        """A request that found no model version to serve it (unknown, or not ready) ended with `outcome`."""
+        ...
+
     def response_encoded(self, model: str, version: str, encode_s: float) -> None: ...
 
     def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
@@ -56,6 +60,9 @@ class NoMetrics:
         rows: int,
         timing: RequestTiming,
     ) -> None:
+        return None
+
+    def request_unresolved(self, protocol: str, outcome: str) -> None:
         return None
 
     def response_encoded(self, model: str, version: str, encode_s: float) -> None:

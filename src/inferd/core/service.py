@@ -12,8 +12,10 @@ from inferd.config.loader import parse_model_config_json
 from inferd.config.model import ModelConfig, TensorConfig
 from inferd.config.server import ModelControlMode
 from inferd.core import classification
+from inferd.core.catalogue import ModelState
+from inferd.core.dispatcher import unary_refused
 from inferd.core.model_files import UPLOAD_FLAG
-from inferd.core.registry import ModelRegistry, ModelState
+from inferd.core.registry import ModelRegistry
 from inferd.core.repository import LinkedModels
 from inferd.core.statistics import ServingStatistics
 from inferd.core.tracing import RequestTracer
@@ -64,23 +66,31 @@ class InferenceService:
         allow_model_upload: bool = False,
         limits: RequestLimits | None = None,
     ) -> None:
-        """`statistics` should be the sink the registry reports executions to, as well; `linked`,
-        part of the registry's repository, takes the folders `load_model_folder` loads; `tracer`,
-        the registry's too, hears of every request when the server traces; `allow_model_upload`:
+        """`statistics` and `tracer` must be the registry's (its dispatcher counts and traces every
+        request; `statistics` defaults to the registry's); `linked`, part of the registry's
+        repository, takes the folders `load_model_folder` loads; `allow_model_upload`:
         loads may bring files, and config overrides that change what code runs (see
         `core.model_files`); `limits`: what one request may hold and one answer carry, whichever
         door it came by."""
+        dispatcher = registry.dispatcher
+        sink = registry.metrics
+        if statistics is None:
+            statistics = sink if isinstance(sink, ServingStatistics) else ServingStatistics()
+        if statistics is not sink or tracer is not dispatcher.tracer:
+            # Requests are counted and traced below the service (ensembles' steps too): what the
+            # service reads must be what the dispatcher writes.
+            raise ValueError("the service's statistics and tracer must be the registry's")
         self._registry = registry
+        self._dispatcher = dispatcher
+        self._catalogue = registry.catalogue
         self._allow_model_upload = allow_model_upload
         self._limits = limits or RequestLimits()
         self._tracer = tracer
         self._linked = linked
         self._model_control_mode = model_control_mode
-        self._statistics = statistics or ServingStatistics()
+        self._statistics = statistics
         self._strict_readiness = strict_readiness
         self.shutting_down = False
-        # Ensembles' steps come in by the door clients use: checked, counted and timed the same.
-        registry.infer_step = self.infer
 
     def live(self) -> bool:
         return True
@@ -104,7 +114,7 @@ class InferenceService:
     def check_model_ready(self, name: str, version: str = "") -> None:
         """Raises NotFoundError for unknown models/versions, ModelNotReadyError (with the reason:
         loading, unloaded, or why its load failed) when known but not ready."""
-        self._registry.handle(name, version)
+        self._dispatcher.ready_handle(name, version)
 
     def model_versions(self, name: str, version: str = "") -> list[tuple[str, ModelState, str]]:
         """(version, state, reason) of each version of `name` inferd knows (only `version`'s when
@@ -118,10 +128,10 @@ class InferenceService:
         return [(str(v), r.state, r.reason or record.reason) for v, r in sorted(record.versions.items())]
 
     def model_config(self, name: str, version: str = "") -> ModelConfig:
-        return self._registry.handle(name, version).config
+        return self._dispatcher.ready_handle(name, version).config
 
     def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
-        handle = self._registry.handle(name, version)
+        handle = self._dispatcher.ready_handle(name, version)
         record = self._registry.record(name)
         config = handle.config
         versions = (str(handle.version),) if version else tuple(str(v) for v in record.ready_versions())
@@ -137,9 +147,9 @@ class InferenceService:
         """The config of the version a request to (name, version) would reach, loading the model
         first where on-demand loading does: what doors that read bodies by the model's signature
         (TF Serving, SageMaker's arrays, TorchServe) need before they can decode."""
-        handle = self._registry.lookup(name, version)
+        handle = self._dispatcher.lookup(name, version)
         if handle is None:
-            handle = await self._registry.lease(name, version)
+            handle = await self._dispatcher.lease(name, version)
         return handle.config
 
     async def serving_metadata(self, name: str, version: str = "") -> ModelMetadata:
@@ -152,7 +162,7 @@ class InferenceService:
         decoded: shedding is what an overloaded server does most, so it must cost the least (the
         decoding, at 4x MiniLM's throughput, was a tenth of the event loop). Counted as the same
         refusal after decoding would be. A model not loaded, or one that may admit it, passes."""
-        handle = self._registry.snapshot.shedding.get((name, version))
+        handle = self._catalogue.snapshot.shedding.get((name, version))
         if handle is None:
             return
         refusal = handle.refusal()
@@ -164,86 +174,55 @@ class InferenceService:
         raise refusal
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        started = time.perf_counter()
+        """The one call every door makes: the request's limits and classification here, its
+        handle, its count and its trace through the dispatcher (see core.dispatcher)."""
+        started_s = time.perf_counter()
         if self._tracer is not None:
             self._tracer.request_started(request)
+        dispatcher = self._dispatcher
         handle = None
         try:
             check_request_size(request.inputs, self._limits)
             classes = _classes_asked(request)
-            handle = self._registry.lookup(request.model_name, request.model_version)
+            handle = dispatcher.lookup(request.model_name, request.model_version)
             if handle is None:  # not serving: load on demand, or the error that says why
-                handle = await self._registry.lease(request.model_name, request.model_version)
+                handle = await dispatcher.lease(request.model_name, request.model_version)
             if handle.config.decoupled:
-                raise UnsupportedError(
-                    f"HTTP end point doesn't support models with decoupled transaction policy: model "
-                    f"'{request.model_name}' answers a request with a stream of responses; call it over gRPC's "
-                    "ModelStreamInfer (tritonclient's start_stream and async_stream_infer)"
-                )
+                raise unary_refused(request)
             response = _as_asked(await handle.infer(request), classes, handle.config)
             check_response_size(request.model_name, response.outputs, self._limits)
         except InferdError as exc:
-            exc.request_id = exc.request_id or request.request_id
-            if handle is None:
-                # Any client can name models that do not exist: such requests share one bounded
-                # series, so they cannot grow the statistics (or /metrics) without limit.
-                self._statistics.request_unresolved(request.protocol, exc.code.value)
-            else:
-                elapsed_s = time.perf_counter() - started + request.timing.decode_s
-                self._statistics.request_finished(
-                    request.model_name,
-                    str(handle.version),
-                    request.protocol,
-                    exc.code.value,
-                    elapsed_s,
-                    request.timing.rows,
-                    request.timing,
-                )
+            dispatcher.failed(request, handle, exc, started_s)
             raise
-        # Counted from the start of decoding, as Triton counts from the request's arrival.
-        elapsed_s = time.perf_counter() - started + request.timing.decode_s
-        self._statistics.request_finished(
-            request.model_name,
-            str(handle.version),
-            request.protocol,
-            "success",
-            elapsed_s,
-            request.timing.rows,
-            request.timing,
-        )
+        dispatcher.finished(request, handle, "success", started_s)
         return response
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         """A request's responses as the model makes them (a decoupled model's several, any other's
         one), counted in the statistics once, when the last is sent or an error ends them."""
-        started = time.perf_counter()
+        started_s = time.perf_counter()
         if self._tracer is not None:
             self._tracer.request_started(request)
+        dispatcher = self._dispatcher
         handle = None
-        outcome = "success"
+        counted = False
         try:
             check_request_size(request.inputs, self._limits)
             classes = _classes_asked(request)
-            handle = self._registry.lookup(request.model_name, request.model_version)
+            handle = dispatcher.lookup(request.model_name, request.model_version)
             if handle is None:
-                handle = await self._registry.lease(request.model_name, request.model_version)
+                handle = await dispatcher.lease(request.model_name, request.model_version)
             async for response in handle.infer_stream(request):
                 response = _as_asked(response, classes, handle.config)
                 check_response_size(request.model_name, response.outputs, self._limits)
                 yield response
         except InferdError as exc:
-            exc.request_id = exc.request_id or request.request_id
-            outcome = exc.code.value
-            if handle is None:
-                self._statistics.request_unresolved(request.protocol, outcome)
+            counted = True
+            dispatcher.failed(request, handle, exc, started_s)
             raise
         finally:
-            if handle is not None:
-                elapsed_s = time.perf_counter() - started + request.timing.decode_s
-                self._statistics.request_finished(
-                    request.model_name, str(handle.version), request.protocol, outcome, elapsed_s,
-                    request.timing.rows, request.timing,
-                )  # fmt: skip
+            if handle is not None and not counted:  # the last response sent, or the stream left
+                dispatcher.finished(request, handle, "success", started_s)
 
     # -- the repository extension ------------------------------------------------------------------
 

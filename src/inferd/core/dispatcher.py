@@ -1,0 +1,134 @@
+"""`Dispatcher`: a request to the handle that serves it, counted. Below the service, above the handles.
+
+Every inference goes through it: the service's requests, whatever door they came by, and each
+step of an ensemble, which is a request to its step model made by the `EnsembleHandle` (its
+`infer_step` is the dispatcher's `infer`: a call down, never back into the service). A request
+finds its handle one way: `lookup`, one dict read of the catalogue's snapshot, and on a miss
+`lease`, which loads the model on demand (with a memory budget) or raises the error that says why
+nothing serves. It is counted once when it ends: under its model version (`finished`), or, when it
+resolved to no version, in one bounded series per door and error code (`failed`), so names made
+up by clients cannot grow the statistics. The tracer hears of it when it starts.
+
+The service keeps what belongs to a client's request alone (its size limits, classification, the
+answer's limit) and calls the parts (`lookup`, `lease`, `finished`, `failed`) in its own `infer`
+rather than awaiting `infer`: a coroutine more per request costs the hot path a microsecond or two.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from inferd.core.budget import MemoryBudget
+from inferd.core.catalogue import Catalogue
+from inferd.core.ensemble import EnsembleHandle
+from inferd.core.ensemble_loading import check_steps_serving
+from inferd.core.handle import Handle
+from inferd.core.metrics import Metrics
+from inferd.core.tracing import RequestTracer
+from inferd.errors import InferdError, UnsupportedError
+from inferd.types import InferRequest, InferResponse
+
+# Loads a model a request names when it is in the repository but not loaded (core.lifecycle).
+OnDemandLoad = Callable[[str], Awaitable[None]]
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        catalogue: Catalogue,
+        metrics: Metrics,
+        tracer: RequestTracer | None = None,
+        *,
+        budget: MemoryBudget | None = None,
+        load_on_demand: OnDemandLoad | None = None,
+    ) -> None:
+        """`metrics`: where requests are counted; `tracer`: hears of every request when the server
+        traces; `budget` and `load_on_demand`: given when models load on a request's demand."""
+        self._catalogue = catalogue
+        self._metrics = metrics
+        self.tracer = tracer
+        self._budget = budget
+        self._load_on_demand = load_on_demand
+
+    # -- the handle for a request ------------------------------------------------------------------
+
+    def lookup(self, name: str, version: str) -> Handle | None:
+        """The hot path: the handle serving (name, version) now, or None (then `lease` says why)."""
+        handle = self._catalogue.snapshot.serving.get((name, version))
+        if handle is not None and self._budget is not None:
+            self._budget.touch(name)
+            self._metrics.on_demand_hit()
+        return handle
+
+    async def lease(self, name: str, version: str) -> Handle:
+        """The handle serving (name, version), loading the model first when on-demand loading is on
+        and the model is in the repository but not loaded (concurrent callers share the one load);
+        else the error that says why there is none."""
+        handle = self.lookup(name, version)
+        if handle is not None:
+            return handle
+        if self._load_on_demand is not None:
+            await self._load_on_demand(name)
+        return self.ready_handle(name, version)
+
+    def ready_handle(self, name: str, version: str) -> Handle:
+        """The ready handle serving (name, version) without loading anything, or the error that
+        says why there is none (an ensemble: which of its step models does not serve)."""
+        found = self._catalogue.ready_handle(name, version)
+        # With a budget, a step model that was evicted loads again on the step's demand.
+        if isinstance(found, EnsembleHandle) and self._budget is None:
+            check_steps_serving(found, self._catalogue.snapshot.serving, self._catalogue.ready_handle)
+        return found
+
+    # -- a request's count -------------------------------------------------------------------------
+
+    def finished(self, request: InferRequest, handle: Handle, outcome: str, started_s: float) -> None:
+        """`request`, served by `handle` since `started_s` (perf_counter), ended with `outcome`
+        ("success" or an ErrorCode value). Counted from the start of decoding, as Triton counts
+        from the request's arrival."""
+        elapsed_s = time.perf_counter() - started_s + request.timing.decode_s
+        timing = request.timing
+        self._metrics.request_finished(
+            request.model_name, str(handle.version), request.protocol, outcome, elapsed_s, timing.rows, timing
+        )
+
+    def failed(self, request: InferRequest, handle: Handle | None, exc: InferdError, started_s: float) -> None:
+        """`request` ended with `exc`; `handle` is None when it resolved to no model version."""
+        exc.request_id = exc.request_id or request.request_id
+        if handle is None:
+            # Any client can name models that do not exist: such requests share one bounded
+            # series, so they cannot grow the statistics (or /metrics) without limit.
+            self._metrics.request_unresolved(request.protocol, exc.code.value)
+        else:
+            self.finished(request, handle, exc.code.value, started_s)
+
+    # -- the call ----------------------------------------------------------------------------------
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """One response to `request` from the handle that serves it, counted (an ensemble's step)."""
+        started_s = time.perf_counter()
+        if self.tracer is not None:
+            self.tracer.request_started(request)
+        handle = None
+        try:
+            handle = self.lookup(request.model_name, request.model_version)
+            if handle is None:
+                handle = await self.lease(request.model_name, request.model_version)
+            if handle.config.decoupled:
+                raise unary_refused(request)
+            response = await handle.infer(request)
+        except InferdError as exc:
+            self.failed(request, handle, exc, started_s)
+            raise
+        self.finished(request, handle, "success", started_s)
+        return response
+
+
+def unary_refused(request: InferRequest) -> UnsupportedError:
+    """Why a request that takes one response cannot go to a decoupled model (it answers with a stream)."""
+    return UnsupportedError(
+        f"HTTP end point doesn't support models with decoupled transaction policy: model "
+        f"'{request.model_name}' answers a request with a stream of responses; call it over gRPC's "
+        "ModelStreamInfer (tritonclient's start_stream and async_stream_infer)"
+    )

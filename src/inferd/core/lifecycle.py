@@ -1,0 +1,448 @@
+"""How models come and go: load (a hot swap when one serves), unload with drain, poll, close,
+and loading on a request's demand under the memory budget.
+
+Ownership. Everything here changes the catalogue on the event loop's thread and nowhere else;
+the slow parts of a load (reading files, creating sessions, warm-up) run on worker threads and
+hand their result back to the loop, which publishes a new snapshot (core.catalogue).
+
+Changes. `load(name)` reads the model's config and versions (core.local_model), keeps every
+version already serving the same files under the same config, loads the others beside the ones
+serving (the old ones keep answering meanwhile; core.loading.load_version), then switches the
+lookup table in one step and drains what was replaced: requests already inside an old handle
+finish there (`Handle.drain`). A version that fails to load leaves the one serving in place and
+says why in its record and the log. `unload(name)` stops routing first, then drains. Loads and
+unloads of one model are serialized by its lock; different models load concurrently,
+`LOAD_WORKERS` at a time. A model that fails to load fails alone: its record keeps the state
+UNAVAILABLE and the reason, which every request for it receives, while the other models serve.
+
+On demand (with a `MemoryBudget`, core.budget): `load_on_demand` loads a model of the repository
+that a request names and that is not loaded; concurrent first requests wait for the one load (the
+model's lock). Before any load under a budget, room is made by evicting idle models.
+
+Ensembles (core.ensemble_loading) load their step models first; their handles get the dispatcher
+(core.dispatcher), through which their steps run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from types import MappingProxyType
+
+from inferd.config.batching import BatchingDefaults
+from inferd.config.model import ModelConfig
+from inferd.core.budget import MemoryBudget
+from inferd.core.catalogue import EVICTED, UNLOADED, Catalogue, ModelRecord, ModelState, VersionRecord
+from inferd.core.classification import with_labels
+from inferd.core.dispatcher import Dispatcher
+from inferd.core.ensemble_loading import (
+    check_no_cycle,
+    ensemble_handle,
+    load_steps,
+    models_used_by_ensembles,
+    step_models,
+)
+from inferd.core.executor import execution_threads as make_execution_threads
+from inferd.core.handle import Handle
+from inferd.core.loading import load_version
+from inferd.core.local_model import LocalModel, read_local_model
+from inferd.core.metrics import Metrics
+from inferd.core.repository import FileEntry, ModelFingerprint, ModelRepository
+from inferd.core.tracing import RequestTracer
+from inferd.errors import (
+    InferdError,
+    ModelLoadError,
+    ModelNotFoundError,
+    PermissionDeniedError,
+    relative_to_model_folder,
+)
+from inferd.types import LoadTimings
+
+logger = logging.getLogger("inferd.registry")
+
+# How many versions load at once; loading is mostly file reading and graph optimization.
+LOAD_WORKERS = 2
+# How long a listing of the repository's model names answers on-demand lookups: a client sending
+# made-up names costs at most one listing per interval, not one per request.
+NAMES_TTL_S = 1.0
+
+
+class ModelLifecycle:
+    def __init__(
+        self,
+        repository: ModelRepository,
+        catalogue: Catalogue,
+        dispatcher: Dispatcher,
+        metrics: Metrics,
+        budget: MemoryBudget | None = None,
+        execution_threads: int = 0,
+        *,
+        shared_intra_op_pool: bool = True,
+        batching_defaults: BatchingDefaults | None = None,
+        tracer: RequestTracer | None = None,
+    ) -> None:
+        """`dispatcher`: what ensembles' steps run through; `execution_threads`: the worker threads
+        every loaded model shares (0: the default); `shared_intra_op_pool`: whether sessions
+        compute on one pool (see core.executor); `batching_defaults`: settings every batching model
+        takes (--tfserving-batching-parameters); `tracer`: hears of every loaded version's
+        executions when the server traces."""
+        self._repository = repository
+        self._catalogue = catalogue
+        self._dispatcher = dispatcher
+        self._metrics = metrics
+        self._budget = budget
+        self._tracer = tracer
+        self._batching_defaults = batching_defaults
+        self._shared_intra_op_pool = shared_intra_op_pool
+        self._threads = make_execution_threads(execution_threads)
+        self._names: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
+        self.startup_complete = False
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._load_slots: asyncio.Semaphore | None = None
+        self._draining: set[asyncio.Task[None]] = set()
+
+    async def load_all(self, names: Iterable[str] | None = None) -> None:
+        """Load `names` (default: every model of the repository), concurrently; failures stay in
+        each model's record."""
+        if names is None:
+            names = await asyncio.to_thread(self._repository.model_names)
+        results = await asyncio.gather(*(self.load(name) for name in names), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, InferdError):
+                raise result
+        self.startup_complete = True
+
+    async def load(
+        self,
+        name: str,
+        *,
+        config: ModelConfig | None = None,
+        files: Mapping[str, bytes] = {},
+        if_not_loaded: bool = False,
+        code_may_change: bool = True,
+    ) -> None:
+        """Load or reload `name`. `config` replaces its config.pbtxt; `files` (relative path ->
+        bytes, e.g. "1/model.onnx") replace its folder; `if_not_loaded`: nothing to do when it
+        serves already (an on-demand load that waited for another); `code_may_change`: False
+        refuses a `config` that changes what code runs (`model_files.check_override`). Raises the
+        InferdError that says why when the model is unknown or a version fails (what was serving
+        keeps serving), PermissionDeniedError (nothing published) for a refused override."""
+        chain = check_no_cycle(name)
+        async with self._lock(name):
+            if if_not_loaded and self._catalogue.serves(name):
+                return
+            fingerprint = None if files else await asyncio.to_thread(self._repository.fingerprint, name)
+            try:
+                model = await asyncio.to_thread(
+                    read_local_model, self._repository, name, config, files, fingerprint,
+                    code_may_change=code_may_change, batching_defaults=self._batching_defaults,
+                )  # fmt: skip
+            except PermissionDeniedError:
+                raise  # the caller's request was refused: the model is as it was
+            except InferdError as exc:
+                self._publish_failure(name, exc.message, fingerprint)
+                logger.error("model %s failed to load: %s", name, exc.logged, extra={"model": name})
+                raise
+            if model.config.ensemble is None:
+                await self._load_cleaning_up(name, model)
+                return
+        # An ensemble: the models of its steps first, outside this model's lock (loading them
+        # may wait for other loads, never for this one's).
+        try:
+            await load_steps(name, model.config, chain, self._load_if_not_loaded)
+        except InferdError as exc:
+            if model.owned_dir is not None:
+                shutil.rmtree(model.owned_dir, ignore_errors=True)
+            self._publish_failure(name, exc.message, model.fingerprint)
+            logger.error("model %s failed to load: %s", name, exc.logged, extra={"model": name})
+            raise
+        async with self._lock(name):
+            if if_not_loaded and self._catalogue.serves(name):
+                if model.owned_dir is not None:
+                    shutil.rmtree(model.owned_dir, ignore_errors=True)
+                return
+            await self._load_cleaning_up(name, model)
+
+    async def _load_cleaning_up(self, name: str, model: LocalModel) -> None:
+        try:
+            await self._load(name, model)
+        except BaseException:
+            if model.owned_dir is not None and self._catalogue.owned_dir(name) != model.owned_dir:
+                shutil.rmtree(model.owned_dir, ignore_errors=True)
+            raise
+
+    async def load_on_demand(self, name: str) -> None:
+        """Load `name` when a request names it and it is a model of the repository that is not
+        loaded (concurrent callers share the one load); a failure stays in its record, which the
+        request's answer reads."""
+        if self._budget is None or not await self._loadable_on_demand(name):
+            return
+        self._metrics.on_demand_miss()
+        with contextlib.suppress(ModelLoadError):
+            await self.load(name, if_not_loaded=True)
+        self._budget.touch(name)
+
+    async def unload(self, name: str, *, reason: str = UNLOADED, dependents: bool = False) -> None:
+        """Stop serving `name`: requests already accepted finish, later ones are told it is unloaded.
+        A model of the repository that is not loaded is left as it is. `dependents` (an ensemble):
+        also unload the models its steps use that no other loaded ensemble uses."""
+        used = step_models(self._catalogue.snapshot.models.get(name)) if dependents else ()
+        await self._unload(name, reason)
+        for step_model in used:
+            if step_model not in models_used_by_ensembles(self._catalogue.snapshot.models.values()):
+                await self.unload(step_model, reason=reason, dependents=True)
+
+    async def _unload(self, name: str, reason: str) -> None:
+        async with self._lock(name):
+            record = self._catalogue.snapshot.models.get(name)
+            if record is None:
+                if await asyncio.to_thread(self._repository.has_model, name):
+                    return
+                raise ModelNotFoundError(f"model '{name}' is not loaded or not in the repository")
+            handles = [v.handle for v in record.versions.values() if v.handle is not None]
+            self._catalogue.publish(
+                replace(record, state=ModelState.UNLOADING, reason="", versions=MappingProxyType({}))
+            )
+            logger.info("model %s: unloading", name, extra={"model": name})
+            await asyncio.gather(*(handle.drain() for handle in handles))
+            if record.owned_dir is not None:
+                shutil.rmtree(record.owned_dir, ignore_errors=True)
+            await asyncio.to_thread(self._repository.release, name)
+            self._catalogue.publish(ModelRecord(name=name, state=ModelState.FAILED, reason=reason))
+            if self._budget is not None:
+                self._budget.forget(name)
+            self._metrics.model_unloaded(name)
+            logger.info("model %s: unloaded", name, extra={"model": name})
+
+    async def forget(self, name: str) -> None:
+        """Unload `name` and drop its record (its folder left the repository)."""
+        if name in self._catalogue.snapshot.models:
+            await self.unload(name)
+            self._catalogue.drop(name)
+
+    async def poll(self) -> None:
+        """Bring the served models in line with the repository: load what was added or changed,
+        forget what was removed. Models whose files did not change are not touched."""
+        names, fingerprints = await asyncio.to_thread(self._scan)
+        for name in set(self._catalogue.snapshot.models) - set(names):
+            if self._catalogue.snapshot.models[name].owned_dir is None:
+                logger.info("model %s left the repository", name, extra={"model": name})
+                await self.forget(name)
+        changed = [
+            name
+            for name in names
+            if (record := self._catalogue.snapshot.models.get(name)) is None
+            or record.fingerprint != fingerprints.get(name)
+        ]
+        if self._budget is not None:
+            # Under a budget a model loads on its first request, not because it appeared; only
+            # models serving now are reloaded when their files change.
+            # A model that failed is forgotten when its files change, so its next request tries again.
+            for name in changed:
+                record = self._catalogue.snapshot.models.get(name)
+                if record is not None and not record.versions and record.reason not in (UNLOADED, EVICTED):
+                    self._catalogue.drop(name)
+            changed = [
+                name for name in changed if (r := self._catalogue.snapshot.models.get(name)) is not None and r.versions
+            ]
+        results = await asyncio.gather(*(self.load(name) for name in changed), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, InferdError):
+                raise result
+
+    async def close(self) -> None:
+        """Drain every handle (shutdown)."""
+        for name in list(self._catalogue.snapshot.models):
+            record = self._catalogue.snapshot.models[name]
+            if record.versions or record.owned_dir is not None:
+                await self.unload(name)
+        if self._draining:
+            await asyncio.gather(*self._draining)
+        self._threads.shutdown(wait=False)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        return lock
+
+    def _scan(self) -> tuple[list[str], dict[str, ModelFingerprint | None]]:
+        names = self._repository.model_names()
+        fingerprints: dict[str, ModelFingerprint | None] = {}
+        for name in names:
+            try:
+                fingerprints[name] = self._repository.fingerprint(name)
+            except OSError:  # changing under our feet: look again at the next poll
+                fingerprints[name] = None
+        return names, fingerprints
+
+    def _publish_failure(self, name: str, reason: str, fingerprint: ModelFingerprint | None) -> None:
+        """A load that failed before any version: what serves keeps serving; else the model is UNAVAILABLE."""
+        old = self._catalogue.snapshot.models.get(name)
+        if old is not None and old.ready_versions():
+            self._catalogue.publish(replace(old, reason=f"reloading failed: {reason}", fingerprint=fingerprint))
+        else:
+            self._catalogue.publish(ModelRecord(name, ModelState.FAILED, reason, fingerprint=fingerprint))
+
+    async def _load(self, name: str, model: LocalModel) -> None:
+        old = self._catalogue.snapshot.models.get(name)
+        old_versions = dict(old.versions) if old is not None else {}
+        kept: dict[int, VersionRecord] = {}
+        to_load: list[int] = []
+        for version in model.versions:
+            current = old_versions.get(version)
+            files = model.fingerprint.version(version) if model.fingerprint is not None else None
+            unchanged = (
+                current is not None
+                and current.state is ModelState.READY
+                and files is not None
+                and current.files == files
+                and current.config == model.config
+            )
+            if unchanged and current is not None:
+                kept[version] = current
+            else:
+                to_load.append(version)
+        # While loading, whatever serves keeps serving; new versions show as LOADING.
+        showing = dict(old_versions)
+        for version in to_load:
+            if version not in showing or showing[version].state is not ModelState.READY:
+                showing[version] = VersionRecord(version=version, state=ModelState.LOADING)
+        state = ModelState.READY if any(v.state is ModelState.READY for v in showing.values()) else ModelState.LOADING
+        fingerprint, owned_dir = (old.fingerprint, old.owned_dir) if old is not None else (None, None)
+        self._catalogue.publish(ModelRecord(name, state, "", MappingProxyType(showing), fingerprint, owned_dir))
+
+        need = sum(model.memory_bytes.get(version, 0) for version in to_load)
+        new_model = not any(v.handle is not None for v in old_versions.values())
+        budget = self._budget if to_load else None
+        if budget is not None:
+            await budget.make_room(name, need, new_model, self._catalogue.records, self._changing, self._evict)
+        try:
+            loaded = await asyncio.gather(*(self._load_version(name, model, version) for version in to_load))
+        finally:
+            if budget is not None:
+                budget.release(need, new_model)
+        versions = dict(kept)
+        failures = []
+        for version, result in zip(to_load, loaded, strict=True):
+            current = old_versions.get(version)
+            if result.state is ModelState.READY or current is None or current.state is not ModelState.READY:
+                versions[version] = result
+            else:  # the new files failed: the version that was serving stays, and says why
+                versions[version] = replace(current, reason=f"reloading failed: {result.reason}")
+            if result.state is not ModelState.READY:
+                failures.append(f"version {version}: {result.reason}")
+        if failures:
+            # As Triton: when a new version fails, the versions that served keep serving, even
+            # those the version policy would now leave out.
+            for version, current in old_versions.items():
+                if version not in versions and current.state is ModelState.READY:
+                    versions[version] = current
+        if any(v.state is ModelState.READY for v in versions.values()):
+            state, reason = ModelState.READY, ""
+        else:
+            state, reason = ModelState.FAILED, "; ".join(failures)
+        self._catalogue.publish(
+            ModelRecord(name, state, reason, MappingProxyType(versions), model.fingerprint, model.owned_dir)
+        )
+        # Traffic has moved: what no longer serves drains in the background.
+        serving = {id(v.handle) for v in versions.values() if v.handle is not None}
+        for replaced in old_versions.values():
+            if replaced.handle is not None and id(replaced.handle) not in serving:
+                self._drain_later(replaced.handle)
+        if old is not None and old.owned_dir is not None and old.owned_dir != model.owned_dir:
+            shutil.rmtree(old.owned_dir, ignore_errors=True)
+        if failures:
+            raise ModelLoadError(f"model '{name}' failed to load: {'; '.join(failures)}")
+
+    async def _load_version(self, name: str, model: LocalModel, version: int) -> VersionRecord:
+        if self._load_slots is None:
+            self._load_slots = asyncio.Semaphore(LOAD_WORKERS)
+        files = model.fingerprint.version(version) if model.fingerprint is not None else None
+        if model.config.ensemble is not None:
+            try:
+                ensemble = ensemble_handle(
+                    with_labels(model.config, model.model_dir),
+                    version,
+                    self._dispatcher.ready_handle,
+                    self._dispatcher.infer,
+                )
+            except InferdError as exc:
+                return self._version_failed(name, version, exc, model, files)
+            self._metrics.version_loaded(name, LoadTimings(session_s=0.0, warmup_s=0.0))
+            return VersionRecord(version, ModelState.READY, "", ensemble, None, files, model.config)
+        async with self._load_slots:
+            try:
+                handle: Handle
+                handle, timings = await asyncio.to_thread(
+                    load_version,
+                    model.config,
+                    version,
+                    model.model_dir / str(version),
+                    model.model_dir,
+                    self._metrics,
+                    self._threads,
+                    shared_intra_op_pool=self._shared_intra_op_pool,
+                    event_loop=asyncio.get_running_loop(),
+                    tracer=self._tracer,
+                )
+                timings = replace(timings, fetch_s=model.fetch_s)
+            except InferdError as exc:
+                return self._version_failed(name, version, exc, model, files)
+        self._metrics.version_loaded(name, timings)
+        return VersionRecord(
+            version, ModelState.READY, "", handle, timings, files, model.config, model.memory_bytes.get(version, 0)
+        )
+
+    def _version_failed(
+        self, name: str, version: int, exc: InferdError, model: LocalModel, files: tuple[FileEntry, ...] | None
+    ) -> VersionRecord:
+        logger.error(
+            "model %s version %d failed to load: %s",
+            name,
+            version,
+            exc.logged,
+            extra={"model": name, "version": version},
+        )
+        self._metrics.version_load_failed(name)
+        # The reason clients read (load answers, readiness, the index) names files inside the
+        # model's folder, not where the server keeps it.
+        reason = relative_to_model_folder(exc, str(model.model_dir)).message
+        return VersionRecord(version, ModelState.FAILED, reason, files=files, config=model.config)
+
+    async def _loadable_on_demand(self, name: str) -> bool:
+        record = self._catalogue.snapshot.models.get(name)
+        if record is not None:
+            # A model that failed to load keeps its reason until its files change; only one that
+            # was never loaded, unloaded or evicted loads on demand, or one loading now (its
+            # load's lock is then waited for, not taken again).
+            loading = record.state is ModelState.LOADING or self._lock(name).locked()
+            return loading or (record.reason in (UNLOADED, EVICTED) and not record.versions)
+        now = time.monotonic()
+        listed_at, names = self._names
+        if now - listed_at > NAMES_TTL_S:
+            names = frozenset(await asyncio.to_thread(self._repository.model_names))
+            self._names = (now, names)
+        return name in names
+
+    def _drain_later(self, handle: Handle) -> None:
+        task = asyncio.get_running_loop().create_task(handle.drain())
+        self._draining.add(task)
+        task.add_done_callback(self._draining.discard)
+
+    async def _load_if_not_loaded(self, name: str) -> None:
+        await self.load(name, if_not_loaded=True)
+
+    def _changing(self, name: str) -> bool:
+        return self._lock(name).locked()
+
+    async def _evict(self, name: str) -> None:
+        self._metrics.model_evicted(name)
+        await self.unload(name, reason=EVICTED)

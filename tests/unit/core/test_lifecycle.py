@@ -1,0 +1,167 @@
+"""How models come and go, on Python models (in-process, no sleeps): a load publishes what serves;
+a hot swap routes new requests to the new version at once while a request inside the old one
+finishes there, then the old one closes; files that did not change keep their handle; a reload
+that fails leaves the old version serving; an unload stops routing before it drains; a model
+loaded on a request's demand evicts the least recently used; ensembles that need each other are
+a load error. Requests are held inside a version by a file its model waits on (bounded)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inferd.core.budget import LoadBudget
+from inferd.core.catalogue import EVICTED, UNLOADED, ModelState
+from inferd.core.handle import HandleState
+from inferd.core.registry import ModelRegistry
+from inferd.core.repository import LocalRepository
+from inferd.errors import ModelLoadError, ModelNotReadyError
+from inferd.testing.models import python_model, write_config
+from inferd.types import DataType, InferRequest, InferResponse, Tensor
+from tests.unit.core.test_batcher import until
+
+# y = FACTOR * x, after waiting (at most 30 s) while the file HOLD exists.
+MODEL = """
+import os
+import time
+
+
+class Model:
+    inputs = [{{"name": "x", "datatype": "FP32", "shape": [-1]}}]
+    outputs = [{{"name": "y", "datatype": "FP32", "shape": [-1]}}]
+
+    def execute(self, inputs):
+        deadline = time.monotonic() + 30
+        while os.path.exists({hold!r}) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        return {{"y": inputs["x"] * {factor}}}
+"""
+
+
+def model(root: Path, name: str, factor: int) -> Path:
+    """Model `name` multiplying by `factor`; returns the file that holds its requests while it exists."""
+    hold = root.parent / f"hold-{name}-{factor}"
+    python_model(root / name / "1", MODEL.format(hold=str(hold), factor=factor))
+    write_config(root / name, 'backend: "python"')
+    return hold
+
+
+def request(name: str) -> InferRequest:
+    x = np.array([1.0, 2.0], dtype=np.float32)
+    return InferRequest(name, "", "r", (Tensor("x", DataType.FP32, x.shape, x),))
+
+
+def answer(response: InferResponse) -> list[float]:
+    return [float(v) for v in response.outputs[0].data]
+
+
+@pytest.fixture
+async def registry(tmp_path: Path) -> AsyncIterator[ModelRegistry]:
+    registry = ModelRegistry(LocalRepository(tmp_path / "models"))
+    yield registry
+    await registry.close()
+
+
+async def test_a_load_publishes_every_ready_version_and_the_default(tmp_path: Path, registry: ModelRegistry) -> None:
+    model(tmp_path / "models", "m", 2)
+    await registry.load("m")
+    record = registry.record("m")
+    assert record.state is ModelState.READY and record.ready_versions() == [1]
+    assert registry.snapshot.serving[("m", "1")] is registry.snapshot.serving[("m", "")]
+    assert answer(await registry.dispatcher.infer(request("m"))) == [2.0, 4.0]
+
+
+async def test_a_hot_swap_routes_new_requests_at_once_and_drains_the_old_version(
+    tmp_path: Path, registry: ModelRegistry
+) -> None:
+    hold = model(tmp_path / "models", "m", 2)
+    await registry.load("m")
+    old = registry.snapshot.serving[("m", "")]
+    hold.touch()
+    inside = asyncio.ensure_future(registry.dispatcher.infer(request("m")))
+    await until(lambda: old.in_flight == 1)
+    model(tmp_path / "models", "m", 30)  # new files (another size): the version loads again beside the old one
+    await registry.load("m")
+    new = registry.snapshot.serving[("m", "")]
+    assert new is not old
+    await until(lambda: old.state is HandleState.DRAINING)  # drained in the background
+    assert answer(await registry.dispatcher.infer(request("m"))) == [30.0, 60.0]
+    hold.unlink()
+    assert answer(await inside) == [2.0, 4.0]  # answered by the version it entered
+    await until(lambda: old.state is HandleState.CLOSED)
+
+
+async def test_unchanged_files_keep_their_handle(tmp_path: Path, registry: ModelRegistry) -> None:
+    model(tmp_path / "models", "m", 2)
+    await registry.load("m")
+    serving = registry.snapshot.serving[("m", "")]
+    await registry.load("m")
+    assert registry.snapshot.serving[("m", "")] is serving and serving.state is HandleState.READY
+
+
+async def test_a_reload_that_fails_leaves_the_old_version_serving(tmp_path: Path, registry: ModelRegistry) -> None:
+    model(tmp_path / "models", "m", 2)
+    await registry.load("m")
+    serving = registry.snapshot.serving[("m", "")]
+    (tmp_path / "models" / "m" / "1" / "model.py").write_text("this is not python\n")
+    with pytest.raises(ModelLoadError):
+        await registry.load("m")
+    assert registry.snapshot.serving[("m", "")] is serving
+    assert registry.version_record("m", "1").reason.startswith("reloading failed")
+    assert answer(await registry.dispatcher.infer(request("m"))) == [2.0, 4.0]
+
+
+async def test_an_unload_stops_routing_first_and_answers_the_requests_inside(
+    tmp_path: Path, registry: ModelRegistry
+) -> None:
+    hold = model(tmp_path / "models", "m", 2)
+    await registry.load("m")
+    handle = registry.snapshot.serving[("m", "")]
+    hold.touch()
+    inside = asyncio.ensure_future(registry.dispatcher.infer(request("m")))
+    await until(lambda: handle.in_flight == 1)
+    unloading = asyncio.ensure_future(registry.unload("m"))
+    await until(lambda: handle.state is HandleState.DRAINING)
+    assert registry.dispatcher.lookup("m", "") is None
+    assert registry.record("m").state is ModelState.UNLOADING
+    hold.unlink()
+    assert answer(await inside) == [2.0, 4.0]
+    await unloading
+    assert handle.state is HandleState.CLOSED and registry.record("m").reason == UNLOADED
+    with pytest.raises(ModelNotReadyError, match="unloaded"):
+        await registry.dispatcher.lease("m", "")
+
+
+async def test_a_model_loaded_on_demand_evicts_the_least_recently_used(tmp_path: Path) -> None:
+    for name in ("a", "b", "c"):
+        model(tmp_path / "models", name, 2)
+    registry = ModelRegistry(LocalRepository(tmp_path / "models"), budget=LoadBudget(max_models=2))
+    try:
+        for name in ("a", "b"):
+            await registry.dispatcher.lease(name, "")
+        assert registry.dispatcher.lookup("a", "") is not None  # a used last: b is the least recent
+        await registry.dispatcher.lease("c", "")
+        assert {r.name for r in registry.records() if r.ready_versions()} == {"a", "c"}
+        assert registry.record("b").reason == EVICTED
+    finally:
+        await registry.close()
+
+
+async def test_ensembles_that_need_each_other_are_a_load_error(tmp_path: Path, registry: ModelRegistry) -> None:
+    for name, other in (("e1", "e2"), ("e2", "e1")):
+        write_config(
+            tmp_path / "models" / name,
+            f"""
+            platform: "ensemble"
+            input [ {{ name: "x" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+            output [ {{ name: "y" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+            ensemble_scheduling {{ step [ {{ model_name: "{other}"
+              input_map {{ key: "x" value: "x" }} output_map {{ key: "y" value: "y" }} }} ] }}
+            """,
+        )
+    with pytest.raises(ModelLoadError, match="cycle: e1 → e2 → e1"):
+        await registry.load("e1")
