@@ -177,6 +177,27 @@ class UnsupportedError(InvalidRequestError):
     code = ErrorCode.UNSUPPORTED
 
 
+class StreamOnlyModelError(UnsupportedError):
+    """A call that takes one response made to a decoupled model, which answers with a stream of
+    them. The core says so in no transport's words; each transport names itself (`unary_call`), as
+    Triton's HTTP and gRPC answers do."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"model '{model}' is decoupled: it answers a request with a stream of responses; call it over gRPC's "
+            "ModelStreamInfer "
+            "(tritonclient's start_stream and async_stream_infer)"
+        )
+
+    def unary_call(self, transport: str) -> UnsupportedError:
+        """This error as `transport` ("HTTP end point", "ModelInfer RPC") words it."""
+        worded = UnsupportedError(
+            f"{transport} doesn't support models with decoupled transaction policy: {self.message}"
+        )
+        worded.request_id = self.request_id
+        return worded
+
+
 class UnsupportedMediaTypeError(InvalidRequestError):
     """A body in a Content-Type the door does not read (415)."""
 

@@ -161,3 +161,15 @@ def test_http_refuses_decoupled_models_and_yielding_needs_the_policy(server: Ser
         assert not client.is_model_ready("undeclared")
     log = Path(server.log_path).read_text()
     assert "only a decoupled model may do" in log and "model_transaction_policy { decoupled: true }" in log
+
+
+def test_a_unary_grpc_call_to_a_decoupled_model_is_refused_in_grpc_words(server: ServerProcess) -> None:
+    # The core refuses in no transport's words; each transport names itself, as Triton's do.
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        n = grpcclient.InferInput("n", [1], "INT32")
+        n.set_data_from_numpy(np.array([2], dtype=np.int32))
+        with pytest.raises(
+            InferenceServerException, match="ModelInfer RPC doesn't support models with decoupled"
+        ) as caught:
+            client.infer("counter", [n])
+        assert "HTTP" not in str(caught.value)

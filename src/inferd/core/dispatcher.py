@@ -26,7 +26,7 @@ from inferd.core.ensemble_loading import check_steps_serving
 from inferd.core.handle import Handle
 from inferd.core.metrics import Metrics
 from inferd.core.tracing import RequestTracer
-from inferd.errors import InferdError, UnsupportedError
+from inferd.errors import InferdError, StreamOnlyModelError
 from inferd.types import InferRequest, InferResponse
 
 # Loads a model a request names when it is in the repository but not loaded (core.lifecycle).
@@ -125,10 +125,6 @@ class Dispatcher:
         return response
 
 
-def unary_refused(request: InferRequest) -> UnsupportedError:
+def unary_refused(request: InferRequest) -> StreamOnlyModelError:
     """Why a request that takes one response cannot go to a decoupled model (it answers with a stream)."""
-    return UnsupportedError(
-        f"HTTP end point doesn't support models with decoupled transaction policy: model "
-        f"'{request.model_name}' answers a request with a stream of responses; call it over gRPC's "
-        "ModelStreamInfer (tritonclient's start_stream and async_stream_infer)"
-    )
+    return StreamOnlyModelError(request.model_name)

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import grpc
 
 from inferd.core.service import InferenceService
-from inferd.errors import InferdError, InvalidRequestError
+from inferd.errors import InferdError, InvalidRequestError, StreamOnlyModelError
 from inferd.protocol import http_compression, server_timing
 from inferd.protocol.codecs.base import (
     Codec,
@@ -82,7 +82,10 @@ class InferenceCall:
         if isinstance(target, Target) and not http_compression.is_compressed(encoding):
             if not self._admit_named(target, codec.door):
                 await self._admit(target, codec.door)
-            answer = await self._serve(codec, request, target, context)
+            try:
+                answer = await self._serve(codec, request, target, context)
+            except StreamOnlyModelError as exc:
+                raise exc.unary_call("HTTP end point") from None
         else:
             answer = await self._serve_inflated(codec, request, target, context, encoding)
         headers = answer.headers
@@ -116,6 +119,8 @@ class InferenceCall:
                 target = target(raw)
                 await self._admit(target, codec.door)
             return await self._serve(codec, raw, target, context)
+        except StreamOnlyModelError as exc:
+            raise exc.unary_call("HTTP end point") from None
         finally:
             self._decoded.release(reserved)
 
@@ -142,6 +147,8 @@ class InferenceCall:
             context.set_trailing_metadata(tuple(trailers))
             return answer
         except InferdError as exc:
+            if isinstance(exc, StreamOnlyModelError):
+                exc = exc.unary_call(f"{method} RPC")
             await abort(context, method, exc, exc.request_id or call.request_id or new_request_id())
         except Exception:
             await abort_unexpected(context, method, call.request_id)
