@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from inferd.errors import ErrorCode, InferdError, error_from_code
+from inferd.types import Door
 
 if TYPE_CHECKING:
     import grpc
@@ -114,6 +115,11 @@ TFSERVING_HTTP_STATUS: dict[ErrorCode, int] = {
     code: HTTP_STATUS[code] if code in _HTTP_LEVEL else _TF_HTTP_OF_GRPC[grpc_code]
     for code, grpc_code in GRPC_STATUS.items()
 }
+
+
+def http_status(door: Door, code: ErrorCode) -> int:
+    """The HTTP status `door` answers an error of `code` with (TF Serving's REST door has its own)."""
+    return (TFSERVING_HTTP_STATUS if door is Door.TFSERVING_REST else HTTP_STATUS)[code]
 
 
 def grpc_status(code: ErrorCode) -> grpc.StatusCode:

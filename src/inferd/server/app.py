@@ -31,7 +31,7 @@ from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.grpc import TokenInterceptor, build_grpc_server, new_grpc_server
 from inferd.server.http import HttpApp
 from inferd.server.http11 import HttpLimits, HttpServer
-from inferd.server.inference_call import InferenceCall
+from inferd.server.inference_call import CallTracing, InferenceCall
 from inferd.server.kserve import KServeDoor
 from inferd.server.logging import configure_logging
 from inferd.server.openai import OpenAiDoor
@@ -136,17 +136,10 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     # Regions registered by local clients, read and written by the KServe doors (HTTP and gRPC).
     regions = SharedMemoryRegions(prefix=settings.shared_memory_prefix, max_regions=settings.max_shared_memory_regions)
     tls = tls_files(settings)
-    call = inference_call(service, settings)
+    call = inference_call(service, settings, tracing)
     router = build_router(service, settings, regions, access, call)
-    # Tokens first: a call refused for its credentials makes no span.
+    # Tokens first: a call refused for its credentials makes no span (the call begins spans).
     interceptors: list[grpc.aio.ServerInterceptor] = [TokenInterceptor(access)] if access is not None else []
-    stream_tracer = None
-    if tracing is not None:
-        from inferd.server.tracing_edges import StreamTracer, TracingInterceptor, traced_router
-
-        router = traced_router(router, tracing)
-        interceptors.append(TracingInterceptor(tracing))
-        stream_tracer = StreamTracer(tracing)
     http_app = HttpApp(router, max_request_bytes=settings.max_request_bytes, access=access)
     limits = HttpLimits(
         max_request_bytes=settings.max_request_bytes,
@@ -168,7 +161,6 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         max_message_bytes=settings.max_request_bytes,
         regions=regions,
         interceptors=interceptors,
-        stream_tracer=stream_tracer,
         access=access,
     )
     _listen(grpc_server, f"{settings.host}:{settings.grpc_port}", tls)
@@ -335,10 +327,13 @@ def _listen(server: grpc.aio.Server, address: str, tls: TlsFiles | None) -> None
         server.add_secure_port(address, tls.grpc_credentials())
 
 
-def inference_call(service: InferenceService, settings: ServerSettings) -> InferenceCall:
-    """The one inference call every door's inference goes through, with the server's limits."""
+def inference_call(
+    service: InferenceService, settings: ServerSettings, tracing: CallTracing | None = None
+) -> InferenceCall:
+    """The one inference call every door's inference goes through, with the server's limits (and
+    its tracing, when on)."""
     decoded = DecodedBytesBudget(settings.max_decoded_bytes_in_flight, settings.max_compression_ratio)
-    return InferenceCall(service, max_request_bytes=settings.max_request_bytes, decoded=decoded)
+    return InferenceCall(service, max_request_bytes=settings.max_request_bytes, decoded=decoded, tracing=tracing)
 
 
 def build_router(

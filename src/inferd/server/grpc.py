@@ -8,18 +8,16 @@ encode with `protocol.grpc_v2`. Errors abort the call as `server.grpc_calls` say
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from inferd.core.service import InferenceService
-from inferd.errors import InferdError, InternalError, UnsupportedError
+from inferd.errors import InferdError, UnsupportedError
 from inferd.protocol import grpc_v2, shared_memory
 from inferd.protocol.codecs.kserve import KServeGrpcCodec, KServeStreamCodec
 from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy, check_local_client, grpc_peer_is_local
@@ -33,20 +31,6 @@ logger = logging.getLogger("inferd.grpc")
 
 T = TypeVar("T")
 
-# Says that a streamed request failed: (inferd's error code, message).
-FailureReport = Callable[[str, str], None]
-
-
-def ignore_failure(error_code: str, message: str) -> None:
-    """The failure report of a request nobody traces."""
-
-
-class StreamRequestTracer(Protocol):
-    """Traces each request of a ModelStreamInfer stream (server.tracing_edges.StreamTracer, when
-    the server traces): a context around the request's whole life, handing out its failure report."""
-
-    def request(self, model: str, metadata: Mapping[str, Any]) -> AbstractContextManager[FailureReport]: ...
-
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
     def __init__(
@@ -54,12 +38,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         service: InferenceService,
         call: InferenceCall,
         regions: SharedMemoryRegions | None = None,
-        stream_tracer: StreamRequestTracer | None = None,
         access: AccessPolicy | None = None,
     ) -> None:
-        """`stream_tracer`: when the server traces (unary calls are traced by an interceptor; a
-        stream's requests are only told apart here). `access`: the tokens, for shared memory's
-        check of who is on this host."""
+        """`call`: the server's one inference call; `access`: the tokens, for shared memory's check of
+        who is on this host."""
         self._service = service
         self._call = call
         self._codec = KServeGrpcCodec(regions)
@@ -67,7 +49,6 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         self._regions = regions
         self._access = access
         self._cuda_shared_memory = CudaSharedMemory(regions, access)
-        self._stream_tracer = stream_tracer
 
     async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await call(context, "ServerLive", lambda: pb.ServerLiveResponse(live=self._service.live()))
@@ -194,13 +175,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         metadata = dict(context.invocation_metadata() or ())
 
         async def serve(message: Any) -> None:
-            traced = (
-                self._stream_tracer.request(message.model_name, metadata)
-                if self._stream_tracer is not None
-                else contextlib.nullcontext(ignore_failure)
-            )
-            with traced as report_failure:
-                await self._answer_streamed(message, answers, report_failure)
+            await self._answer_streamed(message, metadata, answers)
 
         async def read() -> None:
             async for message in requests:
@@ -220,22 +195,20 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             for task in list(running):
                 task.cancel()
 
-    async def _answer_streamed(self, message: Any, answers: asyncio.Queue[Any], report_failure: FailureReport) -> None:
+    async def _answer_streamed(self, message: Any, metadata: Mapping[str, Any], answers: asyncio.Queue[Any]) -> None:
         """Put one streamed request's responses (or its error) on the stream's queue of answers."""
         try:
-            async for answer in self._call.stream(self._stream_codec, message):
+            async for answer in self._call.stream(self._stream_codec, message, metadata):
                 await answers.put(answer)
         except InferdError as exc:
             logger.warning("ModelStreamInfer -> %s: %s", exc.code.value, exc.logged)
-            report_failure(exc.code.value, exc.message)
             await answers.put(pb.ModelStreamInferResponse(error_message=exc.message))
-        except Exception as exc:
+        except Exception:
             logger.exception("unexpected error in ModelStreamInfer")
-            report_failure(InternalError.code.value, type(exc).__name__)
             await answers.put(pb.ModelStreamInferResponse(error_message="internal error; see the server log"))
 
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await self._call.grpc(self._codec, request, context, "ModelInfer")
+        return await self._call.unary(self._codec, request, context, SERVICE, "ModelInfer")
 
 
 SERVICE = "inference.GRPCInferenceService"
@@ -276,11 +249,10 @@ def build_grpc_server(
     max_message_bytes: int,
     regions: SharedMemoryRegions | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
-    stream_tracer: StreamRequestTracer | None = None,
     access: AccessPolicy | None = None,
 ) -> grpc.aio.Server:
     server = new_grpc_server(max_message_bytes, interceptors)
-    servicer = InferenceServicer(service, call, regions, stream_tracer, access)
+    servicer = InferenceServicer(service, call, regions, access)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     return server
 

@@ -15,14 +15,18 @@ in this order, the same for all of them:
 6. encoding, timed and reported to the statistics;
 7. the answer: Server-Timing (HTTP header, gRPC trailer) when asked, the request id; errors are
    answered by the transport from the one status table (`HttpApp` for HTTP, `grpc_calls.abort`).
+
+When the server traces, the call's span begins before step 1 (continuing the client's W3C
+traceparent: HTTP headers, gRPC metadata, a stream's for each of its requests) and ends with the
+answer's status; the trace travels on the requests' `RequestTiming`, where core's hooks find it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -42,12 +46,13 @@ from inferd.protocol.codecs.base import (
     Target,
 )
 from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
+from inferd.protocol.status import http_status
 from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.grpc_calls import abort, abort_unexpected
 from inferd.server.http import deadline
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.logging import current_request_id
-from inferd.types import Door, InferResponse, new_request_id
+from inferd.types import Door, InferResponse, RequestTiming, new_request_id
 
 StateT = TypeVar("StateT")
 AnswerT = TypeVar("AnswerT")
@@ -63,21 +68,79 @@ _CONTENT_ENCODING = b"content-encoding"
 # How an HTTP door names its target: the route's (a Target), or a function of the body (OpenAI's).
 HttpTarget = Target | Callable[[HttpBody], Target]
 
+_TRACEPARENT, _TRACESTATE = "traceparent", "tracestate"
+_KSERVE_SERVICE = "inference.GRPCInferenceService"
+
+
+class CallTracing(Protocol):
+    """Where a traced call's span begins and ends (`server.tracing.Tracing`, when the server traces:
+    this module imports no tracing library)."""
+
+    def begin(self, traceparent: str | None, tracestate: str | None, model: str, attributes: Mapping[str, Any]) -> Any:
+        """The trace of a call arriving now, continuing the client's; None when it is not sampled."""
+        ...
+
+    def end(self, trace: Any, attributes: Mapping[str, Any], error_code: str = "", message: str = "") -> None: ...
+
 
 class InferenceCall:
-    def __init__(self, service: InferenceService, *, max_request_bytes: int, decoded: DecodedBytesBudget) -> None:
+    def __init__(
+        self,
+        service: InferenceService,
+        *,
+        max_request_bytes: int,
+        decoded: DecodedBytesBudget,
+        tracing: CallTracing | None = None,
+    ) -> None:
         """`max_request_bytes`: what a compressed body may inflate to (the limit uncompressed ones
-        are held to); `decoded`: the server's budget for inflated bodies."""
+        are held to); `decoded`: the server's budget for inflated bodies; `tracing`: when the server
+        traces (a call that is not traced pays one test of this)."""
         self._service = service
         self._max_request_bytes = max_request_bytes
         self._decoded = decoded
+        self._tracing = tracing
 
     # -- HTTP ------------------------------------------------------------------------------------
 
     async def http(self, codec: HttpCodec[StateT], request: HttpRequest, target: HttpTarget) -> HttpResponse:
         """An HTTP door's inference request, answered 200 with the codec's body; errors are raised
         for `HttpApp` to answer in the door's shape."""
-        context = RequestContext(current_request_id.get(), deadline(request.headers), codec.door)
+        if self._tracing is not None:
+            return await self._traced_http(self._tracing, codec, request, target)
+        return await self._http(codec, request, target, RequestTiming())
+
+    async def _traced_http(
+        self, tracing: CallTracing, codec: HttpCodec[StateT], request: HttpRequest, target: HttpTarget
+    ) -> HttpResponse:
+        headers = request.headers
+        attributes = {
+            "inferd.protocol": codec.door.value,
+            "http.request.method": request.method,
+            "url.path": request.path,
+        }
+        model = target.model if isinstance(target, Target) else ""
+        trace = tracing.begin(_text(headers.get(b"traceparent")), _text(headers.get(b"tracestate")), model, attributes)
+        if trace is None:  # not sampled: this is all it costs
+            return await self._http(codec, request, target, RequestTiming())
+        try:
+            response = await self._http(codec, request, target, RequestTiming(trace=trace))
+        except InferdError as exc:
+            status = http_status(codec.door, exc.code)
+            tracing.end(trace, {"http.response.status_code": status}, exc.code.value, exc.message)
+            raise
+        except asyncio.CancelledError:  # the client left
+            tracing.end(trace, {}, "CANCELLED", "the client closed the connection")
+            raise
+        except Exception as exc:  # answered 500 by HttpApp
+            tracing.end(trace, {"http.response.status_code": 500}, "INTERNAL", type(exc).__name__)
+            raise
+        tracing.end(trace, {"http.response.status_code": response.status})
+        return response
+
+    async def _http(
+        self, codec: HttpCodec[StateT], request: HttpRequest, target: HttpTarget, timing: RequestTiming
+    ) -> HttpResponse:
+        context = RequestContext(current_request_id.get(), deadline(request.headers), codec.door, timing)
         encoding = request.headers.get(_CONTENT_ENCODING)
         if isinstance(target, Target) and not http_compression.is_compressed(encoding):
             if not self._admit_named(target, codec.door):
@@ -126,15 +189,46 @@ class InferenceCall:
 
     # -- gRPC ------------------------------------------------------------------------------------
 
-    async def grpc(self, codec: GrpcCodec[StateT], message: Any, context: grpc.aio.ServicerContext, method: str) -> Any:
-        """A unary gRPC inference call, answered with the codec's message; an error aborts the call
-        with its status, message and inferd's trailers."""
+    async def unary(
+        self, codec: GrpcCodec[StateT], message: Any, context: grpc.aio.ServicerContext, service: str, method: str
+    ) -> Any:
+        """A unary gRPC inference call (`service`'s `method`), answered with the codec's message; an
+        error aborts the call with its status, message and inferd's trailers."""
         metadata = dict(context.invocation_metadata() or ())
+        tracing = self._tracing
+        trace = None
+        if tracing is not None:
+            attributes = {"inferd.protocol": codec.door.value, "rpc.system": "grpc", "rpc.service": service,
+                          "rpc.method": method}  # fmt: skip
+            model = codec.target(message).model
+            trace = tracing.begin(
+                _text(metadata.get(_TRACEPARENT)), _text(metadata.get(_TRACESTATE)), model, attributes
+            )
+        if tracing is None or trace is None:
+            return await self._unary(codec, message, context, method, metadata, RequestTiming())
+        try:
+            answer = await self._unary(codec, message, context, method, metadata, RequestTiming(trace=trace))
+        except BaseException:
+            # The call was answered an error by aborting: its status and inferd's code are on the context.
+            _end_aborted(tracing, trace, context)
+            raise
+        tracing.end(trace, {"rpc.grpc.status_code": grpc.StatusCode.OK.value[0]})
+        return answer
+
+    async def _unary(
+        self,
+        codec: GrpcCodec[StateT],
+        message: Any,
+        context: grpc.aio.ServicerContext,
+        method: str,
+        metadata: Mapping[str, Any],
+        timing: RequestTiming,
+    ) -> Any:
         request_id = str(metadata.get(REQUEST_ID_HEADER, ""))
         token = current_request_id.set(request_id)
         remaining_s = context.time_remaining()
         call = RequestContext(
-            request_id, time.monotonic() + remaining_s if remaining_s is not None else None, codec.door
+            request_id, time.monotonic() + remaining_s if remaining_s is not None else None, codec.door, timing
         )
         try:
             target = codec.target(message)
@@ -156,10 +250,40 @@ class InferenceCall:
             current_request_id.reset(token)
         raise AssertionError("unreachable: abort raises")
 
-    async def stream(self, codec: StreamCodec[StateT], message: Any) -> AsyncIterator[Any]:
+    async def stream(self, codec: StreamCodec[StateT], message: Any, metadata: Mapping[str, Any]) -> AsyncIterator[Any]:
         """One request of a gRPC stream: its answers as the model makes them (a decoupled model's
-        several, any other's one), then whatever closes it; errors are raised for the stream to send."""
-        call = RequestContext("", None, codec.door)
+        several, any other's one), then whatever closes it; errors are raised for the stream to send.
+        Traced, each request is a span of its own, continuing the trace in the stream's metadata."""
+        tracing = self._tracing
+        trace = None
+        if tracing is not None:
+            trace = tracing.begin(
+                _text(metadata.get(_TRACEPARENT)), _text(metadata.get(_TRACESTATE)), codec.target(message).model,
+                {"inferd.protocol": codec.door.value, "rpc.system": "grpc", "rpc.service": _KSERVE_SERVICE,
+                 "rpc.method": "ModelStreamInfer"},
+            )  # fmt: skip
+        if tracing is None or trace is None:
+            async for answer in self._stream(codec, message, RequestTiming()):
+                yield answer
+            return
+        failure = ("", "")
+        try:
+            async for answer in self._stream(codec, message, RequestTiming(trace=trace)):
+                yield answer
+        except InferdError as exc:
+            failure = (exc.code.value, exc.message)
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            failure = ("CANCELLED", "the stream was closed")
+            raise
+        except Exception as exc:
+            failure = ("INTERNAL", type(exc).__name__)
+            raise
+        finally:
+            tracing.end(trace, {}, *failure)
+
+    async def _stream(self, codec: StreamCodec[StateT], message: Any, timing: RequestTiming) -> AsyncIterator[Any]:
+        call = RequestContext("", None, codec.door, timing)
         target = codec.target(message)
         await self._admit(target, codec.door)
         signature = await self._signature(target) if codec.needs_signature(message) else None
@@ -238,3 +362,15 @@ def parse_version_labels(text: str) -> dict[str, str]:
         if label and version.strip().isascii() and version.strip().isdigit():
             labels[label.strip()] = version.strip()
     return labels
+
+
+def _end_aborted(tracing: CallTracing, trace: Any, context: grpc.aio.ServicerContext) -> None:
+    code = context.code()
+    status = code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.CANCELLED
+    trailers = dict(context.trailing_metadata() or ())
+    error_code = str(trailers.get("inferd-code") or status.name)
+    tracing.end(trace, {"rpc.grpc.status_code": status.value[0]}, error_code, str(context.details() or ""))
+
+
+def _text(value: bytes | str | None) -> str | None:
+    return value.decode("latin-1") if isinstance(value, bytes) else value

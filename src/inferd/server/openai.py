@@ -32,7 +32,7 @@ class OpenAiDoor:
             roots=("openai",),
             encode_error=openai_embeddings.encode_error,
             routes=(
-                Route("/openai/v1/embeddings", ("POST",), self._embeddings, inference=True),
+                Route("/openai/v1/embeddings", ("POST",), self._embeddings),
                 Route("/openai/v1/models", READ, self._models),
                 Route("/openai/v1/models/{model}", READ, self._model),
             ),

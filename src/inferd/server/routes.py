@@ -13,7 +13,7 @@ never tries the other routes of its group.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from inferd.errors import InferdError, MethodNotAllowedError, NotFoundError
 from inferd.server.auth import Access
@@ -38,8 +38,6 @@ class Route:
     handler: Handler
     # Which credentials it needs when tokens are configured (server.auth).
     access: Access = Access.DATA
-    # An inference (a model runs): what the server traces when tracing is on.
-    inference: bool = False
     segments: tuple[str, ...] = field(init=False)
     verb: str = field(init=False)
     # (position, segment) of the literal segments, and (position, name) of the placeholders.
@@ -130,15 +128,3 @@ class Router:
 
     def group(self, parts: list[str]) -> RouteGroup:
         return self._by_root.get(parts[0], self.fallback)
-
-    def wrap_inference(self, wrap: Callable[[Route, RouteGroup], Handler]) -> Router:
-        """The same routes, each inference route's handler replaced by `wrap(route, its group)`
-        (tracing wraps them so; the router of a server that does not trace is left as it is)."""
-        wrapped = {
-            id(group): replace(
-                group,
-                routes=tuple(replace(r, handler=wrap(r, group)) if r.inference else r for r in group.routes),
-            )
-            for group in [*self._groups, self.fallback]
-        }
-        return Router([wrapped[id(group)] for group in self._groups], wrapped[id(self.fallback)])

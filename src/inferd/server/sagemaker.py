@@ -64,17 +64,15 @@ class SageMakerDoor:
         invocations = Access.PLATFORM if self._multi_model else Access.DATA
         routes = [
             Route("/ping", READ, self._ping, Access.PUBLIC),
-            Route("/invocations", ("POST",), self._invocations, invocations, inference=True),
+            Route("/invocations", ("POST",), self._invocations, invocations),
         ]
         roots: tuple[str, ...] = ("ping", "invocations")
         if self._multi_model:
             routes += [
-                Route(
-                    "/endpoints/{endpoint}/invocations", ("POST",), self._invocations, Access.PLATFORM, inference=True
-                ),
+                Route("/endpoints/{endpoint}/invocations", ("POST",), self._invocations, Access.PLATFORM),
                 Route("/models", ("GET", "HEAD", "POST"), self._models, Access.PLATFORM),
                 Route("/models/{model}", ("GET", "HEAD", "DELETE"), self._model, Access.PLATFORM),
-                Route("/models/{model}/invoke", ("POST",), self._invoke, Access.PLATFORM, inference=True),
+                Route("/models/{model}/invoke", ("POST",), self._invoke, Access.PLATFORM),
             ]
             roots += ("endpoints", "models")
         # Errors are KServe-shaped JSON: SageMaker passes a container's error body to the caller as it is.

@@ -39,7 +39,7 @@ class TfServingDoor:
             routes += [
                 Route(model, READ, self._status),
                 Route(model + "/metadata", READ, self._metadata),
-                Route(model + ":predict", ("POST",), self._predict, inference=True),
+                Route(model + ":predict", ("POST",), self._predict),
                 Route(model + ":classify", ("POST",), self._unsupported),
                 Route(model + ":regress", ("POST",), self._unsupported),
             ]

@@ -24,7 +24,7 @@ class PredictionServicer(serving_grpc.PredictionServiceServicer):
         self._codec = TfServingGrpcCodec()
 
     async def Predict(self, message: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await self._call.grpc(self._codec, message, context, "tensorflow.serving.PredictionService/Predict")
+        return await self._call.unary(self._codec, message, context, "tensorflow.serving.PredictionService", "Predict")
 
     async def GetModelMetadata(self, message: Any, context: grpc.aio.ServicerContext) -> Any:
         async def metadata() -> Any:

@@ -45,8 +45,8 @@ class TorchServeDoor:
             roots=("predictions",),
             encode_error=torchserve.encode_error,
             routes=(
-                Route("/predictions/{model}", ("POST", "PUT"), self._predict, inference=True),
-                Route("/predictions/{model}/{version}", ("POST", "PUT"), self._predict, inference=True),
+                Route("/predictions/{model}", ("POST", "PUT"), self._predict),
+                Route("/predictions/{model}/{version}", ("POST", "PUT"), self._predict),
             ),
         )
 

@@ -1,9 +1,11 @@
 """OpenTelemetry traces of inference requests: the spans, and core's tracing hooks implemented.
 
 Imported only when the server traces (`config.tracing`); with tracing off nothing imports this
-module, so OpenTelemetry is not even loaded. The edges (`server.tracing_edges`) begin a request's
-trace where it arrives, continuing the client's W3C traceparent; core reports through
-`inferd.core.tracing` which request the service took and which execution served it.
+module, so OpenTelemetry is not even loaded. The one inference call (`server.inference_call`)
+begins a request's trace where it arrives, continuing the client's W3C traceparent (HTTP headers,
+gRPC metadata: a stream's, for each of its requests), and carries it on the requests' timing;
+core reports through `inferd.core.tracing` which request the service took and which execution
+served it.
 
 Spans, per traced request:
 
@@ -27,7 +29,6 @@ import logging
 import random
 import time
 from collections.abc import Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from opentelemetry import trace
@@ -47,10 +48,6 @@ from inferd.types import InferRequest, RequestTiming
 logger = logging.getLogger("inferd.tracing")
 
 Attributes = Mapping[str, AttributeValue]
-
-# The trace the edge began for the request being served in this task (None: not traced). Set by
-# `server.tracing_edges` around a door's handler; read when the service takes the request.
-current_trace: ContextVar[RequestTrace | None] = ContextVar("inferd_request_trace", default=None)
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _EMPTY = Context()  # an execution's span has no parent, whichever span the task is in
@@ -173,12 +170,11 @@ class Tracing:
     # -- core's hooks (inferd.core.tracing) ------------------------------------------------------
 
     def request_started(self, request: InferRequest) -> None:
-        request_trace = current_trace.get()
-        # An ensemble's step requests are the ensemble's own work, not requests from the edge.
-        if request_trace is None or request.protocol == "ensemble":
-            return
-        request_trace.requests.append(request)
-        request.timing.trace = request_trace
+        # The call (server.inference_call) put its trace on the timing of each request it decoded;
+        # an ensemble's step requests have timings of their own, without one: the ensemble's work.
+        request_trace = request.timing.trace
+        if isinstance(request_trace, RequestTrace):
+            request_trace.requests.append(request)
 
     def executions(self, model: str, version: int) -> _VersionExecutions:
         return _VersionExecutions(self, model, version)

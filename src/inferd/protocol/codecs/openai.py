@@ -26,7 +26,7 @@ from inferd.config.model import ModelConfig
 from inferd.errors import InvalidRequestError, ModelOutputError
 from inferd.protocol import openai_embeddings
 from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, RequestContext, Signature, Target
-from inferd.types import DataType, Door, InferResponse, RequestedOutput, Tensor
+from inferd.types import DataType, Door, InferResponse, RequestedOutput, RequestTiming, Tensor
 
 EMBEDDING_INPUT = "embedding_input"
 EMBEDDING_OUTPUT = "embedding_output"
@@ -110,9 +110,10 @@ class OpenAiEmbeddingsCodec:
         for start in range(0, len(body.texts), chunk):
             texts = body.texts[start : start + chunk]
             # The first chunk carries the call's timing (Server-Timing, the trace); the others their own.
-            chunk_context = (
-                context if start == 0 else RequestContext(context.request_id, context.deadline_s, context.door)
-            )
+            chunk_context = context
+            if start:
+                timing = RequestTiming(trace=context.timing.trace)
+                chunk_context = RequestContext(context.request_id, context.deadline_s, context.door, timing)
             requests.append(chunk_context.request(body.model, target.version, (_texts(spec, texts),), _outputs(spec)))
         return Decoded(tuple(requests), _Asked(body.model, spec, body.base64, body.dimensions))
 
