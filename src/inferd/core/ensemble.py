@@ -35,12 +35,14 @@ from typing import Final
 from inferd.config.model import EnsembleStep, ModelConfig, TensorConfig
 from inferd.core.handle import Handle
 from inferd.core.rows import fill, merge_requests, stack_tensors, tensor_rows
+from inferd.core.scheduler import Admission
 from inferd.core.validation import output_names, prepare_inputs
 from inferd.errors import (
     InferdError,
     InvalidRequestError,
     ModelConfigError,
     ModelOutputError,
+    UnsupportedError,
     copied,
     with_context,
 )
@@ -257,7 +259,9 @@ class EnsembleHandle(Handle):
     # The merged batches running now (the loop keeps only weak references to tasks).
     _batches: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
-    async def _infer(self, request: InferRequest) -> InferResponse:
+    async def _infer(self, request: InferRequest, admission: Admission) -> InferResponse:
+        if admission is Admission.BACKGROUND:  # its steps would run as real-time requests
+            raise UnsupportedError(f"ensemble '{self.config.name}' does not run background requests yet")
         _, rows = prepare_inputs(self.config, request)  # the ensemble's own inputs, checked
         request.timing.rows = rows
         key = self._batch_key(request)

@@ -10,6 +10,7 @@ import pytest
 
 from inferd.config.model import ModelConfig, SequenceBatchingConfig, TensorConfig
 from inferd.core.executor import InstancePool
+from inferd.core.scheduler import Work
 from inferd.core.sequence import SequenceBatcher
 from inferd.errors import ModelOutputError
 from inferd.testing.fakes import FakeRuntime
@@ -36,7 +37,7 @@ async def step(batcher: SequenceBatcher, sequence: int, value: float) -> dict[st
         inputs=(Tensor("x", DataType.FP32, x.shape, x),),
         parameters={"sequence_id": sequence, "sequence_start": True, "sequence_end": True},
     )
-    return await batcher.submit(request, {"x": x}, 1, ["y"])
+    return await batcher.submit(Work(request, {"x": x}, 1, ["y"]))
 
 
 async def test_each_request_gets_its_own_row() -> None:
