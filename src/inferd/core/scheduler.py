@@ -12,7 +12,7 @@ at load (`core.loading`):
 The contract: `submit(work)` answers the request's own rows of its outputs, or its error;
 `refusal()` is the error a request would be refused with now, asked before its body is decoded
 (`sheds` says whether it ever can be); `queued` counts what waits in the scheduler; `close()`
-answers what still waits with UnavailableError.
+answers what still waits with UnavailableError (the handle drains first, so normally nothing).
 
 Admission classes. REAL_TIME work is what a client waits for. BACKGROUND work (shadow copies,
 async jobs, batch transforms) runs only in the room real-time traffic leaves: it waits in a queue
@@ -93,7 +93,8 @@ class Scheduler(Protocol):
         """The request's own rows of the outputs it asked for, once it ran."""
 
     async def close(self) -> None:
-        """What still waits is answered UnavailableError; nothing new is taken."""
+        """Called once the handle drained: what still waits is answered UnavailableError, what
+        executes finishes."""
 
 
 @dataclass(eq=False, slots=True)

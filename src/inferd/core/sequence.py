@@ -181,7 +181,14 @@ class SequenceBatcher:
         self._wake.set()
 
     async def close(self) -> None:
+        """Requests still queued are answered UnavailableError (the handle drains before it closes,
+        so none normally are); a batch executing finishes."""
         self._closed = True
+        for sequence in self._sequences.values():
+            for item in list(sequence.queue)[1 if sequence.busy else 0 :]:
+                sequence.queue.remove(item)
+                if not item.done.done():
+                    item.done.set_exception(ModelNotReadyError(f"model '{self._config.name}' is unloading"))
         if self._task is not None:
             self._wake.set()
             await self._task
