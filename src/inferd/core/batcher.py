@@ -152,7 +152,7 @@ class DynamicBatcher:
 
     @property
     def queued(self) -> int:
-        return sum(map(len, self._queues)) + len(self._background)
+        return sum(map(len, self._queues)) + len(self._background.entries)
 
     async def submit(self, work: Work) -> Arrays:
         """Queue a request of `work.rows` rows; its own rows of each output once its batch ran.
@@ -185,10 +185,11 @@ class DynamicBatcher:
                 )
         if not self._pool.idle and now < self._late_until_s:
             self._wait_when_idle, self._fruitless_waits = True, 0  # it would have joined, had the batch waited
+        pool = self._pool
         if not (
             self._expect_company
             or self._wait_when_idle
-            or self._busy()
+            or (pool.busy and (not self._background_batches or pool.size - pool.idle > self._background_batches))
             or self._dispatch_due
             or self._config.preserve_ordering
         ):
@@ -305,7 +306,7 @@ class DynamicBatcher:
             while self._pool.idle:
                 queue = self._drop_dead()
                 if queue is None:
-                    if self._background and background_room(self._pool):
+                    if self._background.entries and background_room(self._pool):
                         self._start_background()
                         continue
                     return
@@ -477,7 +478,10 @@ class DynamicBatcher:
             return [error] * len(batch)
         if len(batch) == 1:
             return [results]
-        return list(split_arrays(results, [p.work.rows for p in batch], [p.work.output_names for p in batch]))
+        works = [p.work for p in batch]
+        outcomes: list[Arrays | BaseException] = []
+        outcomes += split_arrays(results, [w.rows for w in works], [w.output_names for w in works])
+        return outcomes
 
     def _resolve(
         self,
