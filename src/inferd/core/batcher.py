@@ -542,4 +542,5 @@ def _take(queue: deque[_Pending], batch: list[_Pending]) -> None:
 
 def _pending(work: Work, now_s: float, expires_s: float | None) -> _Pending:
     key = tuple((name, array.dtype.str, array.shape[1:]) for name, array in work.feeds.items())
-    return _Pending(work, now_s, expires_s, asyncio.get_running_loop().create_future(), key)
+    # NOTE: the class itself, not the _Pending alias: calling a generic alias costs ~0.7 us more.
+    return Queued(work, now_s, expires_s, asyncio.get_running_loop().create_future(), key)
