@@ -154,7 +154,7 @@ class SequenceBatcher:
             )
         now = self._clock()
         if work.deadline_s is not None:
-            ahead = len(sequence.queue) + (sequence.busy or 0) if sequence is not None else 0
+            ahead = len(sequence.queue) if sequence is not None else 0  # its executing request included
             estimate_s = (ahead + 1) * self._pool.mean_execution_s
             if now + estimate_s > work.deadline_s:
                 raise DeadlineUnreachableError(
