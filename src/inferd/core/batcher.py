@@ -37,6 +37,13 @@ would have paid. From then on, a batch that finds an instance free waits for com
 `max_queue_delay` from the moment the instance became free, until a few such waits in a row gained
 nothing (the traffic came alone again). With `max_queue_delay` 0, the default, nothing waits.
 
+Background work (`Admission.BACKGROUND`, see core.scheduler) waits in a queue of its own and
+forms batches of its own, only when no real-time request is queued and an instance is free beyond
+the one kept for real-time arrivals (`background_room`); its batches do not count as the model
+being busy, so a real-time request never waits for company because background work runs. A lone
+real-time arrival on an idle model runs on the direct scheduler's path (`DirectScheduler.run`), the
+one path a single request runs on.
+
 The pool runs each batch where the model runs (inline, inside the callback, or on a worker
 thread, with its merging and splitting), calls back when it is done and again whenever an
 instance is free. Each request gets exactly its own rows of every output, or its own error: when
@@ -52,14 +59,20 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
 
 from inferd.config.model import DynamicBatchingConfig, QueuePolicy
 from inferd.core.executor import Arrays, Execution, InstancePool, timed_execute
+from inferd.core.rows import merge_arrays, split_arrays
+from inferd.core.scheduler import (
+    BACKGROUND_QUEUE_SIZE,
+    Admission,
+    BackgroundQueue,
+    Clock,
+    DirectScheduler,
+    Queued,
+    Work,
+    background_room,
+)
 from inferd.core.tracing import ExecutionTracer
 from inferd.core.validation import check_output_rows
 from inferd.errors import (
@@ -72,24 +85,11 @@ from inferd.errors import (
     copied,
 )
 from inferd.runtimes import Runtime
-from inferd.types import RequestTiming
 
-Clock = Callable[[], float]
-
-
-@dataclass(eq=False, slots=True)
-class _Pending:
-    feeds: Mapping[str, np.ndarray[Any, Any]]
-    rows: int
-    output_names: Sequence[str]
-    # Requests merge only when every input matches in name, datatype and non-batch shape.
-    key: tuple[Any, ...]
-    enqueued_s: float
-    expires_s: float | None
-    # The client's deadline, passed on to the runtime (which may forward it: a remote model).
-    deadline_s: float | None
-    timing: RequestTiming
-    future: asyncio.Future[Arrays] = field(repr=False)
+# A request in a queue: requests merge only when every input matches in name, datatype and
+# non-batch shape (its key). Its deadline is passed on to the runtime (which may forward it: a
+# remote model).
+_Pending = Queued[Arrays]
 
 
 class DynamicBatcher:
@@ -102,9 +102,12 @@ class DynamicBatcher:
         config: DynamicBatchingConfig,
         clock: Clock = time.monotonic,
         tracer: ExecutionTracer | None = None,
+        background_queue_size: int = BACKGROUND_QUEUE_SIZE,
     ) -> None:
         """`tracer`: hears of every execution when the server traces (None: it does not)."""
         self._model_name = model_name
+        # The one single-request path, for a lone arrival on an idle model.
+        self._direct = DirectScheduler(model_name, pool, batched=True, tracer=tracer, clock=clock)
         self._tracer = tracer
         self._pool = pool
         self._max_batch_size = max_batch_size
@@ -138,29 +141,29 @@ class DynamicBatcher:
         self._fruitless_waits = 0
         # Requests in batches executing now (the queue bound may count them: see _overloaded).
         self._executing = 0
+        self._background: BackgroundQueue[Arrays] = BackgroundQueue(model_name, background_queue_size)
+        # Background batches executing now: their instances do not make the model busy.
+        self._background_batches = 0
+        # Whether a full queue can refuse a request before its body is decoded: a bounded queue, and
+        # one priority level (with several, which queue a request joins is in its body).
+        self.sheds = config.priority_levels <= 1 and any(
+            policy.max_queue_size for policy in (config.default_queue_policy, *config.priority_queue_policies.values())
+        )
 
     @property
     def queued(self) -> int:
-        return sum(map(len, self._queues))
+        return sum(map(len, self._queues)) + len(self._background.entries)
 
-    async def submit(
-        self,
-        feeds: Mapping[str, np.ndarray[Any, Any]],
-        rows: int,
-        output_names: Sequence[str],
-        *,
-        timing: RequestTiming,
-        priority: int = 0,
-        timeout_us: int = 0,
-        deadline_s: float | None = None,
-    ) -> Arrays:
-        """Queue a request of `rows` rows; its own rows of each output once its batch ran.
+    async def submit(self, work: Work) -> Arrays:
+        """Queue a request of `work.rows` rows; its own rows of each output once its batch ran.
 
-        Refuses at once when the queue is full or when `deadline_s` (on the batcher's clock)
+        Refuses at once when the queue is full or when its deadline (on the batcher's clock)
         cannot be met by the estimate; a queued request that outlives its timeout or deadline is
-        refused when reached. Fills in the queue, batch-wait and compute parts of `timing`.
+        refused when reached. Fills in the queue, batch-wait and compute parts of its timing.
         """
-        level = self._priority_index(priority)
+        if work.admission is Admission.BACKGROUND:
+            return await self._submit_background(work)
+        level = self._priority_index(work.priority)
         queue = self._queues[level]
         if self._dispatched_alone_this_turn:  # company after all: wait for it from now on
             self._expect_company, self._lone_batches = True, 0
@@ -170,6 +173,7 @@ class DynamicBatcher:
             if overloaded is not None:
                 raise overloaded
         now = self._clock()
+        deadline_s = work.deadline_s
         if deadline_s is not None:
             estimate_s = self.estimated_wait_s()
             if now + estimate_s > deadline_s:
@@ -181,40 +185,40 @@ class DynamicBatcher:
                 )
         if not self._pool.idle and now < self._late_until_s:
             self._wait_when_idle, self._fruitless_waits = True, 0  # it would have joined, had the batch waited
+        pool = self._pool
         if not (
             self._expect_company
             or self._wait_when_idle
-            or self._pool.busy
+            or (pool.busy and (not self._background_batches or pool.size - pool.idle > self._background_batches))
             or self._dispatch_due
             or self._config.preserve_ordering
         ):
-            return await self._run_alone(feeds, rows, output_names, timing, deadline_s)
+            return await self._run_alone(work)
+        timeout_us = work.timeout_us
         timeout = timeout_us if (timeout_us > 0 and policy.allow_timeout_override) else policy.default_timeout_us
         expires_s = now + timeout / 1e6 if timeout > 0 and policy.timeout_action_reject else None
         if deadline_s is not None:
             expires_s = deadline_s if expires_s is None else min(expires_s, deadline_s)
-        loop = asyncio.get_running_loop()
-        pending = _Pending(
-            feeds=feeds,
-            rows=rows,
-            output_names=output_names,
-            key=tuple((name, array.dtype.str, array.shape[1:]) for name, array in feeds.items()),
-            enqueued_s=now,
-            expires_s=expires_s,
-            deadline_s=deadline_s,
-            timing=timing,
-            future=loop.create_future(),
-        )
+        pending = _pending(work, now, expires_s)
         queue.append(pending)
         self.wake()
         # NOTE: if the caller is cancelled (client gone), the future is cancelled with it and the
         # dispatcher drops the request when it reaches it, before spending compute on it.
         return await pending.future
 
-    def refusal(self, priority: int = 0) -> OverloadedError | None:
+    async def _submit_background(self, work: Work) -> Arrays:
+        """Wait in the background queue until real-time traffic leaves room (see _dispatch)."""
+        pending = _pending(work, self._clock(), work.deadline_s)
+        self._background.add(pending)  # refused when full: the caller retries
+        self.wake()
+        return await pending.future
+
+    def refusal(self, priority: int = 0, admission: Admission = Admission.REAL_TIME) -> OverloadedError | None:
         """The error a request of `priority` would be refused with now, its queue being full;
         None when it would be admitted. Doors ask before decoding a body, so that shedding load
         costs as little as it can."""
+        if admission is Admission.BACKGROUND:
+            return self._background.refusal()
         level = self._priority_index(priority)
         return self._overloaded(level, self._config.queue_policy(level + 1))
 
@@ -232,27 +236,24 @@ class DynamicBatcher:
             retry_after_s=self.estimated_wait_s(),
         )
 
-    async def _run_alone(
-        self,
-        feeds: Mapping[str, np.ndarray[Any, Any]],
-        rows: int,
-        output_names: Sequence[str],
-        timing: RequestTiming,
-        deadline_s: float | None,
-    ) -> Arrays:
-        """Run a request that comes alone to an idle batcher at once, on the path a model without a
-        batcher runs one (which checks its rows, as _split checks a batch's), rather than a loop
-        turn later in case company comes (24 us more of a lone request's latency on the tiny
-        model). Company that has not been coming (see _learn_company); should a second request
-        arrive in this loop turn after all, later ones wait for company again."""
+    def _busy(self) -> bool:
+        """Whether real-time work is executing (background batches' instances do not count)."""
+        pool = self._pool
+        return pool.busy and (not self._background_batches or pool.size - pool.idle > self._background_batches)
+
+    async def _run_alone(self, work: Work) -> Arrays:
+        """Run a request that comes alone to an idle batcher at once, on the direct scheduler's
+        path, the one a model without a batcher runs one on (which checks its rows, as _split
+        checks a batch's), rather than a loop turn later in case company comes (24 us more of a
+        lone request's latency on the tiny model). Company that has not been coming (see
+        _learn_company); should a second request arrive in this loop turn after all, later ones
+        wait for company again."""
         self._dispatched_alone_this_turn = True
         asyncio.get_running_loop().call_soon(self._turn_over)
         self._learn_company(1)
         self._executing += 1
         try:
-            return await self._pool.execute_request(
-                feeds, output_names, rows, timing, deadline_s, batched=True, tracer=self._tracer
-            )
+            return await self._direct.run(work)
         finally:
             self._executing -= 1
 
@@ -278,12 +279,13 @@ class DynamicBatcher:
     def estimated_wait_s(self) -> float:
         """When a request queued now would be answered: the batches ahead of it, spread over the
         instances, at the recent mean execution time."""
-        rows_ahead = sum(p.rows for queue in self._queues for p in queue)
+        rows_ahead = sum(p.work.rows for queue in self._queues for p in queue)
         return self._pool.estimated_wait_s(-(-rows_ahead // self._max_batch_size))
 
     async def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        self._background.close()
         for queue in self._queues:
             while queue:
                 pending = queue.popleft()
@@ -304,6 +306,9 @@ class DynamicBatcher:
             while self._pool.idle:
                 queue = self._drop_dead()
                 if queue is None:
+                    if self._background.entries and background_room(self._pool):
+                        self._start_background()
+                        continue
                     return
                 batch, rows = self._candidates(queue)
                 now = self._clock()
@@ -311,7 +316,7 @@ class DynamicBatcher:
                 if not full and self._delay_s:
                     wait_s = self._wait_s(batch[0], now)
                     if wait_s > 0:
-                        if not self._pool.busy and not self._idle_wait_requests:
+                        if not self._busy() and not self._idle_wait_requests:
                             self._idle_wait_requests = len(batch)
                         self._wake_in(wait_s)
                         return
@@ -328,7 +333,7 @@ class DynamicBatcher:
 
     def _wait_s(self, head: _Pending, now: float) -> float:
         """How much longer the batch that `head` leads should wait for company (<= 0: go now)."""
-        if self._pool.busy:  # as Triton: up to max_queue_delay after its oldest request came
+        if self._busy():  # as Triton: up to max_queue_delay after its oldest request came
             return head.enqueued_s + self._delay_s - now
         if self._wait_when_idle:  # company has been coming just too late: wait for it
             return max(head.enqueued_s, self._freed_s) + self._delay_s - now
@@ -372,26 +377,47 @@ class DynamicBatcher:
 
     def _candidates(self, queue: deque[_Pending]) -> tuple[list[_Pending], int]:
         head = queue[0]
-        batch, rows = [head], head.rows
+        batch, rows = [head], head.work.rows
         for index in range(1, len(queue)):
             if rows >= self._max_batch_size:
                 break
             pending = queue[index]
-            if pending.key == head.key and rows + pending.rows <= self._max_batch_size:
+            if pending.key == head.key and rows + pending.work.rows <= self._max_batch_size:
                 batch.append(pending)
-                rows += pending.rows
+                rows += pending.work.rows
         return batch, rows
+
+    def _start_background(self) -> None:
+        """A batch of background work on a free instance (the caller saw background_room)."""
+        background = self._background
+        now = self._clock()
+        background.drop_dead(now)
+        if not background:
+            return
+        batch, _ = self._candidates(background.entries)
+        _take(background.entries, batch)
+        instance = self._pool.try_acquire()
+        assert instance is not None
+        self._start(instance, batch, now, background=True)
 
     # -- execution -------------------------------------------------------------------------------
 
-    def _start(self, instance: Runtime, batch: list[_Pending], dispatched_s: float) -> None:
+    def _start(
+        self, instance: Runtime, batch: list[_Pending], dispatched_s: float, *, background: bool = False
+    ) -> None:
         idle_since_s = self._idle_since.get(id(instance), 0.0)
-        turn = self._take_turn() if self._config.preserve_ordering else None
-        self._executing += len(batch)
+        turn = self._take_turn() if self._config.preserve_ordering and not background else None
+        # Background batches count apart: they neither fill the real-time bound nor make the model busy.
+        executing = 0 if background else len(batch)
+        self._executing += executing
+        self._background_batches += background
 
         def done(outcome: tuple[list[Arrays | BaseException], tuple[float, float, float]] | BaseException) -> None:
-            self._idle_since[id(instance)] = self._freed_s = finished_s = self._clock()
-            self._executing -= len(batch)
+            self._idle_since[id(instance)] = finished_s = self._clock()
+            if not background:  # when a real-time instance freed, for waits on an idle model
+                self._freed_s = finished_s
+            self._executing -= executing
+            self._background_batches -= background
             outcomes: list[Arrays | BaseException]
             if isinstance(outcome, BaseException):  # cancelled at shutdown, or a bug: every waiter hears
                 outcomes, phases = [outcome] * len(batch), _NO_PHASES
@@ -412,7 +438,7 @@ class DynamicBatcher:
                 previous.add_done_callback(resolve)
 
         pool = self._pool
-        inline = pool.runs_inline and pool.fits_inline(*[pending.feeds for pending in batch])
+        inline = pool.runs_inline and pool.fits_inline(*[pending.work.feeds for pending in batch])
         pool.run(instance, lambda runtime: self._run(runtime, batch), done, inline=inline)
 
     def _run(
@@ -421,14 +447,11 @@ class DynamicBatcher:
         """Merge, execute, split (on any thread): each request's outputs or error with the seconds
         spent merging, running and splitting; and the executions it took."""
         started_s = self._clock()
-        rows = sum(p.rows for p in batch)
-        names = list(dict.fromkeys(name for pending in batch for name in pending.output_names))
-        if len(batch) == 1:
-            feeds = batch[0].feeds
-        else:
-            feeds = {name: np.concatenate([p.feeds[name] for p in batch]) for name in batch[0].feeds}
+        rows = sum(p.work.rows for p in batch)
+        names = list(dict.fromkeys(name for pending in batch for name in pending.work.output_names))
+        feeds = merge_arrays([p.work.feeds for p in batch])
         merged_s = self._clock()
-        deadlines = [p.deadline_s for p in batch if p.deadline_s is not None]
+        deadlines = [p.work.deadline_s for p in batch if p.work.deadline_s is not None]
         try:
             results, execution = timed_execute(instance, feeds, names, rows, min(deadlines, default=None))
         except InferdError as exc:
@@ -455,12 +478,9 @@ class DynamicBatcher:
             return [error] * len(batch)
         if len(batch) == 1:
             return [results]
+        works = [p.work for p in batch]
         outcomes: list[Arrays | BaseException] = []
-        start = 0
-        for pending in batch:
-            end = start + pending.rows
-            outcomes.append({name: results[name][start:end] for name in pending.output_names})
-            start = end
+        outcomes += split_arrays(results, [w.rows for w in works], [w.output_names for w in works])
         return outcomes
 
     def _resolve(
@@ -472,9 +492,9 @@ class DynamicBatcher:
         dispatched_s: float,
         finished_s: float,
     ) -> None:
-        rows = sum(p.rows for p in batch)
+        rows = sum(p.work.rows for p in batch)
         for pending, outcome in zip(batch, outcomes, strict=True):
-            timing = pending.timing
+            timing = pending.work.request.timing
             # Before an instance was free it queued; after, it waited for company.
             timing.queue_s = max(0.0, idle_since_s - pending.enqueued_s)
             timing.batch_wait_s = max(0.0, dispatched_s - max(idle_since_s, pending.enqueued_s))
@@ -492,7 +512,8 @@ class DynamicBatcher:
         if self._tracer is not None:
             now = self._clock()
             failed = all(isinstance(outcome, BaseException) for outcome in outcomes)
-            self._tracer.executed([p.timing for p in batch], rows, now - dispatched_s, now - finished_s, failed)
+            timings = [p.work.request.timing for p in batch]
+            self._tracer.executed(timings, rows, now - dispatched_s, now - finished_s, failed)
 
     def _take_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
         """preserve_ordering: a batch answers only after the batch dispatched before it answered."""
@@ -517,3 +538,9 @@ def _take(queue: deque[_Pending], batch: list[_Pending]) -> None:
     else:
         for pending in batch:
             queue.remove(pending)
+
+
+def _pending(work: Work, now_s: float, expires_s: float | None) -> _Pending:
+    key = tuple((name, array.dtype.str, array.shape[1:]) for name, array in work.feeds.items())
+    # NOTE: the class itself, not the _Pending alias: calling a generic alias costs ~0.7 us more.
+    return Queued(work, now_s, expires_s, asyncio.get_running_loop().create_future(), key)

@@ -32,16 +32,17 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-import numpy as np
-
 from inferd.config.model import EnsembleStep, ModelConfig, TensorConfig
 from inferd.core.handle import Handle
+from inferd.core.rows import fill, merge_requests, stack_tensors, tensor_rows
+from inferd.core.scheduler import Admission
 from inferd.core.validation import output_names, prepare_inputs
 from inferd.errors import (
     InferdError,
     InvalidRequestError,
     ModelConfigError,
     ModelOutputError,
+    UnsupportedError,
     copied,
     with_context,
 )
@@ -258,7 +259,9 @@ class EnsembleHandle(Handle):
     # The merged batches running now (the loop keeps only weak references to tasks).
     _batches: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
-    async def _infer(self, request: InferRequest) -> InferResponse:
+    async def _infer(self, request: InferRequest, admission: Admission) -> InferResponse:
+        if admission is Admission.BACKGROUND:  # its steps would run as real-time requests
+            raise UnsupportedError(f"ensemble '{self.config.name}' does not run background requests yet")
         _, rows = prepare_inputs(self.config, request)  # the ensemble's own inputs, checked
         request.timing.rows = rows
         key = self._batch_key(request)
@@ -292,7 +295,8 @@ class EnsembleHandle(Handle):
         max_batch_size; a request alone in its batch runs by itself, in its own task."""
         arriving, self._arriving = self._arriving, {}
         for arrivals in arriving.values():
-            for batch in _fill(arrivals, self.config.max_batch_size):
+            live = [arrival for arrival in arrivals if not arrival.future.done()]  # a client may be gone
+            for batch in fill(live, _rows_of, self.config.max_batch_size):
                 if len(batch) == 1:
                     _answer(batch[0].future, _RUN_ALONE)
                     continue
@@ -302,7 +306,7 @@ class EnsembleHandle(Handle):
 
     async def _execute_batch(self, batch: list[_Arrival]) -> None:
         rows = sum(arrival.rows for arrival in batch)
-        merged = _merge([arrival.request for arrival in batch], rows)
+        merged = merge_requests([arrival.request for arrival in batch], rows)
         try:
             response = await self._execute(merged, rows)
         except InvalidRequestError:
@@ -330,10 +334,7 @@ class EnsembleHandle(Handle):
             request = arrival.request
             request.timing.compute_infer_s = merged.timing.compute_infer_s
             request.timing.batch_rows = rows
-            outputs = tuple(
-                Tensor(t.name, t.datatype, (arrival.rows, *t.shape[1:]), t.data.reshape(t.shape)[start:end])
-                for t in response.outputs
-            )
+            outputs = tuple(tensor_rows(t, start, end) for t in response.outputs)
             _answer(
                 arrival.future,
                 InferResponse(self.config.name, str(self.version), request.request_id, outputs, request.id),
@@ -389,7 +390,8 @@ class EnsembleHandle(Handle):
         rows = [inputs[0].shape[0] for _, inputs in calls]
         first = calls[0][0]
         try:
-            response = await self.infer_step(_step_request(first, _stacked([i for _, i in calls], sum(rows)), request))
+            stacked = stack_tensors([inputs for _, inputs in calls], sum(rows))
+            response = await self.infer_step(_step_request(first, stacked, request))
         except InvalidRequestError:
             # Only a step's own rows can be to blame: each runs alone, so the error names its step.
             made: dict[str, Tensor] = {}
@@ -406,9 +408,7 @@ class EnsembleHandle(Handle):
         for (planned, _), count in zip(calls, rows, strict=True):
             for t in response.outputs:
                 name = planned.step.output_map[t.name]
-                made[name] = Tensor(
-                    name, t.datatype, (count, *t.shape[1:]), t.data.reshape(t.shape)[start : start + count]
-                )
+                made[name] = tensor_rows(t, start, start + count, name)
             start += count
         return made
 
@@ -484,51 +484,8 @@ def _together(ready: list[PlannedStep], tensors: Mapping[str, Tensor]) -> list[l
     return groups
 
 
-def _fill(arrivals: list[_Arrival], max_rows: int) -> list[list[_Arrival]]:
-    """Arrivals in order, cut into batches of at most `max_rows` rows."""
-    batches: list[list[_Arrival]] = []
-    rows = max_rows
-    for arrival in arrivals:
-        if arrival.future.done():  # its client is gone
-            continue
-        if rows + arrival.rows > max_rows:
-            batches.append([])
-            rows = 0
-        batches[-1].append(arrival)
-        rows += arrival.rows
-    return batches
-
-
-def _merge(requests: Sequence[InferRequest], rows: int) -> InferRequest:
-    """One request of `rows` rows: each input the requests' rows one after another. The first
-    request's id names it in the steps' logs; the earliest deadline holds."""
-    first = requests[0]
-    deadlines = [r.deadline_s for r in requests if r.deadline_s is not None]
-    return InferRequest(
-        model_name=first.model_name,
-        model_version=first.model_version,
-        request_id=first.request_id,
-        inputs=_stacked([r.inputs for r in requests], rows),
-        outputs=first.outputs,
-        parameters=first.parameters,
-        deadline_s=min(deadlines, default=None),
-        protocol=first.protocol,
-    )
-
-
-def _stacked(groups: Sequence[Sequence[Tensor]], rows: int) -> tuple[Tensor, ...]:
-    """Tensors of the same names (in any order in each group), each group's rows one after the
-    other: `rows` rows in all."""
-    stacked = []
-    for tensor in groups[0]:
-        parts = [_named(group, tensor.name) for group in groups]
-        data = np.concatenate([part.data.reshape(part.shape) for part in parts])
-        stacked.append(Tensor(tensor.name, tensor.datatype, (rows, *tensor.shape[1:]), data))
-    return tuple(stacked)
-
-
-def _named(tensors: Sequence[Tensor], name: str) -> Tensor:
-    return next(t for t in tensors if t.name == name)
+def _rows_of(arrival: _Arrival) -> int:
+    return arrival.rows
 
 
 def _answer(future: asyncio.Future[InferResponse | None], response: InferResponse | None) -> None:

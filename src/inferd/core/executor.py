@@ -143,6 +143,11 @@ class InstancePool:
         return len(self._free)
 
     @property
+    def waiting(self) -> int:
+        """Callers waiting for an instance (every instance busy): releases go to them first."""
+        return len(self._waiters)
+
+    @property
     def busy(self) -> bool:
         """Whether any instance is executing (or handed to a caller about to run it)."""
         return len(self._free) < len(self._instances)
@@ -276,11 +281,13 @@ class InstancePool:
         names: Sequence[str],
         rows: int,
         deadline_s: float | None = None,
+        instance: Runtime | None = None,
     ) -> tuple[Arrays, float]:
-        """Run one batch of `rows` rows on the next free instance: its outputs and the seconds it
-        waited for that instance."""
+        """Run one batch of `rows` rows on the next free instance (or on `instance`, acquired for
+        it already): its outputs and the seconds it waited for that instance."""
         started = time.perf_counter()
-        instance = await self.acquire()
+        if instance is None:
+            instance = await self.acquire()
         waited_s = time.perf_counter() - started
         answer: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
 
@@ -309,13 +316,14 @@ class InstancePool:
         *,
         batched: bool,
         tracer: ExecutionTracer | None,
+        instance: Runtime | None = None,
     ) -> Arrays:
-        """Run one request alone: the one path for a model without a batcher and for a batcher's
-        lone request. Its outputs, their rows checked when the model `batched` (a model that
-        answers more or fewer rows than it got must not be answered with them), and its queue and
-        compute time written to `timing`."""
+        """Run one request alone: the execution core.scheduler's DirectScheduler, the one
+        single-request path, ends in. Its outputs, their rows checked when the model `batched` (a
+        model that answers more or fewer rows than it got must not be answered with them), and its
+        queue and compute time written to `timing`. `instance`: one acquired for it already."""
         started = time.perf_counter()
-        results, timing.queue_s = await self.execute(inputs, names, rows, deadline_s)
+        results, timing.queue_s = await self.execute(inputs, names, rows, deadline_s, instance)
         if batched:
             check_output_rows(self._name, results, rows)
         timing.compute_infer_s = time.perf_counter() - started - timing.queue_s

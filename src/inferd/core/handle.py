@@ -1,8 +1,9 @@
 """One loaded model version: its completed config and what executes it.
 
 `Handle` is what the registry routes requests to, whatever serves them: a `ModelHandle` runs a
-runtime's instances (through a batcher when the config asks), an `EnsembleHandle`
-(core.ensemble) sends requests on to other models' handles.
+runtime's instances through the one scheduler chosen at load (core.scheduler: direct, dynamic
+batcher or sequence batcher), an `EnsembleHandle` (core.ensemble) sends requests on to other
+models' handles.
 
 Lifecycle: a handle is READY once it was made; the registry then routes requests to it. When it
 is replaced (a hot swap) or unloaded, the registry stops routing to it first and then calls
@@ -22,13 +23,10 @@ from typing import Any
 import numpy as np
 
 from inferd.config.model import ModelConfig
-from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import Arrays, InstancePool
-from inferd.core.sequence import SequenceBatcher
-from inferd.core.tracing import ExecutionTracer
+from inferd.core.scheduler import Admission, Scheduler, Work
 from inferd.core.validation import output_names, prepare_inputs
 from inferd.errors import (
-    DeadlineUnreachableError,
     InvalidRequestError,
     ModelNotReadyError,
     ModelOutputError,
@@ -71,14 +69,15 @@ class Handle:
         queue); None when one may be admitted."""
         return None
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, admission: Admission = Admission.REAL_TIME) -> InferResponse:
+        """`admission`: BACKGROUND work runs only in the room real-time requests leave (core.scheduler)."""
         if self.state is HandleState.CLOSED:
             raise ModelNotReadyError(f"model '{self.config.name}' version {self.version} was unloaded")
         # NOTE: counted before the first await, in the same loop turn as the registry lookup that
         # found this handle, so a drain that starts later always waits for this request.
         self.in_flight += 1
         try:
-            return await self._infer(request)
+            return await self._infer(request, admission)
         finally:
             self.in_flight -= 1
             if self._idle is not None and not self.in_flight:
@@ -98,7 +97,7 @@ class Handle:
             await self._idle.wait()
         await self._close()
 
-    async def _infer(self, request: InferRequest) -> InferResponse:
+    async def _infer(self, request: InferRequest, admission: Admission) -> InferResponse:
         raise NotImplementedError
 
     async def _close(self) -> None:
@@ -110,37 +109,21 @@ class ModelHandle(Handle):
     """A version served by a runtime's instances."""
 
     pool: InstancePool
-    # Present when the config asks for dynamic batching (and the model batches).
-    batcher: DynamicBatcher | None = None
-    # Present for a stateful model (sequence_batching): its requests go by correlation id.
-    sequencer: SequenceBatcher | None = None
-    # Present when the server traces: hears of executions that ran without the batcher.
-    tracer: ExecutionTracer | None = None
-    # The batcher when a full queue can refuse a request before its body is decoded.
-    _shedder: DynamicBatcher | None = field(default=None, init=False)
+    # Chosen once, at load (core.loading): direct, the dynamic batcher or the sequence batcher.
+    scheduler: Scheduler
 
     @property
     def queued(self) -> int:
-        return self.batcher.queued if self.batcher is not None else 0
+        return self.scheduler.queued
 
     @property
     def sheds(self) -> bool:
-        return self._shedder is not None
+        # Asked once, when the handle is published: the registry's snapshot lists the handles
+        # whose `refusal` is asked before every request's body is decoded.
+        return self.scheduler.sheds
 
     def refusal(self) -> OverloadedError | None:
-        return self._shedder.refusal() if self._shedder is not None else None
-
-    def __post_init__(self) -> None:
-        # Asked before every request's body is decoded, when its batcher has a queue bound (the
-        # registry's snapshot lists such handles, see `sheds`). With priority levels, which queue
-        # a request joins is in its body: such requests are decoded first.
-        batching = self.config.dynamic_batching
-        bounded = batching is not None and any(
-            policy.max_queue_size
-            for policy in (batching.default_queue_policy, *batching.priority_queue_policies.values())
-        )
-        single_level = batching is not None and batching.priority_levels <= 1
-        self._shedder = self.batcher if bounded and single_level else None
+        return self.scheduler.refusal()
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         if not self.config.decoupled:
@@ -200,17 +183,14 @@ class ModelHandle(Handle):
             self._idle.set()
 
     async def _close(self) -> None:
-        if self.batcher is not None:
-            await self.batcher.close()
-        if self.sequencer is not None:
-            await self.sequencer.close()
+        await self.scheduler.close()
         self.state = HandleState.CLOSED
         await asyncio.to_thread(self.pool.close)
         # The sessions' memory is free now, but the C heap keeps its pages: an unload or a hot
         # swap would leave the process larger each time.
         await asyncio.to_thread(release_freed_memory)
 
-    async def _infer(self, request: InferRequest) -> InferResponse:
+    async def _infer(self, request: InferRequest, admission: Admission) -> InferResponse:
         feeds, batch_size = prepare_inputs(self.config, request)
         names = output_names(self.config, request)
         request.timing.rows = batch_size
@@ -222,31 +202,8 @@ class ModelHandle(Handle):
             # Triton's `timeout` parameter doubles as a deadline: it can only shorten the client's.
             timeout_deadline_s = time.monotonic() + timeout_us / 1e6
             deadline_s = timeout_deadline_s if deadline_s is None else min(deadline_s, timeout_deadline_s)
-        batcher = self.batcher
-        if self.sequencer is not None:
-            results = await self.sequencer.submit(request, feeds, batch_size, names)
-        elif batcher is None:
-            if deadline_s is not None:
-                self._check_deadline(deadline_s)
-            results = await self.pool.execute_request(
-                feeds,
-                names,
-                batch_size,
-                request.timing,
-                deadline_s,
-                batched=self.config.max_batch_size > 0,
-                tracer=self.tracer,
-            )
-        else:
-            results = await batcher.submit(
-                feeds,
-                batch_size,
-                names,
-                timing=request.timing,
-                priority=priority,
-                timeout_us=timeout_us,
-                deadline_s=deadline_s,
-            )
+        work = Work(request, feeds, batch_size, names, deadline_s, priority, timeout_us, admission)
+        results = await self.scheduler.submit(work)
         return InferResponse(
             model_name=self.config.name,
             model_version=str(self.version),
@@ -254,16 +211,6 @@ class ModelHandle(Handle):
             outputs=tuple(self._output_tensor(name, results.get(name), batch_size) for name in names),
             id=request.id,
         )
-
-    def _check_deadline(self, deadline_s: float) -> None:
-        estimate_s = self.pool.estimated_wait_s(0)
-        left_s = deadline_s - time.monotonic()
-        if estimate_s > left_s:
-            raise DeadlineUnreachableError(
-                f"model '{self.config.name}' cannot answer within the request's deadline: "
-                f"{max(0.0, left_s) * 1000:.1f} ms left, about {estimate_s * 1000:.1f} ms needed",
-                retry_after_s=estimate_s,
-            )
 
     def _output_tensor(self, name: str, array: np.ndarray[Any, Any] | None, batch_size: int) -> Tensor:
         spec = self.config.output(name)

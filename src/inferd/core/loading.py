@@ -22,8 +22,9 @@ from inferd.core.classification import with_labels
 from inferd.core.executor import InstancePool, intra_op_threads_per_instance
 from inferd.core.handle import ModelHandle
 from inferd.core.metrics import Metrics
+from inferd.core.scheduler import DirectScheduler, Scheduler
 from inferd.core.sequence import SequenceBatcher
-from inferd.core.tracing import RequestTracer
+from inferd.core.tracing import ExecutionTracer, RequestTracer
 from inferd.core.warmup import probe_inputs, run_warmup
 from inferd.errors import InferdError
 from inferd.runtimes import Runtime, RuntimeOptions, load_runtime, runtime_kind
@@ -81,17 +82,8 @@ def load_version(
                 instance.close()
         raise
     timings = LoadTimings(session_s=sessions_ready - started, warmup_s=time.perf_counter() - sessions_ready)
-    batcher = None
     executions = tracer.executions(config.name, version) if tracer is not None else None
-    sequencer = SequenceBatcher(completed, pool) if completed.sequence_batching is not None else None
-    if sequencer is None and completed.dynamic_batching is not None and completed.max_batch_size > 0:
-        batcher = DynamicBatcher(
-            config.name,
-            pool,
-            max_batch_size=completed.max_batch_size,
-            config=completed.dynamic_batching,
-            tracer=executions,
-        )
+    scheduler = _scheduler(completed, pool, executions)
     logger.info(
         "model %s version %d loaded in %.0f ms (sessions %.0f ms, warm-up %.0f ms): %d instance(s), %s, "
         "max_batch_size %d, dynamic batching %s, %s, %.0f us per execution",
@@ -103,15 +95,24 @@ def load_version(
         len(instances),
         "the shared intra-op pool" if intra_op_threads is None else f"{intra_op_threads} intra-op thread(s) each",
         completed.max_batch_size,
-        "on" if batcher is not None else "off",
+        "on" if isinstance(scheduler, DynamicBatcher) else "off",
         "inline on the event loop" if pool.runs_inline else "on worker threads",
         execute_s * 1e6,
         extra={"model": config.name, "version": version},
     )
-    handle = ModelHandle(
-        config=completed, version=version, pool=pool, batcher=batcher, sequencer=sequencer, tracer=executions
-    )
+    handle = ModelHandle(config=completed, version=version, pool=pool, scheduler=scheduler)
     return handle, timings
+
+
+def _scheduler(config: ModelConfig, pool: InstancePool, tracer: ExecutionTracer | None) -> Scheduler:
+    """The one scheduler a version's requests go through, chosen here, once."""
+    if config.sequence_batching is not None:
+        return SequenceBatcher(config, pool, tracer=tracer)
+    if config.dynamic_batching is not None and config.max_batch_size > 0:
+        return DynamicBatcher(
+            config.name, pool, max_batch_size=config.max_batch_size, config=config.dynamic_batching, tracer=tracer
+        )
+    return DirectScheduler(config.name, pool, batched=config.max_batch_size > 0, tracer=tracer)
 
 
 def _calibrate(config: ModelConfig, pool: InstancePool) -> float:

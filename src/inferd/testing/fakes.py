@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 
 from inferd.config.model import ModelSignature, TensorSpec
+from inferd.core.scheduler import Work
 from inferd.errors import InvalidRequestError
-from inferd.types import DataType
+from inferd.types import DataType, InferRequest, RequestTiming
 
 
 class FakeRuntime:
@@ -75,3 +76,25 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now_s += seconds
+
+
+def fake_work(
+    feeds: Mapping[str, np.ndarray[Any, Any]],
+    names: Sequence[str] = ("y",),
+    *,
+    timing: RequestTiming | None = None,
+    request_id: str = "r",
+    parameters: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> Work:
+    """A scheduler's unit of work for `feeds` (rows: their first dimension), its request bare."""
+    request = InferRequest(
+        model_name="fake",
+        model_version="",
+        request_id=request_id,
+        inputs=(),
+        parameters=parameters or {},
+        timing=timing or RequestTiming(),
+    )
+    rows = next(iter(feeds.values())).shape[0]
+    return Work(request, feeds, rows, names, **fields)

@@ -19,7 +19,7 @@ from inferd.errors import (
     OverloadedError,
     UnavailableError,
 )
-from inferd.testing.fakes import FakeClock, FakeRuntime
+from inferd.testing.fakes import FakeClock, FakeRuntime, fake_work
 from inferd.types import RequestTiming
 
 # Long enough that a test which waited it out would time out instead of passing.
@@ -44,7 +44,7 @@ def make(
 
 
 async def submit(batcher: DynamicBatcher, values: list[float], **kwargs: Any) -> np.ndarray[Any, Any]:
-    outputs = await batcher.submit(rows(values), len(values), ["y"], timing=RequestTiming(), **kwargs)
+    outputs = await batcher.submit(fake_work(rows(values), **kwargs))
     return outputs["y"]
 
 
@@ -133,9 +133,9 @@ async def test_different_non_batch_shapes_are_never_merged() -> None:
     runtime = FakeRuntime(gate)
     batcher = make([runtime])
     blocker = await occupy(batcher, runtime)
-    narrow = asyncio.ensure_future(batcher.submit(rows([1.0], width=2), 1, ["y"], timing=RequestTiming()))
-    wide = asyncio.ensure_future(batcher.submit(rows([2.0], width=3), 1, ["y"], timing=RequestTiming()))
-    narrow2 = asyncio.ensure_future(batcher.submit(rows([3.0], width=2), 1, ["y"], timing=RequestTiming()))
+    narrow = asyncio.ensure_future(batcher.submit(fake_work(rows([1.0], width=2))))
+    wide = asyncio.ensure_future(batcher.submit(fake_work(rows([2.0], width=3))))
+    narrow2 = asyncio.ensure_future(batcher.submit(fake_work(rows([3.0], width=2))))
     await until(lambda: batcher.queued == 3)
     gate.set()
     await blocker
@@ -374,7 +374,7 @@ async def test_timing_splits_queue_batch_wait_and_compute() -> None:
     batcher = make([busy, free], max_batch_size=4, clock=clock, max_queue_delay_us=1000)
     blocker = await occupy(batcher, busy, free)
     timing = RequestTiming()
-    waiting = asyncio.ensure_future(batcher.submit(rows([1.0]), 1, ["y"], timing=timing))
+    waiting = asyncio.ensure_future(batcher.submit(fake_work(rows([1.0]), timing=timing)))
     await until(lambda: batcher.queued == 1)
     clock.advance(0.0015)  # an instance is free, the request waits for company until the delay passes
     wakeup = asyncio.ensure_future(submit(batcher, [2.0]))

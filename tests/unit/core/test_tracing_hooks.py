@@ -14,7 +14,7 @@ from inferd.config.model import DynamicBatchingConfig
 from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import InstancePool
 from inferd.errors import InvalidRequestError
-from inferd.testing.fakes import FakeClock, FakeRuntime
+from inferd.testing.fakes import FakeClock, FakeRuntime, fake_work
 from inferd.types import RequestTiming
 from tests.unit.core.test_batcher import rows, until
 
@@ -59,7 +59,7 @@ def make(runtime: FakeRuntime, tracer: RecordingTracer, clock: FakeClock | None 
 
 
 async def submit(batcher: DynamicBatcher, values: list[float], timing: RequestTiming) -> object:
-    return await batcher.submit(rows(values), len(values), ["y"], timing=timing)
+    return await batcher.submit(fake_work(rows(values), timing=timing))
 
 
 async def test_a_merged_batch_is_one_execution_naming_each_request() -> None:
