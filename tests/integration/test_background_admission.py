@@ -42,7 +42,7 @@ async def registry(tmp_path: Path) -> AsyncIterator[ModelRegistry]:
 
 @pytest.fixture
 def service(registry: ModelRegistry) -> InferenceService:
-    return InferenceService(registry, statistics=ServingStatistics())
+    return InferenceService(registry)
 
 
 def request(model: str, value: float) -> InferRequest:
@@ -51,7 +51,7 @@ def request(model: str, value: float) -> InferRequest:
 
 
 def handle_of(registry: ModelRegistry, model: str) -> ModelHandle:
-    handle: Handle = registry.handle(model, "")
+    handle: Handle = registry.dispatcher.ready_handle(model, "")
     assert isinstance(handle, ModelHandle)
     return handle
 
