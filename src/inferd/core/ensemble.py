@@ -46,7 +46,7 @@ from inferd.errors import (
     copied,
     with_context,
 )
-from inferd.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from inferd.types import ENSEMBLE_STEP, InferRequest, InferResponse, RequestedOutput, Tensor
 
 # How a step's request is answered: the dispatcher's `infer` (the step model's handle, counted).
 StepInference = Callable[[InferRequest], Awaitable[InferResponse]]
@@ -450,7 +450,7 @@ def _step_request(planned: PlannedStep, inputs: tuple[Tensor, ...], request: Inf
         outputs=planned.outputs,
         parameters=request.parameters,
         deadline_s=request.deadline_s,
-        protocol="ensemble",
+        protocol=ENSEMBLE_STEP,
     )
 
 
