@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
@@ -11,16 +10,14 @@ from inferd import __version__
 from inferd.config.loader import parse_model_config_json
 from inferd.config.model import ModelConfig, TensorConfig
 from inferd.config.server import ModelControlMode
-from inferd.core import classification
 from inferd.core.catalogue import ModelState
-from inferd.core.dispatcher import unary_refused
+from inferd.core.dispatcher import Dispatcher
 from inferd.core.model_files import UPLOAD_FLAG
 from inferd.core.registry import ModelRegistry
 from inferd.core.repository import LinkedModels
 from inferd.core.statistics import ServingStatistics
 from inferd.core.tracing import RequestTracer
 from inferd.errors import (
-    InferdError,
     LoadRequestError,
     ModelLoadError,
     ModelNotFoundError,
@@ -28,14 +25,13 @@ from inferd.errors import (
     PermissionDeniedError,
     UnsupportedError,
 )
-from inferd.limits import RequestLimits, check_request_size, check_response_size
+from inferd.limits import RequestLimits
 from inferd.types import (
     InferRequest,
     InferResponse,
     ModelIndexEntry,
     ModelMetadata,
     ModelStatistics,
-    RequestTiming,
     ServerMetadata,
     TensorMetadata,
 )
@@ -157,72 +153,27 @@ class InferenceService:
         await self.serving_config(name, version)
         return self.model_metadata(name, version)
 
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """What every inference goes through (core.dispatcher): the one inference call's way down."""
+        return self._dispatcher
+
+    @property
+    def limits(self) -> RequestLimits:
+        """What one client's request may hold and one answer carry, whichever door it came by."""
+        return self._limits
+
     def shed(self, name: str, version: str, protocol: str) -> None:
-        """Refuse a request to (name, version) whose model's queue is full, before its body is
-        decoded: shedding is what an overloaded server does most, so it must cost the least (the
-        decoding, at 4x MiniLM's throughput, was a tenth of the event loop). Counted as the same
-        refusal after decoding would be. A model not loaded, or one that may admit it, passes."""
-        handle = self._catalogue.snapshot.shedding.get((name, version))
-        if handle is None:
-            return
-        refusal = handle.refusal()
-        if refusal is None:
-            return
-        self._statistics.request_finished(
-            name, str(handle.version), protocol, refusal.code.value, 0.0, 0, RequestTiming()
-        )
-        raise refusal
+        """See `Dispatcher.shed`."""
+        self._dispatcher.shed(name, version, protocol)
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        """The one call every door makes: the request's limits and classification here, its
-        handle, its count and its trace through the dispatcher (see core.dispatcher)."""
-        started_s = time.perf_counter()
-        if self._tracer is not None:
-            self._tracer.request_started(request)
-        dispatcher = self._dispatcher
-        handle = None
-        try:
-            check_request_size(request.inputs, self._limits)
-            classes = _classes_asked(request)
-            handle = dispatcher.lookup(request.model_name, request.model_version)
-            if handle is None:  # not serving: load on demand, or the error that says why
-                handle = await dispatcher.lease(request.model_name, request.model_version)
-            if handle.config.decoupled:
-                raise unary_refused(request)
-            response = _as_asked(await handle.infer(request), classes, handle.config)
-            check_response_size(request.model_name, response.outputs, self._limits)
-        except InferdError as exc:
-            dispatcher.failed(request, handle, exc, started_s)
-            raise
-        dispatcher.finished(request, handle, "success", started_s)
-        return response
+        """A client's request (held to the server's limits) through the dispatcher."""
+        return await self._dispatcher.infer(request, self._limits)
 
-    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        """A request's responses as the model makes them (a decoupled model's several, any other's
-        one), counted in the statistics once, when the last is sent or an error ends them."""
-        started_s = time.perf_counter()
-        if self._tracer is not None:
-            self._tracer.request_started(request)
-        dispatcher = self._dispatcher
-        handle = None
-        counted = False
-        try:
-            check_request_size(request.inputs, self._limits)
-            classes = _classes_asked(request)
-            handle = dispatcher.lookup(request.model_name, request.model_version)
-            if handle is None:
-                handle = await dispatcher.lease(request.model_name, request.model_version)
-            async for response in handle.infer_stream(request):
-                response = _as_asked(response, classes, handle.config)
-                check_response_size(request.model_name, response.outputs, self._limits)
-                yield response
-        except InferdError as exc:
-            counted = True
-            dispatcher.failed(request, handle, exc, started_s)
-            raise
-        finally:
-            if handle is not None and not counted:  # the last response sent, or the stream left
-                dispatcher.finished(request, handle, "success", started_s)
+    def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """A client's request's responses as the model makes them, through the dispatcher."""
+        return self._dispatcher.infer_stream(request, self._limits)
 
     # -- the repository extension ------------------------------------------------------------------
 
@@ -355,13 +306,3 @@ class InferenceService:
 
 def _tensor_metadata(config: ModelConfig, tensor: TensorConfig) -> TensorMetadata:
     return TensorMetadata(name=tensor.name, datatype=tensor.datatype.value, shape=config.full_shape(tensor))
-
-
-# What a request asks of its responses' outputs beyond the model's own (the classification
-# extension): one path for `infer` and `infer_stream`, so the stream honours what a unary call does.
-def _classes_asked(request: InferRequest) -> dict[str, int]:
-    return classification.requested_counts(request) if request.outputs else {}
-
-
-def _as_asked(response: InferResponse, classes: dict[str, int], config: ModelConfig) -> InferResponse:
-    return classification.classify(response, classes, config) if classes else response

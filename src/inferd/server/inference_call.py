@@ -11,7 +11,8 @@ in this order, the same for all of them:
    log's from then on), the deadline (Inferd-Timeout-Ms over HTTP, the call's deadline over gRPC),
    the door, the timing;
 4. decoding, timed (with the model's signature first for codecs that read bodies by it);
-5. the service (`core.service.InferenceService.infer`): limits, lookup, scheduling, statistics;
+5. the dispatcher (`core.dispatcher.Dispatcher.infer`, with the server's limits): the request's
+   limits and classification, its handle, its scheduling, its count;
 6. encoding, timed and reported to the statistics;
 7. the answer: Server-Timing (HTTP header, gRPC trailer) when asked, the request id; errors are
    answered by the transport from the one status table (`HttpApp` for HTTP, `grpc_calls.abort`).
@@ -26,12 +27,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from functools import cached_property
 from typing import Any, Protocol, TypeVar
 
 import grpc
 
+from inferd.core.dispatcher import Dispatcher
 from inferd.core.service import InferenceService
 from inferd.errors import InferdError, InvalidRequestError, StreamOnlyModelError
+from inferd.limits import RequestLimits
 from inferd.protocol import http_compression, server_timing
 from inferd.protocol.codecs.base import (
     Codec,
@@ -100,46 +104,28 @@ class InferenceCall:
         self._decoded = decoded
         self._tracing = tracing
 
+    # A client's request goes down to the dispatcher with the server's limits (core.dispatcher);
+    # read from the service at the first request (the route tables are built before any).
+    @cached_property
+    def _dispatcher(self) -> Dispatcher:
+        return self._service.dispatcher
+
+    @cached_property
+    def _limits(self) -> RequestLimits:
+        return self._service.limits
+
     # -- HTTP ------------------------------------------------------------------------------------
 
-    async def http(self, codec: HttpCodec[StateT], request: HttpRequest, target: HttpTarget) -> HttpResponse:
+    async def http(
+        self, codec: HttpCodec[StateT], request: HttpRequest, target: HttpTarget, timing: RequestTiming | None = None
+    ) -> HttpResponse:
         """An HTTP door's inference request, answered 200 with the codec's body; errors are raised
-        for `HttpApp` to answer in the door's shape."""
-        if self._tracing is not None:
-            return await self._traced_http(self._tracing, codec, request, target)
-        return await self._http(codec, request, target, RequestTiming())
-
-    async def _traced_http(
-        self, tracing: CallTracing, codec: HttpCodec[StateT], request: HttpRequest, target: HttpTarget
-    ) -> HttpResponse:
-        headers = request.headers
-        attributes = {
-            "inferd.protocol": codec.door.value,
-            "http.request.method": request.method,
-            "url.path": request.path,
-        }
-        model = target.model if isinstance(target, Target) else ""
-        trace = tracing.begin(_text(headers.get(b"traceparent")), _text(headers.get(b"tracestate")), model, attributes)
-        if trace is None:  # not sampled: this is all it costs
-            return await self._http(codec, request, target, RequestTiming())
-        try:
-            response = await self._http(codec, request, target, RequestTiming(trace=trace))
-        except InferdError as exc:
-            status = http_status(codec.door, exc.code)
-            tracing.end(trace, {"http.response.status_code": status}, exc.code.value, exc.message)
-            raise
-        except asyncio.CancelledError:  # the client left
-            tracing.end(trace, {}, "CANCELLED", "the client closed the connection")
-            raise
-        except Exception as exc:  # answered 500 by HttpApp
-            tracing.end(trace, {"http.response.status_code": 500}, "INTERNAL", type(exc).__name__)
-            raise
-        tracing.end(trace, {"http.response.status_code": response.status})
-        return response
-
-    async def _http(
-        self, codec: HttpCodec[StateT], request: HttpRequest, target: HttpTarget, timing: RequestTiming
-    ) -> HttpResponse:
+        for `HttpApp` to answer in the door's shape. `timing`: given by the traced call around
+        this one (it carries the trace); None makes one, first tracing the call when the server traces."""
+        if timing is None:
+            if self._tracing is not None:
+                return await self._traced_http(self._tracing, codec, request, target)
+            timing = RequestTiming()
         context = RequestContext(current_request_id.get(), deadline(request.headers), codec.door, timing)
         encoding = request.headers.get(_CONTENT_ENCODING)
         if isinstance(target, Target) and not http_compression.is_compressed(encoding):
@@ -156,6 +142,34 @@ class InferenceCall:
         if server_timing.wanted(request.headers.get(_SERVER_TIMING_REQUEST)):
             headers.append((_SERVER_TIMING_RESPONSE, server_timing.encode(context.timing).encode()))
         return HttpResponse(200, answer.body, headers)
+
+    async def _traced_http(
+        self, tracing: CallTracing, codec: HttpCodec[StateT], request: HttpRequest, target: HttpTarget
+    ) -> HttpResponse:
+        headers = request.headers
+        attributes = {
+            "inferd.protocol": codec.door.value,
+            "http.request.method": request.method,
+            "url.path": request.path,
+        }
+        model = target.model if isinstance(target, Target) else ""
+        trace = tracing.begin(_text(headers.get(b"traceparent")), _text(headers.get(b"tracestate")), model, attributes)
+        if trace is None:  # not sampled: this is all it costs
+            return await self.http(codec, request, target, RequestTiming())
+        try:
+            response = await self.http(codec, request, target, RequestTiming(trace=trace))
+        except InferdError as exc:
+            status = http_status(codec.door, exc.code)
+            tracing.end(trace, {"http.response.status_code": status}, exc.code.value, exc.message)
+            raise
+        except asyncio.CancelledError:  # the client left
+            tracing.end(trace, {}, "CANCELLED", "the client closed the connection")
+            raise
+        except Exception as exc:  # answered 500 by HttpApp
+            tracing.end(trace, {"http.response.status_code": 500}, "INTERNAL", type(exc).__name__)
+            raise
+        tracing.end(trace, {"http.response.status_code": response.status})
+        return response
 
     async def _serve_inflated(
         self,
@@ -190,40 +204,21 @@ class InferenceCall:
     # -- gRPC ------------------------------------------------------------------------------------
 
     async def unary(
-        self, codec: GrpcCodec[StateT], message: Any, context: grpc.aio.ServicerContext, service: str, method: str
-    ) -> Any:
-        """A unary gRPC inference call (`service`'s `method`), answered with the codec's message; an
-        error aborts the call with its status, message and inferd's trailers."""
-        metadata = dict(context.invocation_metadata() or ())
-        tracing = self._tracing
-        trace = None
-        if tracing is not None:
-            attributes = {"inferd.protocol": codec.door.value, "rpc.system": "grpc", "rpc.service": service,
-                          "rpc.method": method}  # fmt: skip
-            model = codec.target(message).model
-            trace = tracing.begin(
-                _text(metadata.get(_TRACEPARENT)), _text(metadata.get(_TRACESTATE)), model, attributes
-            )
-        if tracing is None or trace is None:
-            return await self._unary(codec, message, context, method, metadata, RequestTiming())
-        try:
-            answer = await self._unary(codec, message, context, method, metadata, RequestTiming(trace=trace))
-        except BaseException:
-            # The call was answered an error by aborting: its status and inferd's code are on the context.
-            _end_aborted(tracing, trace, context)
-            raise
-        tracing.end(trace, {"rpc.grpc.status_code": grpc.StatusCode.OK.value[0]})
-        return answer
-
-    async def _unary(
         self,
         codec: GrpcCodec[StateT],
         message: Any,
         context: grpc.aio.ServicerContext,
+        service: str,
         method: str,
-        metadata: Mapping[str, Any],
-        timing: RequestTiming,
+        timing: RequestTiming | None = None,
     ) -> Any:
+        """A unary gRPC inference call (`service`'s `method`), answered with the codec's message; an
+        error aborts the call with its status, message and inferd's trailers. `timing`: as `http`'s."""
+        metadata = dict(context.invocation_metadata() or ())
+        if timing is None:
+            if self._tracing is not None:
+                return await self._traced_unary(self._tracing, codec, message, context, service, method, metadata)
+            timing = RequestTiming()
         request_id = str(metadata.get(REQUEST_ID_HEADER, ""))
         token = current_request_id.set(request_id)
         remaining_s = context.time_remaining()
@@ -249,6 +244,31 @@ class InferenceCall:
         finally:
             current_request_id.reset(token)
         raise AssertionError("unreachable: abort raises")
+
+    async def _traced_unary(
+        self,
+        tracing: CallTracing,
+        codec: GrpcCodec[StateT],
+        message: Any,
+        context: grpc.aio.ServicerContext,
+        service: str,
+        method: str,
+        metadata: Mapping[str, Any],
+    ) -> Any:
+        attributes = {"inferd.protocol": codec.door.value, "rpc.system": "grpc", "rpc.service": service,
+                      "rpc.method": method}  # fmt: skip
+        model = codec.target(message).model
+        trace = tracing.begin(_text(metadata.get(_TRACEPARENT)), _text(metadata.get(_TRACESTATE)), model, attributes)
+        if trace is None:  # not sampled
+            return await self.unary(codec, message, context, service, method, RequestTiming())
+        try:
+            answer = await self.unary(codec, message, context, service, method, RequestTiming(trace=trace))
+        except BaseException:
+            # The call was answered an error by aborting: its status and inferd's code are on the context.
+            _end_aborted(tracing, trace, context)
+            raise
+        tracing.end(trace, {"rpc.grpc.status_code": grpc.StatusCode.OK.value[0]})
+        return answer
 
     async def stream(self, codec: StreamCodec[StateT], message: Any, metadata: Mapping[str, Any]) -> AsyncIterator[Any]:
         """One request of a gRPC stream: its answers as the model makes them (a decoupled model's
@@ -292,7 +312,7 @@ class InferenceCall:
         request = decoded.requests[0]
         call.request_id = request.request_id
         call.timing.decode_s = time.perf_counter() - decode_started
-        async for response in self._service.infer_stream(request):
+        async for response in self._dispatcher.infer_stream(request, self._limits):
             encode_started = time.perf_counter()
             answer = codec.encode_streamed(response, decoded)
             encode_s = time.perf_counter() - encode_started
@@ -308,14 +328,14 @@ class InferenceCall:
         """Resolve the target's version label (in place), then refuse it when its model's queue is full."""
         if target.label:
             target.version, target.label = await self.label_version(target.model, target.label), ""
-        self._service.shed(target.model, target.version, door)
+        self._dispatcher.shed(target.model, target.version, door)
 
     def _admit_named(self, target: Target, door: Door) -> bool:
         """`_admit` without a coroutine where no label needs resolving (most requests): False when
         the target has a label, which `_admit` must resolve."""
         if target.label:
             return False
-        self._service.shed(target.model, target.version, door)
+        self._dispatcher.shed(target.model, target.version, door)
         return True
 
     async def _serve(
@@ -331,9 +351,9 @@ class InferenceCall:
         # NOTE: if the client disconnects meanwhile, the transport cancels this task; a request
         # still queued in a batcher is then dropped unrun.
         if len(requests) == 1:
-            responses: Sequence[InferResponse] = (await self._service.infer(requests[0]),)
+            responses: Sequence[InferResponse] = (await self._dispatcher.infer(requests[0], self._limits),)
         else:
-            responses = await asyncio.gather(*(self._service.infer(request) for request in requests))
+            responses = await asyncio.gather(*(self._dispatcher.infer(request, self._limits) for request in requests))
         encode_started = time.perf_counter()
         answer = codec.encode(responses, decoded)
         context.timing.encode_s = encode_s = time.perf_counter() - encode_started

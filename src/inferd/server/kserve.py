@@ -6,11 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from inferd.config.server import (
-    DEFAULT_MAX_COMPRESSION_RATIO,
-    DEFAULT_MAX_DECODED_BYTES_IN_FLIGHT,
-    DEFAULT_MAX_REQUEST_BYTES,
-)
 from inferd.core.service import InferenceService
 from inferd.errors import NotFoundError, UnavailableError, UnsupportedError
 from inferd.protocol import json_v2, model_config, shared_memory
@@ -18,7 +13,6 @@ from inferd.protocol.codecs.base import Target
 from inferd.protocol.codecs.kserve import KServeHttpCodec
 from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy, check_local_client
 from inferd.server.cuda_shared_memory import CudaSharedMemory
-from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.http import json_response, kserve_error
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.inference_call import InferenceCall
@@ -44,16 +38,12 @@ class KServeDoor:
         *,
         access: AccessPolicy | None = None,
     ) -> None:
-        """`call`: the server's one inference call (one of its own, with the default limits, when
-        None); `openapi_document`: the OpenAPI document of the port's routes (`server.openapi`), which
-        only the code that assembles the port's doors knows, served at /v2/openapi.json; `access`:
-        the tokens, for shared memory's check of who is on this host."""
+        """`call`: the server's one inference call (None: a door for tests of its other routes, which
+        answers no inference); `openapi_document`: the OpenAPI document of the port's routes
+        (`server.openapi`), which only the code that assembles the port's doors knows, served at
+        /v2/openapi.json; `access`: the tokens, for shared memory's check of who is on this host."""
         self._service = service
-        self._call = call or InferenceCall(
-            service,
-            max_request_bytes=DEFAULT_MAX_REQUEST_BYTES,
-            decoded=DecodedBytesBudget(DEFAULT_MAX_DECODED_BYTES_IN_FLIGHT, DEFAULT_MAX_COMPRESSION_RATIO),
-        )
+        self._call = call
         self._codec = KServeHttpCodec(Door.KSERVE_HTTP, regions)
         self._regions = regions
         self._access = access
@@ -104,6 +94,8 @@ class KServeDoor:
         )
 
     async def _infer(self, request: HttpRequest, params: Params) -> HttpResponse:
+        if self._call is None:
+            raise UnsupportedError("this door was built without an inference call")
         return await self._call.http(self._codec, request, Target(params["model"], params.get("version", "")))
 
     async def _live(self, request: HttpRequest, params: Params) -> HttpResponse:
