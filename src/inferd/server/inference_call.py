@@ -129,8 +129,10 @@ class InferenceCall:
         context = RequestContext(current_request_id.get(), deadline(request.headers), codec.door, timing)
         encoding = request.headers.get(_CONTENT_ENCODING)
         if isinstance(target, Target) and not http_compression.is_compressed(encoding):
-            if not self._admit_named(target, codec.door):
+            if target.label:
                 await self._admit(target, codec.door)
+            else:  # no coroutine where no label needs resolving (most requests)
+                self._dispatcher.shed(target.model, target.version, codec.door)
             try:
                 answer = await self._serve(codec, request, target, context)
             except StreamOnlyModelError as exc:
@@ -227,8 +229,7 @@ class InferenceCall:
         )
         try:
             target = codec.target(message)
-            if not self._admit_named(target, codec.door):
-                await self._admit(target, codec.door)
+            await self._admit(target, codec.door)
             answer = await self._serve(codec, message, target, call)
             trailers = [(REQUEST_ID_HEADER, header_value(call.request_id))]
             if server_timing.wanted(metadata.get(server_timing.REQUEST_HEADER)):
@@ -306,7 +307,7 @@ class InferenceCall:
         call = RequestContext("", None, codec.door, timing)
         target = codec.target(message)
         await self._admit(target, codec.door)
-        signature = await self._signature(target) if codec.needs_signature(message) else None
+        signature = await self._signature(target) if codec.reads_signature else None
         decode_started = time.perf_counter()
         decoded = codec.decode(message, target, call, signature)
         request = decoded.requests[0]
@@ -330,18 +331,10 @@ class InferenceCall:
             target.version, target.label = await self.label_version(target.model, target.label), ""
         self._dispatcher.shed(target.model, target.version, door)
 
-    def _admit_named(self, target: Target, door: Door) -> bool:
-        """`_admit` without a coroutine where no label needs resolving (most requests): False when
-        the target has a label, which `_admit` must resolve."""
-        if target.label:
-            return False
-        self._dispatcher.shed(target.model, target.version, door)
-        return True
-
     async def _serve(
         self, codec: Codec[Any, StateT, AnswerT], raw: Any, target: Target, context: RequestContext
     ) -> AnswerT:
-        signature = await self._signature(target) if codec.needs_signature(raw) else None
+        signature = await self._signature(target) if codec.reads_signature else None
         decode_started = time.perf_counter()
         decoded = codec.decode(raw, target, context, signature)
         requests = decoded.requests

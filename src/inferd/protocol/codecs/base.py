@@ -126,8 +126,10 @@ class Codec(Protocol[RawT, StateT, AnswerT]):
     @property
     def door(self) -> Door: ...
 
-    def needs_signature(self, raw: RawT) -> bool:
-        """Whether `decode` reads the body by the model's signature."""
+    @property
+    def reads_signature(self) -> bool:
+        """Whether `decode` reads the body by the model's signature (a class constant: a call per
+        request would cost more than the answer)."""
         ...
 
     def decode(

@@ -50,8 +50,7 @@ class KServeHttpCodec:
     # Where the door carries the JSON header's length (SageMaker: in the content type).
     header_length: Callable[[HttpBody], int | None] = header_length_header
 
-    def needs_signature(self, raw: HttpBody) -> bool:
-        return False
+    reads_signature = False
 
     def decode(
         self, raw: HttpBody, target: Target, context: RequestContext, signature: Signature | None
@@ -93,8 +92,7 @@ class KServeGrpcCodec:
     def target(message: Any) -> Target:
         return Target(message.model_name, message.model_version)
 
-    def needs_signature(self, raw: Any) -> bool:
-        return False
+    reads_signature = False
 
     def decode(self, raw: Any, target: Target, context: RequestContext, signature: Signature | None) -> Decoded[None]:
         request = grpc_v2.decode_request(
@@ -122,11 +120,10 @@ class KServeStreamCodec:
     def target(message: Any) -> Target:
         return Target(message.model_name, message.model_version)
 
-    def needs_signature(self, raw: Any) -> bool:
-        return True  # whether the model is decoupled
+    reads_signature = True  # whether the model is decoupled
 
     def decode(self, raw: Any, target: Target, context: RequestContext, signature: Signature | None) -> Decoded[bool]:
-        assert signature is not None, "needs_signature"
+        assert signature is not None, "reads_signature"
         request = grpc_v2.decode_request(
             raw, request_id=context.request_id, regions=self.regions, timing=context.timing
         )

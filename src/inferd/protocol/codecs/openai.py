@@ -90,13 +90,12 @@ class OpenAiEmbeddingsCodec:
         document = openai_embeddings.read_document(raw.body)
         return Target(document["model"], preread=document)
 
-    def needs_signature(self, raw: HttpBody) -> bool:
-        return True
+    reads_signature = True
 
     def decode(
         self, raw: HttpBody, target: Target, context: RequestContext, signature: Signature | None
     ) -> Decoded[_Asked]:
-        assert signature is not None, "needs_signature"
+        assert signature is not None, "reads_signature"
         document = target.preread if target.preread is not None else openai_embeddings.read_document(raw.body)
         body = openai_embeddings.decode_document(document)
         spec = embedding_spec(signature.config)

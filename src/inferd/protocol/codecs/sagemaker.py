@@ -44,8 +44,8 @@ class SageMakerJsonCodec:
     tfserving: TfServingRestCodec = field(default_factory=lambda: TfServingRestCodec(Door.SAGEMAKER))
     door: Door = Door.SAGEMAKER
 
-    def needs_signature(self, raw: HttpBody) -> bool:
-        return True  # a TF Serving body is read by the model's inputs; which it is shows only once parsed
+    # A TF Serving body is read by the model's inputs; which a body is shows only once parsed.
+    reads_signature = True
 
     def decode(
         self, raw: HttpBody, target: Target, context: RequestContext, signature: Signature | None
@@ -79,13 +79,12 @@ class SageMakerArrayCodec:
     kind: str  # sagemaker.NPY or sagemaker.CSV
     door: Door = Door.SAGEMAKER
 
-    def needs_signature(self, raw: HttpBody) -> bool:
-        return True
+    reads_signature = True
 
     def decode(
         self, raw: HttpBody, target: Target, context: RequestContext, signature: Signature | None
     ) -> Decoded[str]:
-        assert signature is not None, "needs_signature"
+        assert signature is not None, "reads_signature"
         answer = sagemaker.answer_type(raw.headers.get(_ACCEPT), sagemaker.JSON)
         inputs = signature.metadata.inputs
         if len(inputs) != 1:

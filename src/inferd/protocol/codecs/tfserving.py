@@ -20,8 +20,7 @@ class TfServingRestCodec:
 
     door: Door = Door.TFSERVING_REST
 
-    def needs_signature(self, raw: HttpBody) -> bool:
-        return True
+    reads_signature = True
 
     def decode(
         self, raw: HttpBody, target: Target, context: RequestContext, signature: Signature | None
@@ -33,7 +32,7 @@ class TfServingRestCodec:
         document: Any, target: Target, context: RequestContext, signature: Signature | None
     ) -> Decoded[bool]:
         """A body parsed already (SageMaker's door parses it to tell v2 bodies from TF Serving's)."""
-        assert signature is not None, "needs_signature"
+        assert signature is not None, "reads_signature"
         body = tfserving_json.decode_predict(document, signature.metadata)
         return Decoded((context.request(target.model, target.version, body.inputs),), body.row_format)
 
@@ -54,8 +53,7 @@ class TfServingGrpcCodec:
         version, label = tfserving_grpc.model_spec_version(message.model_spec)
         return Target(message.model_spec.name, version, label)
 
-    def needs_signature(self, raw: Any) -> bool:
-        return False
+    reads_signature = False
 
     def decode(self, raw: Any, target: Target, context: RequestContext, signature: Signature | None) -> Decoded[None]:
         inputs, outputs = tfserving_grpc.decode_predict(raw)

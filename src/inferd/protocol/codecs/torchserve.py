@@ -29,15 +29,14 @@ class TorchServeCodec:
     v2: KServeHttpCodec
     door: Door = Door.TORCHSERVE
 
-    def needs_signature(self, raw: HttpBody) -> bool:
-        # The model first: an unknown one is a 404 whatever its body holds (a body curl -T sends
-        # was a 400 "not valid JSON" for a model that does not exist).
-        return True
+    # The model first: an unknown one is a 404 whatever its body holds (a body curl -T sends
+    # was a 400 "not valid JSON" for a model that does not exist).
+    reads_signature = True
 
     def decode(
         self, raw: HttpBody, target: Target, context: RequestContext, signature: Signature | None
     ) -> Decoded[tuple[bool, Any]]:
-        assert signature is not None, "needs_signature"
+        assert signature is not None, "reads_signature"
         body_input = _body_input(signature.config)
         content_type = raw.headers.get(b"content-type")
         # TorchServe's documented `curl -T file` (a PUT) and `requests.post(url, data=...)` send no
