@@ -83,10 +83,12 @@ async def test_a_full_queue_is_refused_before_the_body_is_read(service: Inferenc
     the_call = call(service)
     body = orjson.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1]}]})
     first = asyncio.ensure_future(the_call.http(KServeHttpCodec(), post(body), Target("held", "")))
-    for _ in range(2000):  # the first request reaches the model (bounded: the model holds it)
-        await asyncio.sleep(0.001)
-        if service.load() and any(g[0] == "held" and g[2] for g in service.load()):
-            break
+    # The first request reaches the model, which holds it: waited for by the server's own gauge,
+    # as long as a slow machine needs (bounded).
+    deadline = asyncio.get_running_loop().time() + 30
+    while not any(model == "held" and in_flight for model, _, in_flight, _ in service.load()):
+        assert asyncio.get_running_loop().time() < deadline, "the held model never took the first request"
+        await asyncio.sleep(0.005)
     with pytest.raises(OverloadedError):
         await the_call.http(KServeHttpCodec(), post(b"not json at all"), Target("held", ""))
     (tmp_path / "hold").unlink()

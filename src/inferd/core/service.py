@@ -78,10 +78,8 @@ class InferenceService:
             raise ValueError("the service's statistics and tracer must be the registry's")
         self._registry = registry
         self._dispatcher = dispatcher
-        self._catalogue = registry.catalogue
         self._allow_model_upload = allow_model_upload
         self._limits = limits or RequestLimits()
-        self._tracer = tracer
         self._linked = linked
         self._model_control_mode = model_control_mode
         self._statistics = statistics

@@ -355,7 +355,7 @@ class InferenceCall:
 
     async def _signature(self, target: Target) -> Signature:
         config = await self._service.serving_config(target.model, target.version)
-        return Signature(config, self._service.model_metadata(target.model, target.version))
+        return Signature(config, lambda: self._service.model_metadata(target.model, target.version))
 
     async def label_version(self, model: str, label: str) -> str:
         """The version `label` names in the model's `version_labels` parameter ("stable:1,canary:2")."""

@@ -11,8 +11,9 @@ regions a client registered (read at decode, written at encode), so each is unit
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Generic, Protocol, TypeVar
 
 from inferd.config.model import ModelConfig
@@ -38,13 +39,17 @@ class Target:
     preread: Any = None
 
 
-@dataclass(frozen=True, slots=True)
 class Signature:
-    """The serving version's config and metadata, for codecs that read a body by the model's inputs
-    (TF Serving's, SageMaker's arrays, TorchServe's, OpenAI's)."""
+    """The serving version's config and, when a codec asks, its metadata (made then: the stream and
+    OpenAI's codec read the config alone), for codecs that read a body by the model's inputs."""
 
-    config: ModelConfig
-    metadata: ModelMetadata
+    def __init__(self, config: ModelConfig, describe: Callable[[], ModelMetadata]) -> None:
+        self.config = config
+        self._describe = describe
+
+    @cached_property
+    def metadata(self) -> ModelMetadata:
+        return self._describe()
 
 
 @dataclass(slots=True)

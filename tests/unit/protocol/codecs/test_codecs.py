@@ -39,7 +39,7 @@ def signature(config: ModelConfig) -> Signature:
     metadata = ModelMetadata(
         config.name, ("1",), "", tuple(map(described, config.inputs)), tuple(map(described, config.outputs))
     )
-    return Signature(config, metadata)
+    return Signature(config, lambda: metadata)
 
 
 MLP = ModelConfig(
