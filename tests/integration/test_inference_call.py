@@ -135,3 +135,9 @@ async def test_the_door_is_the_protocol_label_of_the_count_with_its_encode_time(
     counted = STATISTICS[0].snapshot()[("mlp", "2")]
     assert counted.outcomes == {("sagemaker", "success"): 1}
     assert counted.encode.count == 1 and counted.encode.total > 0
+
+
+async def test_every_door_reads_a_compressed_body(service: InferenceService) -> None:
+    body = gzip.compress(orjson.dumps({"instances": [[0.5] * 16]}))
+    answer = await call(service).http(TfServingRestCodec(), post(body, content_encoding="gzip"), Target("mlp", "2"))
+    assert answer.status == 200 and "predictions" in orjson.loads(answer.body)
