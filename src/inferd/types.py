@@ -10,7 +10,7 @@ import enum
 import itertools
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,19 +134,53 @@ class InferRequest:
     model_name: str
     # "" means the version the model's policy serves by default (the newest ready one).
     model_version: str
-    # Correlates logs, errors and headers: X-Request-ID, else the v2 id, else generated.
-    request_id: str
     inputs: tuple[Tensor, ...]
     # Empty means "every output of the model".
     outputs: tuple[RequestedOutput, ...] = ()
     parameters: Mapping[str, Any] = field(default_factory=dict)
     # The v2 `id` the client sent, echoed verbatim in the response ("" when absent).
     id: str = ""
+    # Who asked, by which door, until when, and where its time went: one object, built once by the
+    # call that took the request (server.inference_call), read by every layer below.
+    context: RequestContext = field(default_factory=lambda: RequestContext())
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """A request's context, as the call that took it resolved it once: carried on the request into
+    the scheduler's unit of work and the executions, never looked up from a context variable (only
+    the logging's request id is one, for log lines written far from any request)."""
+
+    # Correlates logs, errors and headers: X-Request-ID (gRPC metadata), else the body's own id
+    # (v2's `id`), else generated.
+    request_id: str = ""
     # When the client stops waiting, on time.monotonic()'s clock; None when it did not say.
+    # Resolved once, from whichever header or field the door carries.
     deadline_s: float | None = None
-    timing: RequestTiming = field(default_factory=lambda: RequestTiming())
     # The door it came in by (a Door, or ENSEMBLE_STEP): a label of its metrics.
-    protocol: str = Door.KSERVE_HTTP
+    door: str = Door.KSERVE_HTTP
+    timing: RequestTiming = field(default_factory=lambda: RequestTiming())
+    trace: object = None
+    """The server's handle on this request's trace (`inferd.server.tracing.RequestTrace`) when it
+    traces the request, else None. Opaque to core, which hands it back to the tracer with the
+    execution that served the request (`inferd.core.tracing`)."""
+
+    def request(
+        self,
+        model: str,
+        version: str,
+        inputs: Sequence[Tensor],
+        outputs: Sequence[RequestedOutput] = (),
+        parameters: Mapping[str, Any] | None = None,
+        id: str = "",
+    ) -> InferRequest:
+        """A request of this context: its id made now when neither the transport nor the body (`id`,
+        v2's) gave one."""
+        if not self.request_id:
+            self.request_id = id or new_request_id()
+        return InferRequest(
+            model, version, tuple(inputs), tuple(outputs), parameters if parameters is not None else {}, id, self
+        )
 
 
 @dataclass(slots=True)
@@ -171,10 +205,6 @@ class RequestTiming:
     """Rows of this request."""
     batch_rows: int = 0
     """Rows of the batch the request ran in (its own and its neighbours')."""
-    trace: object = None
-    """The server's handle on this request's trace (`inferd.server.tracing.RequestTrace`) when it
-    traces the request, else None. Opaque to core, which hands it back to the tracer with the
-    execution that served the request (`inferd.core.tracing`)."""
 
     @property
     def compute_s(self) -> float:

@@ -14,7 +14,7 @@ import pytest
 from inferd.client import HttpInferenceClient
 from inferd.errors import ModelNotFoundError, UnavailableError, UnknownTensorError
 from inferd.testing.server import ServerProcess, free_port, run_server
-from inferd.types import DataType, InferRequest, RequestedOutput, Tensor
+from inferd.types import DataType, InferRequest, RequestContext, RequestedOutput, Tensor
 
 pytestmark = pytest.mark.e2e
 
@@ -29,8 +29,8 @@ def idle_closing_server(repository: Path, tmp_path_factory: pytest.TempPathFacto
 
 def identity_request(values: np.ndarray, request_id: str = "r1") -> InferRequest:
     return InferRequest(
-        "identity_fp32", "", request_id, (Tensor("INPUT0", DataType.FP32, values.shape, values),),
-        outputs=(RequestedOutput("OUTPUT0"),),
+        "identity_fp32", "", (Tensor("INPUT0", DataType.FP32, values.shape, values),),
+        outputs=(RequestedOutput("OUTPUT0"),), context=RequestContext(request_id),
     )  # fmt: skip
 
 
@@ -67,11 +67,11 @@ async def test_binary_tensors_both_ways_over_kept_alive_connections(idle_closing
 async def test_errors_come_back_as_inferds_own(idle_closing_server: ServerProcess) -> None:
     client = HttpInferenceClient(idle_closing_server.http_url)
     try:
-        wrong = InferRequest("identity_fp32", "", "r1", (Tensor("nope", DataType.FP32, (1, 1), np.ones((1, 1), "f4")),))
+        wrong = InferRequest("identity_fp32", "", (Tensor("nope", DataType.FP32, (1, 1), np.ones((1, 1), "f4")),))
         with pytest.raises(UnknownTensorError, match=r"has no input 'nope'"):
             await client.infer(wrong, timeout_s=10)
         with pytest.raises(ModelNotFoundError, match=r"unknown_model"):
-            await client.infer(InferRequest("unknown_model", "", "r1", wrong.inputs), timeout_s=10)
+            await client.infer(InferRequest("unknown_model", "", wrong.inputs), timeout_s=10)
     finally:
         await client.close()
     nobody = HttpInferenceClient(f"127.0.0.1:{free_port()}")

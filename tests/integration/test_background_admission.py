@@ -18,7 +18,7 @@ from inferd.core.scheduler import Admission
 from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
 from inferd.testing.models import sleepy_model
-from inferd.types import DataType, InferRequest, InferResponse, Tensor
+from inferd.types import DataType, InferRequest, InferResponse, RequestContext, Tensor
 
 MODELS = {
     # a dynamic batcher (batches of up to 4 rows)
@@ -47,7 +47,7 @@ def service(registry: ModelRegistry) -> InferenceService:
 
 def request(model: str, value: float) -> InferRequest:
     x = np.full((1, 2), value, dtype=np.float32)
-    return InferRequest(model, "", f"r{value}", (Tensor("x", DataType.FP32, x.shape, x),))
+    return InferRequest(model, "", (Tensor("x", DataType.FP32, x.shape, x),), context=RequestContext(f"r{value}"))
 
 
 def handle_of(registry: ModelRegistry, model: str) -> ModelHandle:

@@ -17,7 +17,7 @@ from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
 from inferd.errors import InferdError, ModelOutputError, ModelRaisedError
 from inferd.testing.models import python_model, write_config
-from inferd.types import DataType, InferRequest, Tensor
+from inferd.types import DataType, InferRequest, RequestContext, Tensor
 
 # y = 2x over [batch, n]; a negative x is refused (the request's fault), 999 breaks the declared dtype.
 DOUBLE = """
@@ -72,7 +72,9 @@ async def service(tmp_path: Path) -> AsyncIterator[InferenceService]:
 
 def request(*rows: list[float], index: int = 0) -> InferRequest:
     data = np.array(rows, dtype=np.float32)
-    return InferRequest("pipe", "", f"r{index}", (Tensor("X", DataType.FP32, data.shape, data),))
+    return InferRequest(
+        "pipe", "", (Tensor("X", DataType.FP32, data.shape, data),), context=RequestContext(f"r{index}")
+    )
 
 
 def step_counts(service: InferenceService) -> tuple[int, int]:
@@ -87,7 +89,7 @@ async def test_requests_arriving_together_run_as_one_batch_each_answered_with_it
     requests = [request([i, i + 0.5], index=i) for i in range(5)] + [request([7, 8], [9, 10], index=5)]
     responses = await asyncio.gather(*(service.infer(r) for r in requests))
     for sent, response in zip(requests, responses, strict=True):
-        assert response.request_id == sent.request_id
+        assert response.request_id == sent.context.request_id
         [y] = response.outputs
         assert y.shape == sent.inputs[0].shape
         assert np.array_equal(y.data, 2 * sent.inputs[0].data)
@@ -126,7 +128,7 @@ async def test_a_failure_of_the_whole_batch_reaches_each_request_under_its_own_i
 def twin_request(x: list[list[float]], z: list[list[float]]) -> InferRequest:
     xs, zs = np.array(x, dtype=np.float32), np.array(z, dtype=np.float32)
     return InferRequest(
-        "twin", "", "t1", (Tensor("X", DataType.FP32, xs.shape, xs), Tensor("Z", DataType.FP32, zs.shape, zs))
+        "twin", "", (Tensor("X", DataType.FP32, xs.shape, xs), Tensor("Z", DataType.FP32, zs.shape, zs))
     )
 
 

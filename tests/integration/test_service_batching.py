@@ -15,7 +15,7 @@ from inferd.core.repository import LocalRepository
 from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
 from inferd.testing.models import mlp_model, write_config
-from inferd.types import DataType, InferRequest, Tensor
+from inferd.types import DataType, InferRequest, RequestContext, Tensor
 
 
 @pytest.fixture
@@ -36,8 +36,8 @@ def request(value: float, model: str = "mlp") -> InferRequest:
     return InferRequest(
         model_name=model,
         model_version="",
-        request_id=f"r{value}",
         inputs=(Tensor("x", DataType.FP32, (1, 16), data),),
+        context=RequestContext(f"r{value}"),
     )
 
 

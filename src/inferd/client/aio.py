@@ -30,6 +30,7 @@ from inferd.types import (
     ModelIndexEntry,
     ModelMetadata,
     ModelStatistics,
+    RequestContext,
     RequestedOutput,
     ServerMetadata,
     Tensor,
@@ -120,10 +121,10 @@ class AsyncClient:
         request = InferRequest(
             model_name=model,
             model_version=version,
-            request_id=request_id or new_request_id(),
             inputs=as_tensors(inputs),
             outputs=tuple(RequestedOutput(name) for name in outputs),
             parameters=dict(parameters or {}),
+            context=RequestContext(request_id or new_request_id()),
         )
         return await self.infer_request(request, timeout_s=timeout_s)
 

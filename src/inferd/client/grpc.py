@@ -60,11 +60,12 @@ class GrpcInferenceClient:
 
     async def infer(self, request: InferRequest, *, timeout_s: float) -> InferResponse:
         """The server's response, within `timeout_s` seconds (waiting for a slot included)."""
-        metadata = ((REQUEST_ID_HEADER, header_value(request.request_id)),) if request.request_id else None
+        request_id = request.context.request_id
+        metadata = ((REQUEST_ID_HEADER, header_value(request_id)),) if request_id else None
         message = await self._call(
             lambda stub: stub.ModelInfer, grpc_v2.encode_request(request), timeout_s, metadata=metadata
         )
-        return grpc_v2.decode_response(message, request_id=request.request_id)
+        return grpc_v2.decode_response(message, request_id=request_id)
 
     async def server_live(self, *, timeout_s: float) -> bool:
         message = await self._call(lambda stub: stub.ServerLive, service_pb2.ServerLiveRequest(), timeout_s)

@@ -76,14 +76,15 @@ class HttpInferenceClient:
         headers = [("Content-Type", "application/octet-stream" if header_length is not None else "application/json")]
         if header_length is not None:
             headers.append((json_v2.HEADER_LENGTH_HEADER, str(header_length)))
-        if request.request_id:
-            headers.append((REQUEST_ID_HEADER, header_value(request.request_id)))
+        request_id = request.context.request_id
+        if request_id:
+            headers.append((REQUEST_ID_HEADER, header_value(request_id)))
         path = _model_path(request.model_name, request.model_version, "infer")
         response_headers, payload = await self._ok("POST", path, body, timeout_s, headers)
         raw_length = response_headers.get(json_v2.HEADER_LENGTH_HEADER)
         try:
             return json_v2.decode_response(
-                payload, header_length=int(raw_length) if raw_length else None, request_id=request.request_id
+                payload, header_length=int(raw_length) if raw_length else None, request_id=request_id
             )
         except (InferdError, ValueError) as exc:
             raise UnavailableError(f"server {self.url} sent a response that is not KServe v2: {exc}") from None

@@ -494,7 +494,7 @@ class DynamicBatcher:
     ) -> None:
         rows = sum(p.work.rows for p in batch)
         for pending, outcome in zip(batch, outcomes, strict=True):
-            timing = pending.work.request.timing
+            timing = pending.work.request.context.timing
             # Before an instance was free it queued; after, it waited for company.
             timing.queue_s = max(0.0, idle_since_s - pending.enqueued_s)
             timing.batch_wait_s = max(0.0, dispatched_s - max(idle_since_s, pending.enqueued_s))
@@ -512,8 +512,8 @@ class DynamicBatcher:
         if self._tracer is not None:
             now = self._clock()
             failed = all(isinstance(outcome, BaseException) for outcome in outcomes)
-            timings = [p.work.request.timing for p in batch]
-            self._tracer.executed(timings, rows, now - dispatched_s, now - finished_s, failed)
+            contexts = [p.work.request.context for p in batch]
+            self._tracer.executed(contexts, rows, now - dispatched_s, now - finished_s, failed)
 
     def _take_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
         """preserve_ordering: a batch answers only after the batch dispatched before it answered."""

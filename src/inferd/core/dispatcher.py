@@ -91,19 +91,20 @@ class Dispatcher:
         """`request`, served by `handle` since `started_s` (perf_counter), ended with `outcome`
         ("success" or an ErrorCode value). Counted from the start of decoding, as Triton counts
         from the request's arrival."""
-        elapsed_s = time.perf_counter() - started_s + request.timing.decode_s
-        timing = request.timing
+        context = request.context
+        timing = context.timing
+        elapsed_s = time.perf_counter() - started_s + timing.decode_s
         self._metrics.request_finished(
-            request.model_name, str(handle.version), request.protocol, outcome, elapsed_s, timing.rows, timing
+            request.model_name, str(handle.version), context.door, outcome, elapsed_s, timing.rows, timing
         )
 
     def failed(self, request: InferRequest, handle: Handle | None, exc: InferdError, started_s: float) -> None:
         """`request` ended with `exc`; `handle` is None when it resolved to no model version."""
-        exc.request_id = exc.request_id or request.request_id
+        exc.request_id = exc.request_id or request.context.request_id
         if handle is None:
             # Any client can name models that do not exist: such requests share one bounded
             # series, so they cannot grow the statistics (or /metrics) without limit.
-            self._metrics.request_unresolved(request.protocol, exc.code.value)
+            self._metrics.request_unresolved(request.context.door, exc.code.value)
         else:
             self.finished(request, handle, exc.code.value, started_s)
 
@@ -145,9 +146,10 @@ class Dispatcher:
             self.failed(request, handle, exc, started_s)
             raise
         # `finished`, written out: every request pays for this call (a frame is ~0.3 us of ~60).
-        timing = request.timing
+        context = request.context
+        timing = context.timing
         self._metrics.request_finished(
-            request.model_name, str(handle.version), request.protocol, "success",
+            request.model_name, str(handle.version), context.door, "success",
             time.perf_counter() - started_s + timing.decode_s, timing.rows, timing,
         )  # fmt: skip
         return response

@@ -46,7 +46,7 @@ from inferd.errors import (
     copied,
     with_context,
 )
-from inferd.types import ENSEMBLE_STEP, InferRequest, InferResponse, RequestedOutput, Tensor
+from inferd.types import ENSEMBLE_STEP, InferRequest, InferResponse, RequestContext, RequestedOutput, Tensor
 
 # How a step's request is answered: the dispatcher's `infer` (the step model's handle, counted).
 StepInference = Callable[[InferRequest], Awaitable[InferResponse]]
@@ -263,7 +263,7 @@ class EnsembleHandle(Handle):
         if admission is Admission.BACKGROUND:  # its steps would run as real-time requests
             raise UnsupportedError(f"ensemble '{self.config.name}' does not run background requests yet")
         _, rows = prepare_inputs(self.config, request)  # the ensemble's own inputs, checked
-        request.timing.rows = rows
+        request.context.timing.rows = rows
         key = self._batch_key(request)
         if key is None:
             return await self._execute(request, rows)
@@ -332,12 +332,12 @@ class EnsembleHandle(Handle):
         for arrival in batch:
             end = start + arrival.rows
             request = arrival.request
-            request.timing.compute_infer_s = merged.timing.compute_infer_s
-            request.timing.batch_rows = rows
+            request.context.timing.compute_infer_s = merged.context.timing.compute_infer_s
+            request.context.timing.batch_rows = rows
             outputs = tuple(tensor_rows(t, start, end) for t in response.outputs)
             _answer(
                 arrival.future,
-                InferResponse(self.config.name, str(self.version), request.request_id, outputs, request.id),
+                InferResponse(self.config.name, str(self.version), request.context.request_id, outputs, request.id),
             )
             start = end
 
@@ -373,12 +373,12 @@ class EnsembleHandle(Handle):
         finally:
             for task in running:
                 task.cancel()
-        request.timing.compute_infer_s = time.perf_counter() - started
-        request.timing.batch_rows = batch_size
+        request.context.timing.compute_infer_s = time.perf_counter() - started
+        request.context.timing.batch_rows = batch_size
         return InferResponse(
             model_name=self.config.name,
             model_version=str(self.version),
-            request_id=request.request_id,
+            request_id=request.context.request_id,
             outputs=tuple(self._output(name, tensors) for name in names),
             id=request.id,
         )
@@ -442,15 +442,15 @@ def _step_inputs(planned: PlannedStep, tensors: Mapping[str, Tensor]) -> tuple[T
 
 
 def _step_request(planned: PlannedStep, inputs: tuple[Tensor, ...], request: InferRequest) -> InferRequest:
+    # The step's own timing: the ensemble's request times the whole of its steps.
+    context = RequestContext(request.context.request_id, request.context.deadline_s, ENSEMBLE_STEP)
     return InferRequest(
         model_name=planned.step.model_name,
         model_version=planned.step.version_label,
-        request_id=request.request_id,
         inputs=inputs,
         outputs=planned.outputs,
         parameters=request.parameters,
-        deadline_s=request.deadline_s,
-        protocol=ENSEMBLE_STEP,
+        context=context,
     )
 
 

@@ -31,7 +31,7 @@ from inferd.core.validation import check_output_rows
 from inferd.limits import text_bytes
 from inferd.runtimes import Runtime
 from inferd.runtimes.base import EXECUTION_DEADLINE, cores_available
-from inferd.types import RequestTiming
+from inferd.types import RequestContext
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 Execution = tuple[int, float, float]
@@ -311,7 +311,7 @@ class InstancePool:
         inputs: Mapping[str, np.ndarray[Any, Any]],
         names: Sequence[str],
         rows: int,
-        timing: RequestTiming,
+        context: RequestContext,
         deadline_s: float | None,
         *,
         batched: bool,
@@ -321,15 +321,17 @@ class InstancePool:
         """Run one request alone: the execution core.scheduler's DirectScheduler, the one
         single-request path, ends in. Its outputs, their rows checked when the model `batched` (a
         model that answers more or fewer rows than it got must not be answered with them), and its
-        queue and compute time written to `timing`. `instance`: one acquired for it already."""
+        queue and compute time written to the context's timing. `instance`: one acquired for it
+        already; `deadline_s`: the context's, or earlier (Triton's `timeout` parameter)."""
         started = time.perf_counter()
+        timing = context.timing
         results, timing.queue_s = await self.execute(inputs, names, rows, deadline_s, instance)
         if batched:
             check_output_rows(self._name, results, rows)
         timing.compute_infer_s = time.perf_counter() - started - timing.queue_s
         timing.batch_rows = rows
         if tracer is not None:
-            tracer.executed((timing,), rows, timing.compute_infer_s, 0.0, False)
+            tracer.executed((context,), rows, timing.compute_infer_s, 0.0, False)
         return results
 
     def _finished_on_thread(

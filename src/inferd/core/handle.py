@@ -135,7 +135,7 @@ class ModelHandle(Handle):
         # from the worker thread as the model yields them.
         feeds, batch_size = prepare_inputs(self.config, request)
         names = output_names(self.config, request)
-        request.timing.rows = batch_size
+        request.context.timing.rows = batch_size
         self.in_flight += 1
         try:
             instance = await self.pool.acquire()
@@ -165,7 +165,7 @@ class ModelHandle(Handle):
                 yield InferResponse(
                     model_name=self.config.name,
                     model_version=str(self.version),
-                    request_id=request.request_id,
+                    request_id=request.context.request_id,
                     outputs=tuple(self._output_tensor(n, outputs.get(n), batch_size) for n in names),
                     id=request.id,
                 )
@@ -193,11 +193,11 @@ class ModelHandle(Handle):
     async def _infer(self, request: InferRequest, admission: Admission) -> InferResponse:
         feeds, batch_size = prepare_inputs(self.config, request)
         names = output_names(self.config, request)
-        request.timing.rows = batch_size
+        request.context.timing.rows = batch_size
         timeout_us, priority = (
             (_int_parameter(request, "timeout"), _int_parameter(request, "priority")) if request.parameters else (0, 0)
         )
-        deadline_s = request.deadline_s
+        deadline_s = request.context.deadline_s
         if timeout_us:
             # Triton's `timeout` parameter doubles as a deadline: it can only shorten the client's.
             timeout_deadline_s = time.monotonic() + timeout_us / 1e6
@@ -207,7 +207,7 @@ class ModelHandle(Handle):
         return InferResponse(
             model_name=self.config.name,
             model_version=str(self.version),
-            request_id=request.request_id,
+            request_id=request.context.request_id,
             outputs=tuple(self._output_tensor(name, results.get(name), batch_size) for name in names),
             id=request.id,
         )

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from inferd.types import InferRequest, Tensor
+from inferd.types import InferRequest, RequestContext, Tensor
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 Item = TypeVar("Item")
@@ -75,16 +75,15 @@ def merge_requests(requests: Sequence[InferRequest], rows: int) -> InferRequest:
     """One request of `rows` rows: each input the requests' rows one after another. The first
     request's id names it in logs; the earliest deadline holds."""
     first = requests[0]
-    deadlines = [r.deadline_s for r in requests if r.deadline_s is not None]
+    deadlines = [r.context.deadline_s for r in requests if r.context.deadline_s is not None]
+    context = RequestContext(first.context.request_id, min(deadlines, default=None), first.context.door)
     return InferRequest(
         model_name=first.model_name,
         model_version=first.model_version,
-        request_id=first.request_id,
         inputs=stack_tensors([r.inputs for r in requests], rows),
         outputs=first.outputs,
         parameters=first.parameters,
-        deadline_s=min(deadlines, default=None),
-        protocol=first.protocol,
+        context=context,
     )
 
 

@@ -59,8 +59,8 @@ class Admission(enum.Enum):
 
 @dataclass(eq=False, slots=True)
 class Work:
-    """One request, validated, as every scheduler takes it. The request's context (request_id,
-    protocol, timing, trace) is read through `request`."""
+    """One request, validated, as every scheduler takes it. Its context (id, door, deadline, timing,
+    trace) is the request's own, `request.context`, one object from the call down."""
 
     request: InferRequest
     feeds: Mapping[str, np.ndarray[Any, Any]]
@@ -212,7 +212,7 @@ class DirectScheduler:
             work.feeds,
             work.output_names,
             work.rows,
-            work.request.timing,
+            work.request.context,
             work.deadline_s,
             batched=self._batched,
             tracer=self._tracer,

@@ -326,7 +326,7 @@ class SequenceBatcher:
         """Each request's split of its time (as the dynamic batcher writes it), and the tracer told."""
         dispatched_s, merged_s, ran_s, finished_s = times
         for _, item in batch:
-            timing = item.work.request.timing
+            timing = item.work.request.context.timing
             # Before the previous batch finished it queued; after, it waited for company.
             timing.queue_s = max(0.0, self._idle_since - item.arrived)
             timing.batch_wait_s = max(0.0, dispatched_s - max(self._idle_since, item.arrived))
@@ -336,8 +336,8 @@ class SequenceBatcher:
             timing.batch_rows = rows
         if self._tracer is not None:
             now = self._clock()
-            timings = [item.work.request.timing for _, item in batch]
-            self._tracer.executed(timings, rows, now - dispatched_s, now - finished_s, failed)
+            contexts = [item.work.request.context for _, item in batch]
+            self._tracer.executed(contexts, rows, now - dispatched_s, now - finished_s, failed)
 
     def _feeds(self, batch: list[tuple[_Sequence, _Item]]) -> tuple[dict[str, np.ndarray[Any, Any]], int, list[int]]:
         """The batch's inputs, rows stacked (direct: one per slot up to the highest, idle slots zeros

@@ -5,7 +5,7 @@ server traces (the tracer is None otherwise, and each call site is one `is not N
 
 * `RequestTracer.request_started(request)`: the service took a request. The server's tracer
   finds the trace its edge began for it (the W3C traceparent, the request span) and puts a handle
-  on `request.timing.trace`, which core carries along without looking inside.
+  on `request.context.trace`, which core carries along without looking inside.
 * `ExecutionTracer.executed(...)`: a model version ran one execution for these requests (a batch
   of several, or one alone), with when it was dispatched and when it finished. The tracer makes
   the execution its own span, linked to the spans of the requests it served.
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from inferd.types import InferRequest, RequestTiming
+from inferd.types import InferRequest, RequestContext
 
 
 class ExecutionTracer(Protocol):
@@ -31,14 +31,14 @@ class ExecutionTracer(Protocol):
 
     def executed(
         self,
-        timings: Sequence[RequestTiming],
+        contexts: Sequence[RequestContext],
         rows: int,
         dispatched_ago_s: float,
         finished_ago_s: float,
         failed: bool,
     ) -> None:
-        """One execution of `rows` rows served the requests of `timings` (their split already
-        written); it was dispatched `dispatched_ago_s` and finished `finished_ago_s` seconds ago;
+        """One execution of `rows` rows served the requests of `contexts` (their timing split
+        already written); it was dispatched `dispatched_ago_s` and finished `finished_ago_s` seconds ago;
         `failed`: it answered every request with an error."""
         ...
 

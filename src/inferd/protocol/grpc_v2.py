@@ -35,8 +35,8 @@ from inferd.types import (
     ModelIndexEntry,
     ModelMetadata,
     ModelStatistics,
+    RequestContext,
     RequestedOutput,
-    RequestTiming,
     ServerMetadata,
     Tensor,
     TensorMetadata,
@@ -64,13 +64,14 @@ _FIELD_DTYPES = {
 def decode_request(
     message: Any,
     *,
-    request_id: str = "",
-    deadline_s: float | None = None,
+    context: RequestContext | None = None,
     regions: shared_memory.RegionAccess | None = None,
-    timing: RequestTiming | None = None,
 ) -> InferRequest:
+    """A `ModelInferRequest`, of `context` (the call's: a new one, of this door, when None). The
+    context's request id (gRPC metadata) wins over the message's `id`; else one is made."""
     check_request_id(message.id, "'id'")
-    request_id = request_id or message.id or new_request_id()
+    if context is None:
+        context = RequestContext(door=Door.KSERVE_GRPC)
     try:
         inputs = _decode_inputs(message, regions)
         outputs = tuple(
@@ -78,20 +79,9 @@ def decode_request(
         )
         parameters = parameters_to_dict(message.parameters)
     except InferdError as exc:
-        exc.request_id = request_id
+        exc.request_id = context.request_id or message.id or new_request_id()
         raise
-    return InferRequest(
-        model_name=message.model_name,
-        model_version=message.model_version,
-        request_id=request_id,
-        inputs=inputs,
-        outputs=outputs,
-        parameters=parameters,
-        id=message.id,
-        deadline_s=deadline_s,
-        protocol=Door.KSERVE_GRPC,
-        timing=timing if timing is not None else RequestTiming(),
-    )
+    return context.request(message.model_name, message.model_version, inputs, outputs, parameters, message.id)
 
 
 def encode_response(

@@ -44,8 +44,8 @@ from inferd.types import (
     ModelIndexEntry,
     ModelMetadata,
     ModelStatistics,
+    RequestContext,
     RequestedOutput,
-    RequestTiming,
     ServerMetadata,
     Tensor,
     TensorMetadata,
@@ -66,14 +66,11 @@ def decode_request(
     model_name: str,
     model_version: str,
     header_length: int | None = None,
-    request_id: str = "",
-    deadline_s: float | None = None,
-    protocol: str = "kserve_http",
+    context: RequestContext | None = None,
     regions: shared_memory.RegionAccess | None = None,
-    timing: RequestTiming | None = None,
 ) -> InferRequest:
-    """Parse an infer request. `request_id` (from X-Request-ID) wins over the v2 `id`; else one is made.
-    `protocol`: the door it came by (a v2 body reaches SageMaker's /invocations too)."""
+    """Parse an infer request, of `context` (the call's: a new one when None). The context's
+    request id (from X-Request-ID) wins over the v2 `id`; else one is made."""
     header, binary = _split(body, header_length)
     document = _load_header(header)
     if not isinstance(document, dict):
@@ -82,26 +79,16 @@ def decode_request(
     if not isinstance(v2_id, str):
         raise MalformedRequestError("'id' must be a string")
     check_request_id(v2_id, "'id'")
-    request_id = request_id or v2_id or new_request_id()
+    if context is None:
+        context = RequestContext()
     try:
         inputs = _decode_inputs(document.get("inputs"), binary, regions, model_name)
         outputs = _decode_outputs(document.get("outputs"))
         parameters = _parameters(document.get("parameters"), "request")
     except InferdError as exc:
-        exc.request_id = request_id
+        exc.request_id = context.request_id or v2_id or new_request_id()
         raise
-    return InferRequest(
-        model_name=model_name,
-        model_version=model_version,
-        request_id=request_id,
-        inputs=inputs,
-        outputs=outputs,
-        parameters=parameters,
-        id=v2_id,
-        deadline_s=deadline_s,
-        protocol=protocol,
-        timing=timing if timing is not None else RequestTiming(),
-    )
+    return context.request(model_name, model_version, inputs, outputs, parameters, v2_id)
 
 
 def encode_response(

@@ -50,7 +50,7 @@ from inferd.runtimes.base import (
     running_loop,
     signature_from_config,
 )
-from inferd.types import DataType, InferRequest, RequestedOutput, Tensor, TensorMetadata, new_request_id
+from inferd.types import DataType, InferRequest, RequestContext, RequestedOutput, Tensor, TensorMetadata, new_request_id
 
 DEFAULT_TIMEOUT_MS = 10_000
 # A remote model keeps nothing here but its connections.
@@ -98,9 +98,9 @@ class RemoteRuntime:
         request = InferRequest(
             model_name=self._remote_name,
             model_version=self._remote_version,
-            request_id=new_request_id(),
             inputs=tuple(Tensor(n, self._datatypes[n], a.shape, a) for n, a in inputs.items()),
             outputs=tuple(RequestedOutput(name) for name in output_names),
+            context=RequestContext(new_request_id()),
         )
         try:
             response = self._run(self._client.infer(request, timeout_s=timeout_s))

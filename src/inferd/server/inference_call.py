@@ -44,7 +44,6 @@ from inferd.protocol.codecs.base import (
     HttpBody,
     HttpCodec,
     InflatedBody,
-    RequestContext,
     Signature,
     StreamCodec,
     Target,
@@ -56,7 +55,7 @@ from inferd.server.grpc_calls import abort, abort_unexpected
 from inferd.server.http import deadline
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.logging import current_request_id
-from inferd.types import Door, InferResponse, RequestTiming, new_request_id
+from inferd.types import Door, InferResponse, RequestContext, RequestTiming, new_request_id
 
 StateT = TypeVar("StateT")
 AnswerT = TypeVar("AnswerT")
@@ -74,6 +73,8 @@ HttpTarget = Target | Callable[[HttpBody], Target]
 
 _TRACEPARENT, _TRACESTATE = "traceparent", "tracestate"
 _KSERVE_SERVICE = "inference.GRPCInferenceService"
+# `trace` left out: the call decides whether to trace (a traced call passes its trace, or None).
+_UNDECIDED = object()
 
 
 class CallTracing(Protocol):
@@ -117,16 +118,19 @@ class InferenceCall:
     # -- HTTP ------------------------------------------------------------------------------------
 
     async def http(
-        self, codec: HttpCodec[StateT], request: HttpRequest, target: HttpTarget, timing: RequestTiming | None = None
+        self, codec: HttpCodec[StateT], request: HttpRequest, target: HttpTarget, trace: object = _UNDECIDED
     ) -> HttpResponse:
         """An HTTP door's inference request, answered 200 with the codec's body; errors are raised
-        for `HttpApp` to answer in the door's shape. `timing`: given by the traced call around
-        this one (it carries the trace); None makes one, first tracing the call when the server traces."""
-        if timing is None:
+        for `HttpApp` to answer in the door's shape. `trace`: given by the traced call around this
+        one (None when it did not sample the request); left out, the call is first traced when the
+        server traces."""
+        if trace is _UNDECIDED:
             if self._tracing is not None:
                 return await self._traced_http(self._tracing, codec, request, target)
-            timing = RequestTiming()
-        context = RequestContext(current_request_id.get(), deadline(request.headers), codec.door, timing)
+            trace = None
+        context = RequestContext(
+            current_request_id.get(), deadline(request.headers), codec.door, RequestTiming(), trace
+        )
         encoding = request.headers.get(_CONTENT_ENCODING)
         if isinstance(target, Target) and not http_compression.is_compressed(encoding):
             if target.label:
@@ -157,9 +161,9 @@ class InferenceCall:
         model = target.model if isinstance(target, Target) else ""
         trace = tracing.begin(_text(headers.get(b"traceparent")), _text(headers.get(b"tracestate")), model, attributes)
         if trace is None:  # not sampled: this is all it costs
-            return await self.http(codec, request, target, RequestTiming())
+            return await self.http(codec, request, target, None)
         try:
-            response = await self.http(codec, request, target, RequestTiming(trace=trace))
+            response = await self.http(codec, request, target, trace)
         except InferdError as exc:
             status = http_status(codec.door, exc.code)
             tracing.end(trace, {"http.response.status_code": status}, exc.code.value, exc.message)
@@ -212,20 +216,24 @@ class InferenceCall:
         context: grpc.aio.ServicerContext,
         service: str,
         method: str,
-        timing: RequestTiming | None = None,
+        trace: object = _UNDECIDED,
     ) -> Any:
         """A unary gRPC inference call (`service`'s `method`), answered with the codec's message; an
-        error aborts the call with its status, message and inferd's trailers. `timing`: as `http`'s."""
+        error aborts the call with its status, message and inferd's trailers. `trace`: as `http`'s."""
         metadata = dict(context.invocation_metadata() or ())
-        if timing is None:
+        if trace is _UNDECIDED:
             if self._tracing is not None:
                 return await self._traced_unary(self._tracing, codec, message, context, service, method, metadata)
-            timing = RequestTiming()
+            trace = None
         request_id = str(metadata.get(REQUEST_ID_HEADER, ""))
         token = current_request_id.set(request_id)
         remaining_s = context.time_remaining()
         call = RequestContext(
-            request_id, time.monotonic() + remaining_s if remaining_s is not None else None, codec.door, timing
+            request_id,
+            time.monotonic() + remaining_s if remaining_s is not None else None,
+            codec.door,
+            RequestTiming(),
+            trace,
         )
         try:
             target = codec.target(message)
@@ -261,9 +269,9 @@ class InferenceCall:
         model = codec.target(message).model
         trace = tracing.begin(_text(metadata.get(_TRACEPARENT)), _text(metadata.get(_TRACESTATE)), model, attributes)
         if trace is None:  # not sampled
-            return await self.unary(codec, message, context, service, method, RequestTiming())
+            return await self.unary(codec, message, context, service, method, None)
         try:
-            answer = await self.unary(codec, message, context, service, method, RequestTiming(trace=trace))
+            answer = await self.unary(codec, message, context, service, method, trace)
         except BaseException:
             # The call was answered an error by aborting: its status and inferd's code are on the context.
             _end_aborted(tracing, trace, context)
@@ -284,12 +292,12 @@ class InferenceCall:
                  "rpc.method": "ModelStreamInfer"},
             )  # fmt: skip
         if tracing is None or trace is None:
-            async for answer in self._stream(codec, message, RequestTiming()):
+            async for answer in self._stream(codec, message, None):
                 yield answer
             return
         failure = ("", "")
         try:
-            async for answer in self._stream(codec, message, RequestTiming(trace=trace)):
+            async for answer in self._stream(codec, message, trace):
                 yield answer
         except InferdError as exc:
             failure = (exc.code.value, exc.message)
@@ -303,15 +311,14 @@ class InferenceCall:
         finally:
             tracing.end(trace, {}, *failure)
 
-    async def _stream(self, codec: StreamCodec[StateT], message: Any, timing: RequestTiming) -> AsyncIterator[Any]:
-        call = RequestContext("", None, codec.door, timing)
+    async def _stream(self, codec: StreamCodec[StateT], message: Any, trace: object) -> AsyncIterator[Any]:
+        call = RequestContext("", None, codec.door, RequestTiming(), trace)
         target = codec.target(message)
         await self._admit(target, codec.door)
         signature = await self._signature(target) if codec.reads_signature else None
         decode_started = time.perf_counter()
         decoded = codec.decode(message, target, call, signature)
         request = decoded.requests[0]
-        call.request_id = request.request_id
         call.timing.decode_s = time.perf_counter() - decode_started
         async for response in self._dispatcher.infer_stream(request, self._limits):
             encode_started = time.perf_counter()
@@ -338,7 +345,6 @@ class InferenceCall:
         decode_started = time.perf_counter()
         decoded = codec.decode(raw, target, context, signature)
         requests = decoded.requests
-        context.request_id = requests[0].request_id
         current_request_id.set(context.request_id)
         context.timing.decode_s = time.perf_counter() - decode_started
         # NOTE: if the client disconnects meanwhile, the transport cancels this task; a request

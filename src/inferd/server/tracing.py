@@ -43,7 +43,7 @@ from opentelemetry.util.types import AttributeValue
 
 from inferd import __version__
 from inferd.config.tracing import TraceExporter, TracingSettings
-from inferd.types import InferRequest, RequestTiming
+from inferd.types import InferRequest, RequestContext, RequestTiming
 
 logger = logging.getLogger("inferd.tracing")
 
@@ -151,7 +151,7 @@ class Tracing:
         span.set_attributes(attributes)
         parent = trace.set_span_in_context(span)
         for request in request_trace.requests:
-            self._children(request_trace, request.timing, parent, ended_ns)
+            self._children(request_trace, request.context.timing, parent, ended_ns)
         if request_trace.requests:
             span.update_name(f"infer {request_trace.requests[0].model_name}")
             span.set_attributes(_request_attributes(request_trace))
@@ -163,16 +163,16 @@ class Tracing:
         # The request and its trace point at each other: part now, so that its tensors are freed
         # when the door drops the request, not at the next garbage collection.
         for request in request_trace.requests:
-            request.timing.trace = None
+            request.context.trace = None
         request_trace.requests.clear()
         request_trace.executions.clear()
 
     # -- core's hooks (inferd.core.tracing) ------------------------------------------------------
 
     def request_started(self, request: InferRequest) -> None:
-        # The call (server.inference_call) put its trace on the timing of each request it decoded;
-        # an ensemble's step requests have timings of their own, without one: the ensemble's work.
-        request_trace = request.timing.trace
+        # The call (server.inference_call) put its trace on the context of each request it decoded;
+        # an ensemble's step requests have contexts of their own, without one: the ensemble's work.
+        request_trace = request.context.trace
         if isinstance(request_trace, RequestTrace):
             request_trace.requests.append(request)
 
@@ -237,46 +237,46 @@ class _VersionExecutions:
 
     def executed(
         self,
-        timings: Sequence[RequestTiming],
+        contexts: Sequence[RequestContext],
         rows: int,
         dispatched_ago_s: float,
         finished_ago_s: float,
         failed: bool,
     ) -> None:
         traces: list[RequestTrace] = []
-        for timing in timings:
-            request_trace = timing.trace
+        for context in contexts:
+            request_trace = context.trace
             if isinstance(request_trace, RequestTrace) and request_trace not in traces:
                 traces.append(request_trace)
         if not traces:
             return
         now_ns = time.time_ns()
         dispatched_ns, finished_ns = now_ns - _ns(dispatched_ago_s), now_ns - _ns(finished_ago_s)
-        span = self.tracing.execution(self.model, self.version, traces, rows, len(timings), dispatched_ns)
+        span = self.tracing.execution(self.model, self.version, traces, rows, len(contexts), dispatched_ns)
         if failed:
             span.set_status(Status(StatusCode.ERROR, "the execution failed"))
         span.end(end_time=finished_ns)
         execution = _Execution(span.get_span_context(), self.version, dispatched_ns, finished_ns)
-        for timing in timings:
-            if isinstance(timing.trace, RequestTrace):
-                timing.trace.executions.append((timing, execution))
+        for context in contexts:
+            if isinstance(context.trace, RequestTrace):
+                context.trace.executions.append((context.timing, execution))
 
 
 def _request_attributes(request_trace: RequestTrace) -> dict[str, AttributeValue]:
     first = request_trace.requests[0]
     attributes: dict[str, AttributeValue] = {
         "inferd.model.name": first.model_name,
-        "inferd.protocol": first.protocol,
-        "inferd.request.id": first.request_id,
-        "inferd.request.rows": sum(r.timing.rows for r in request_trace.requests),
+        "inferd.protocol": first.context.door,
+        "inferd.request.id": first.context.request_id,
+        "inferd.request.rows": sum(r.context.timing.rows for r in request_trace.requests),
     }
-    execution = request_trace.execution_of(first.timing)
+    execution = request_trace.execution_of(first.context.timing)
     if execution is not None:
         attributes["inferd.model.version"] = str(execution.version)
     elif first.model_version:
         attributes["inferd.model.version"] = first.model_version
-    if first.timing.batch_rows:
-        attributes["inferd.batch.size"] = first.timing.batch_rows
+    if first.context.timing.batch_rows:
+        attributes["inferd.batch.size"] = first.context.timing.batch_rows
     return attributes
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from inferd.config.model import ModelSignature, TensorSpec
 from inferd.core.scheduler import Work
 from inferd.errors import InvalidRequestError
-from inferd.types import DataType, InferRequest, RequestTiming
+from inferd.types import DataType, InferRequest, RequestContext, RequestTiming
 
 
 class FakeRuntime:
@@ -91,10 +91,9 @@ def fake_work(
     request = InferRequest(
         model_name="fake",
         model_version="",
-        request_id=request_id,
         inputs=(),
         parameters=parameters or {},
-        timing=timing or RequestTiming(),
+        context=RequestContext(request_id, timing=timing or RequestTiming()),
     )
     rows = next(iter(feeds.values())).shape[0]
     return Work(request, feeds, rows, names, **fields)

@@ -19,7 +19,7 @@ from inferd.core.statistics import ServingStatistics
 from inferd.core.tracing import ExecutionTracer
 from inferd.errors import ModelNotFoundError, UnsupportedError
 from inferd.testing.models import python_model, write_config
-from inferd.types import DataType, InferRequest, Tensor
+from inferd.types import DataType, InferRequest, RequestContext, Tensor
 
 DOUBLE = """
 class Model:
@@ -45,7 +45,7 @@ class RecordingTracer:
         self.started: list[tuple[str, str]] = []
 
     def request_started(self, request: InferRequest) -> None:
-        self.started.append((request.model_name, request.protocol))
+        self.started.append((request.model_name, request.context.door))
 
     def executions(self, model: str, version: int) -> ExecutionTracer:
         return Executions()
@@ -53,7 +53,7 @@ class RecordingTracer:
 
 class Executions:
     def executed(
-        self, timings: object, rows: int, dispatched_ago_s: float, finished_ago_s: float, failed: bool
+        self, contexts: object, rows: int, dispatched_ago_s: float, finished_ago_s: float, failed: bool
     ) -> None:
         return None
 
@@ -75,7 +75,7 @@ async def parts(tmp_path: Path) -> AsyncIterator[tuple[InferenceService, Serving
 def request(model: str, protocol: str = "kserve_http") -> InferRequest:
     x = np.array([1.0, 2.0], dtype=np.float32)
     name = "X" if model == "quadruple" else "x"
-    return InferRequest(model, "", "r", (Tensor(name, DataType.FP32, x.shape, x),), protocol=protocol)
+    return InferRequest(model, "", (Tensor(name, DataType.FP32, x.shape, x),), context=RequestContext("r", door=protocol))
 
 
 def outcomes(statistics: ServingStatistics, model: str) -> dict[tuple[str, str], int]:
@@ -126,7 +126,7 @@ async def test_a_request_is_counted_from_the_start_of_its_decoding(
 ) -> None:
     service, statistics, _ = parts
     decoded = request("double")
-    decoded.timing.decode_s = 2.0  # the door took two seconds to decode it
+    decoded.context.timing.decode_s = 2.0  # the door took two seconds to decode it
     await service.infer(decoded)
     assert statistics.model_statistics("double", "1").success.ns >= 2_000_000_000
 

@@ -52,7 +52,7 @@ def model(root: Path, name: str, factor: int) -> Path:
 
 def request(name: str) -> InferRequest:
     x = np.array([1.0, 2.0], dtype=np.float32)
-    return InferRequest(name, "", "r", (Tensor("x", DataType.FP32, x.shape, x),))
+    return InferRequest(name, "", (Tensor("x", DataType.FP32, x.shape, x),))
 
 
 def answer(response: InferResponse) -> list[float]:

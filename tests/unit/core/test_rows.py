@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from inferd.core.rows import fill, merge_arrays, merge_requests, split_arrays, stack_tensors, tensor_rows
-from inferd.types import DataType, InferRequest, Tensor
+from inferd.types import DataType, InferRequest, RequestContext, Tensor
 
 
 def test_fill_cuts_in_order_within_the_row_budget_and_a_large_item_goes_alone() -> None:
@@ -45,7 +45,8 @@ def test_tensors_stack_by_name_whatever_their_order_and_split_back() -> None:
 def test_merged_requests_keep_the_first_id_and_the_earliest_deadline() -> None:
     def request(request_id: str, deadline_s: float | None) -> InferRequest:
         x = np.zeros((1, 2), dtype=np.float32)
-        return InferRequest("m", "", request_id, (Tensor("x", DataType.FP32, (1, 2), x),), deadline_s=deadline_s)
+        context = RequestContext(request_id, deadline_s)
+        return InferRequest("m", "", (Tensor("x", DataType.FP32, (1, 2), x),), context=context)
 
     merged = merge_requests([request("first", None), request("second", 5.0), request("third", 3.0)], 3)
-    assert (merged.request_id, merged.deadline_s, merged.inputs[0].shape) == ("first", 3.0, (3, 2))
+    assert (merged.context.request_id, merged.context.deadline_s, merged.inputs[0].shape) == ("first", 3.0, (3, 2))

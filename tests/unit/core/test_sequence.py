@@ -17,7 +17,7 @@ from inferd.core.scheduler import Work
 from inferd.core.sequence import SequenceBatcher
 from inferd.errors import DeadlineUnreachableError, InvalidRequestError, ModelOutputError, OverloadedError
 from inferd.testing.fakes import FakeClock, FakeRuntime, fake_work
-from inferd.types import DataType, InferRequest, Tensor
+from inferd.types import DataType, InferRequest, RequestContext, Tensor
 from tests.unit.core.test_batcher import until
 from tests.unit.core.test_tracing_hooks import RecordingTracer
 
@@ -45,8 +45,8 @@ async def step(batcher: SequenceBatcher, sequence: int, value: float) -> dict[st
     request = InferRequest(
         model_name="stateful",
         model_version="",
-        request_id=str(sequence),
         inputs=(Tensor("x", DataType.FP32, x.shape, x),),
+        context=RequestContext(str(sequence)),
         parameters={"sequence_id": sequence, "sequence_start": True, "sequence_end": True},
     )
     return await batcher.submit(Work(request, {"x": x}, 1, ["y"]))
@@ -143,10 +143,10 @@ async def test_each_request_s_time_is_split_and_the_tracer_hears_of_each_executi
     clock.advance(0.25)  # the first executes, the second queues
     gate.set()
     await asyncio.wait_for(asyncio.gather(running, queued), 10)
-    timing = second.request.timing
+    timing = second.request.context.timing
     # direct: the second sequence holds slot 1, so its batch has two rows (slot 0's not READY)
     assert (timing.queue_s, timing.batch_wait_s, timing.batch_rows) == (0.25, 0.0, 2)
-    assert first.request.timing.compute_s == 0.25
+    assert first.request.context.timing.compute_s == 0.25
     assert [(len(e.timings), e.rows, e.failed) for e in tracer.executions] == [(1, 1, False), (1, 2, False)]
     assert tracer.executions[1].timings[0] is timing
     await batcher.close()

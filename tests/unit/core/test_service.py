@@ -48,7 +48,7 @@ async def parts(tmp_path: Path) -> AsyncIterator[tuple[InferenceService, Serving
 def request(model: str, values: list[float], classes: int = 0) -> InferRequest:
     x = np.array(values, dtype=np.float32)
     outputs = (RequestedOutput("y", {"classification": classes}),) if classes else ()
-    return InferRequest(model, "", "r", (Tensor("x", DataType.FP32, x.shape, x),), outputs=outputs)
+    return InferRequest(model, "", (Tensor("x", DataType.FP32, x.shape, x),), outputs=outputs)
 
 
 def outcomes(statistics: ServingStatistics, model: str) -> dict[tuple[str, str], int]:

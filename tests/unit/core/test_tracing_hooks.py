@@ -15,7 +15,7 @@ from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import InstancePool
 from inferd.errors import InvalidRequestError
 from inferd.testing.fakes import FakeClock, FakeRuntime, fake_work
-from inferd.types import RequestTiming
+from inferd.types import RequestContext, RequestTiming
 from tests.unit.core.test_batcher import rows, until
 
 
@@ -36,12 +36,13 @@ class RecordingTracer:
 
     def executed(
         self,
-        timings: Sequence[RequestTiming],
+        contexts: Sequence[RequestContext],
         rows: int,
         dispatched_ago_s: float,
         finished_ago_s: float,
         failed: bool,
     ) -> None:
+        timings = [context.timing for context in contexts]
         self.executions.append(
             Execution(list(timings), rows, [t.batch_rows for t in timings], dispatched_ago_s, finished_ago_s, failed)
         )
@@ -100,4 +101,4 @@ async def test_without_a_tracer_nothing_is_reported() -> None:
                              config=DynamicBatchingConfig(), clock=FakeClock())  # fmt: skip
     timing = RequestTiming()
     await submit(batcher, [1.0], timing)
-    assert timing.trace is None and timing.batch_rows == 1
+    assert timing.batch_rows == 1

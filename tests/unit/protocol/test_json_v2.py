@@ -7,7 +7,7 @@ import simdjson
 
 from inferd.errors import MalformedRequestError, TensorDataError
 from inferd.protocol import json_v2, openai_embeddings
-from inferd.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
+from inferd.types import DataType, InferRequest, InferResponse, RequestContext, RequestedOutput, Tensor
 
 
 def decode(document: object, **kwargs: object) -> object:
@@ -27,7 +27,7 @@ def test_binary_inputs_are_views_of_the_body() -> None:
     body = header + np.array([1.5, 2.5], dtype="<f4").tobytes() + b"\x02\x00\x00\x00hi\x01\x00\x00\x00!"
     request = json_v2.decode_request(body, model_name="m", model_version="1", header_length=len(header))
     assert request.id == "abc"
-    assert request.request_id == "abc"
+    assert request.context.request_id == "abc"
     assert request.inputs[0].data.tolist() == [1.5, 2.5]
     assert not request.inputs[0].data.flags.owndata  # no copy
     assert request.inputs[1].data.tolist() == [b"hi", b"!"]
@@ -35,9 +35,10 @@ def test_binary_inputs_are_views_of_the_body() -> None:
 
 def test_header_request_id_wins_over_v2_id() -> None:
     request = decode(
-        {"id": "v2", "inputs": [{"name": "a", "datatype": "INT32", "shape": [1], "data": [1]}]}, request_id="hdr"
+        {"id": "v2", "inputs": [{"name": "a", "datatype": "INT32", "shape": [1], "data": [1]}]},
+        context=RequestContext("hdr"),
     )
-    assert (request.request_id, request.id) == ("hdr", "v2")  # type: ignore[attr-defined]
+    assert (request.context.request_id, request.id) == ("hdr", "v2")  # type: ignore[attr-defined]
 
 
 def test_trailing_binary_bytes_are_an_error() -> None:
@@ -157,7 +158,6 @@ def test_a_request_the_client_encodes_is_the_request_the_server_decodes() -> Non
     request = InferRequest(
         "m",
         "",
-        "r1",
         (Tensor("ids", DataType.INT64, ids.shape, ids), Tensor("text", DataType.BYTES, text.shape, text)),
         outputs=(RequestedOutput("y"),),
         parameters={"priority": 2},
@@ -181,7 +181,7 @@ def test_a_response_the_server_encodes_is_the_response_the_client_decodes() -> N
         "r1",
         (Tensor("hidden", DataType.FP32, hidden.shape, hidden), Tensor("label", DataType.BYTES, (2, 1), labels)),
     )
-    asked = InferRequest("m", "", "r1", (), outputs=(RequestedOutput("hidden", {"binary_data": True}),))
+    asked = InferRequest("m", "", (), outputs=(RequestedOutput("hidden", {"binary_data": True}),))
     body, header_length = json_v2.encode_response(response, asked)  # hidden binary, label JSON-less: binary too
     decoded = json_v2.decode_response(body, header_length=header_length, request_id="r1")
     assert (decoded.model_name, decoded.model_version, decoded.request_id) == ("m", "1", "r1")
@@ -189,7 +189,7 @@ def test_a_response_the_server_encodes_is_the_response_the_client_decodes() -> N
     assert np.array_equal(got["hidden"].data, hidden) and got["hidden"].shape == (2, 3, 4)
     assert got["label"].data.tolist() == labels.tolist()
     plain, plain_length = json_v2.encode_response(
-        response, InferRequest("m", "", "r1", (), outputs=(RequestedOutput("hidden"), RequestedOutput("label")))
+        response, InferRequest("m", "", (), outputs=(RequestedOutput("hidden"), RequestedOutput("label")))
     )
     decoded = json_v2.decode_response(plain, header_length=plain_length)
     assert np.array_equal(decoded.outputs[0].data, hidden)  # JSON data decodes too
@@ -260,14 +260,14 @@ def test_non_finite_tokens_in_a_body_past_the_limit_ask_for_binary() -> None:
 def test_nan_and_infinities_are_written_as_triton_writes_them() -> None:
     values = np.array(NON_FINITE, dtype=np.float32)
     response = InferResponse("m", "1", "r", (Tensor("y", DataType.FP32, (4,), values),))
-    body, _ = json_v2.encode_response(response, InferRequest("m", "", "r", ()))
+    body, _ = json_v2.encode_response(response, InferRequest("m", "", ()))
     assert b"[NaN,Infinity,-Infinity,1.5]" in body  # not orjson's null, which reads back as NaN for all three
     tenth = InferResponse("m", "1", "r", (Tensor("y", DataType.FP32, (2,), np.array([np.nan, 0.1], np.float32)),))
-    assert b"[NaN,0.1]" in json_v2.encode_response(tenth, InferRequest("m", "", "r", ()))[0]  # float32's own form
+    assert b"[NaN,0.1]" in json_v2.encode_response(tenth, InferRequest("m", "", ()))[0]  # float32's own form
     np.testing.assert_array_equal(json_v2.decode_response(body).outputs[0].data, values)
     # Finite data whose document holds "null" elsewhere keeps orjson's bytes.
     finite = InferResponse("nullable", "1", "r", (Tensor("y", DataType.FP32, (1,), np.ones(1, np.float32)),))
-    body, _ = json_v2.encode_response(finite, InferRequest("nullable", "", "r", ()))
+    body, _ = json_v2.encode_response(finite, InferRequest("nullable", "", ()))
     expected = b'{"model_name":"nullable","model_version":"1",'
     expected += b'"outputs":[{"name":"y","datatype":"FP32","shape":[1],"data":[1.0]}]}'
     assert body == expected

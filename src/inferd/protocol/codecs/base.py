@@ -12,12 +12,12 @@ regions a client registered (read at decode, written at encode), so each is unit
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Generic, Protocol, TypeVar
 
 from inferd.config.model import ModelConfig
-from inferd.types import Door, InferRequest, InferResponse, ModelMetadata, RequestTiming, new_request_id
+from inferd.types import Door, InferRequest, InferResponse, ModelMetadata, RequestContext
 
 RawT = TypeVar("RawT", contravariant=True)
 StateT = TypeVar("StateT")
@@ -50,45 +50,6 @@ class Signature:
     @cached_property
     def metadata(self) -> ModelMetadata:
         return self._describe()
-
-
-@dataclass(slots=True)
-class RequestContext:
-    """What the call knows of a request before its body is read: built once by the call, carried
-    into every request the codec makes."""
-
-    # The transport's id (X-Request-ID, gRPC metadata); "" when it sent none, and the codec then
-    # takes the body's own id (v2's `id`) or makes one.
-    request_id: str
-    # When the client stops waiting, on time.monotonic()'s clock; resolved once from whichever
-    # header or field the door carries.
-    deadline_s: float | None
-    door: Door
-    timing: RequestTiming = field(default_factory=RequestTiming)
-
-    def request(
-        self,
-        model: str,
-        version: str,
-        inputs: Sequence[Any],
-        outputs: Sequence[Any] = (),
-        parameters: Mapping[str, Any] | None = None,
-    ) -> InferRequest:
-        """A request of this context (its id, made now when the transport sent none; its deadline,
-        door and timing)."""
-        if not self.request_id:
-            self.request_id = new_request_id()
-        return InferRequest(
-            model_name=model,
-            model_version=version,
-            request_id=self.request_id,
-            inputs=tuple(inputs),
-            outputs=tuple(outputs),
-            parameters=parameters if parameters is not None else {},
-            deadline_s=self.deadline_s,
-            timing=self.timing,
-            protocol=self.door,
-        )
 
 
 @dataclass(slots=True)

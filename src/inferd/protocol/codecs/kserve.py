@@ -16,12 +16,11 @@ from inferd.protocol.codecs.base import (
     Decoded,
     HttpAnswer,
     HttpBody,
-    RequestContext,
     Signature,
     Target,
 )
 from inferd.protocol.shared_memory import RegionAccess
-from inferd.types import Door, InferRequest, InferResponse
+from inferd.types import Door, InferRequest, InferResponse, RequestContext
 
 _HEADER_LENGTH = json_v2.HEADER_LENGTH_HEADER.encode()
 _ACCEPT_ENCODING = b"accept-encoding"
@@ -60,11 +59,8 @@ class KServeHttpCodec:
             model_name=target.model,
             model_version=target.version,
             header_length=self.header_length(raw),
-            request_id=context.request_id,
-            deadline_s=context.deadline_s,
-            protocol=context.door,
+            context=context,
             regions=self.regions,
-            timing=context.timing,
         )
         return Decoded((request,), raw.headers.get(_ACCEPT_ENCODING))
 
@@ -95,10 +91,7 @@ class KServeGrpcCodec:
     reads_signature = False
 
     def decode(self, raw: Any, target: Target, context: RequestContext, signature: Signature | None) -> Decoded[None]:
-        request = grpc_v2.decode_request(
-            raw, request_id=context.request_id, deadline_s=context.deadline_s, regions=self.regions,
-            timing=context.timing,
-        )  # fmt: skip
+        request = grpc_v2.decode_request(raw, context=context, regions=self.regions)
         return Decoded((request,), None)
 
     def encode(self, responses: Sequence[InferResponse], decoded: Decoded[None]) -> Any:
@@ -124,9 +117,7 @@ class KServeStreamCodec:
 
     def decode(self, raw: Any, target: Target, context: RequestContext, signature: Signature | None) -> Decoded[bool]:
         assert signature is not None, "reads_signature"
-        request = grpc_v2.decode_request(
-            raw, request_id=context.request_id, regions=self.regions, timing=context.timing
-        )
+        request = grpc_v2.decode_request(raw, context=context, regions=self.regions)
         return Decoded((request,), signature.config.decoupled)
 
     def encode(self, responses: Sequence[InferResponse], decoded: Decoded[bool]) -> Any:

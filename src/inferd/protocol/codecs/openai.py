@@ -25,8 +25,8 @@ import numpy as np
 from inferd.config.model import ModelConfig
 from inferd.errors import InvalidRequestError, ModelOutputError
 from inferd.protocol import openai_embeddings
-from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, RequestContext, Signature, Target
-from inferd.types import DataType, Door, InferResponse, RequestedOutput, RequestTiming, Tensor
+from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, Signature, Target
+from inferd.types import DataType, Door, InferResponse, RequestContext, RequestedOutput, RequestTiming, Tensor
 
 EMBEDDING_INPUT = "embedding_input"
 EMBEDDING_OUTPUT = "embedding_output"
@@ -111,8 +111,9 @@ class OpenAiEmbeddingsCodec:
             # The first chunk carries the call's timing (Server-Timing, the trace); the others their own.
             chunk_context = context
             if start:
-                timing = RequestTiming(trace=context.timing.trace)
-                chunk_context = RequestContext(context.request_id, context.deadline_s, context.door, timing)
+                chunk_context = RequestContext(
+                    context.request_id, context.deadline_s, context.door, RequestTiming(), context.trace
+                )
             requests.append(chunk_context.request(body.model, target.version, (_texts(spec, texts),), _outputs(spec)))
         return Decoded(tuple(requests), _Asked(body.model, spec, body.base64, body.dimensions))
 

@@ -13,11 +13,11 @@ import numpy as np
 
 from inferd.errors import InvalidRequestError, NotAcceptableError, TensorDataError
 from inferd.protocol import json_v2, sagemaker, tfserving_json
-from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, RequestContext, Signature, Target
+from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, Signature, Target
 from inferd.protocol.codecs.kserve import KServeHttpCodec
 from inferd.protocol.codecs.tfserving import TfServingRestCodec
 from inferd.protocol.shared_memory import RegionAccess
-from inferd.types import DataType, Door, InferResponse, Tensor
+from inferd.types import DataType, Door, InferResponse, RequestContext, Tensor
 
 _CONTENT_TYPE = b"content-type"
 _ACCEPT = b"accept"

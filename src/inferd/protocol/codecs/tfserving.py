@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.protocol import json_v2, tfserving_grpc, tfserving_json
-from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, RequestContext, Signature, Target
-from inferd.types import Door, InferResponse
+from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, Signature, Target
+from inferd.types import Door, InferResponse, RequestContext
 
 _JSON = b"application/json"
 

@@ -14,9 +14,9 @@ import numpy as np
 from inferd.config.model import ModelConfig, TensorConfig
 from inferd.errors import InvalidRequestError
 from inferd.protocol import json_v2, sagemaker, tfserving_json, torchserve
-from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, RequestContext, Signature, Target
+from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, Signature, Target
 from inferd.protocol.codecs.kserve import KServeHttpCodec
-from inferd.types import DataType, Door, InferResponse, Tensor
+from inferd.types import DataType, Door, InferResponse, RequestContext, Tensor
 
 # The model config parameter naming the BYTES input a raw (non-JSON) body goes to.
 BODY_INPUT_PARAMETER = "torchserve_body_input"

@@ -159,7 +159,6 @@ class _Worker:
             InferRequest(
                 model_name=target.model,
                 model_version=target.version,
-                request_id="",
                 inputs=as_tensors(sample),
                 outputs=tuple(RequestedOutput(name) for name in target.outputs),
             )

@@ -64,7 +64,7 @@ class KServeUser(FastHttpUser):
         bodies = []
         for sample in samples:
             body, header_length = json_v2.encode_request(
-                InferRequest(options.model, options.model_version, "", as_tensors(sample)),
+                InferRequest(options.model, options.model_version, as_tensors(sample)),
                 binary=not options.json_tensors,
             )
             headers = {"Content-Type": "application/json"}

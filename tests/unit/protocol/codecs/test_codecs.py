@@ -16,14 +16,14 @@ from tritonclient.grpc import service_pb2 as pb
 from inferd.config.model import ModelConfig, TensorConfig
 from inferd.errors import InvalidRequestError, MalformedRequestError, NotAcceptableError
 from inferd.protocol import grpc_v2, sagemaker, tfserving_grpc
-from inferd.protocol.codecs.base import Decoded, HttpBody, InflatedBody, RequestContext, Signature, Target
+from inferd.protocol.codecs.base import Decoded, HttpBody, InflatedBody, Signature, Target
 from inferd.protocol.codecs.kserve import KServeGrpcCodec, KServeHttpCodec, KServeStreamCodec
 from inferd.protocol.codecs.openai import OpenAiEmbeddingsCodec
 from inferd.protocol.codecs.sagemaker import SageMakerArrayCodec, json_codecs
 from inferd.protocol.codecs.tfserving import TfServingGrpcCodec, TfServingRestCodec
 from inferd.protocol.codecs.torchserve import TorchServeCodec
 from inferd.protocol.tfserving_pb import tensorflow_serving_pb2 as tfs
-from inferd.types import DataType, Door, InferResponse, ModelMetadata, Tensor, TensorMetadata
+from inferd.types import DataType, Door, InferResponse, ModelMetadata, RequestContext, Tensor, TensorMetadata
 
 
 def fp32(name: str, rows: list[list[float]]) -> Tensor:
@@ -77,11 +77,11 @@ def test_v2_http_decodes_with_the_call_context_and_the_body_id_when_the_transpor
     call = context(Door.KSERVE_HTTP, deadline_s=12.5)
     decoded = KServeHttpCodec().decode(http(body), Target("mlp", "1"), call, None)
     (request,) = decoded.requests
-    assert (request.model_name, request.model_version, request.request_id) == ("mlp", "1", "abc")
-    assert request.deadline_s == 12.5 and request.protocol is Door.KSERVE_HTTP
-    assert request.timing is call.timing  # decode and encode times land where Server-Timing reads them
+    assert (request.model_name, request.model_version, request.context.request_id) == ("mlp", "1", "abc")
+    assert request.context.deadline_s == 12.5 and request.context.door is Door.KSERVE_HTTP
+    assert request.context is call  # decode and encode times land where Server-Timing reads them
     transport = KServeHttpCodec().decode(http(body), Target("mlp"), context(Door.KSERVE_HTTP, "from-header"), None)
-    assert transport.requests[0].request_id == "from-header"
+    assert transport.requests[0].context.request_id == "from-header"
 
 
 def test_v2_http_encodes_binary_outputs_with_their_header_length_and_compresses_when_accepted() -> None:
@@ -122,7 +122,7 @@ def test_v2_grpc_targets_the_message_model_and_encodes_raw_outputs() -> None:
     message = grpc_request(id="m-1")
     assert codec.target(message) == Target("mlp", "1")
     decoded = codec.decode(message, codec.target(message), context(Door.KSERVE_GRPC), None)
-    assert decoded.requests[0].request_id == "m-1" and decoded.requests[0].protocol is Door.KSERVE_GRPC
+    assert decoded.requests[0].context.request_id == "m-1" and decoded.requests[0].context.door is Door.KSERVE_GRPC
     encoded = codec.encode([answer("mlp", fp32("y", [[5, 6]]))], decoded)
     assert np.frombuffer(encoded.raw_output_contents[0], dtype=np.float32).tolist() == [5, 6]
 
@@ -151,7 +151,7 @@ def test_tfserving_rest_answers_rows_with_predictions_and_columns_with_outputs()
     for body, key in ((b'{"instances": [[1, 2]]}', "predictions"), (b'{"inputs": [[1, 2]]}', "outputs")):
         decoded = codec.decode(http(body), Target("mlp"), context(Door.TFSERVING_REST), signature(MLP))
         assert decoded.requests[0].inputs[0].data.tolist() == [[1, 2]]
-        assert decoded.requests[0].request_id  # none sent: one made
+        assert decoded.requests[0].context.request_id  # none sent: one made
         encoded = codec.encode([answer("mlp", fp32("y", [[1.5, 2.5]]))], decoded)
         assert orjson.loads(encoded.body) == {key: [[1.5, 2.5]]}
 
@@ -183,7 +183,7 @@ def test_sagemaker_json_reads_v2_and_tfserving_bodies_and_answers_each_in_its_ow
     codec, _ = json_codecs(None)
     v2 = orjson.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]})
     decoded = codec.decode(http(v2), Target("mlp"), context(Door.SAGEMAKER), signature(MLP))
-    assert decoded.requests[0].protocol is Door.SAGEMAKER
+    assert decoded.requests[0].context.door is Door.SAGEMAKER
     assert "outputs" in orjson.loads(codec.encode([answer("mlp", fp32("y", [[1, 2]]))], decoded).body)
     decoded = codec.decode(http(b'{"instances": [[1, 2]]}'), Target("mlp"), context(Door.SAGEMAKER), signature(MLP))
     assert orjson.loads(codec.encode([answer("mlp", fp32("y", [[1, 2]]))], decoded).body) == {"predictions": [[1, 2]]}
@@ -259,7 +259,7 @@ def test_openai_splits_texts_in_chunks_of_the_batch_size_sharing_one_id() -> Non
     call = context(Door.OPENAI)
     decoded = codec.decode(raw, codec.target(raw), call, signature(TEXT))
     assert [r.inputs[0].shape for r in decoded.requests] == [(2, 1), (1, 1)]
-    assert len({r.request_id for r in decoded.requests}) == 1 and decoded.requests[0].timing is call.timing
+    assert len({r.context.request_id for r in decoded.requests}) == 1 and decoded.requests[0].context is call
     responses = [
         answer(
             "text",
