@@ -492,7 +492,7 @@ class Counts:
     execution_count: int
     success_count: int
     requests: float  # inferd_requests_total{protocol, outcome="success"}
-    encode_count: float  # inferd_request_encode_duration_seconds (no protocol label: the model's)
+    encode_count: float  # inferd_request_encode_duration_seconds{protocol}: the door's own
     encode_s: float
 
     def minus(self, other: Counts) -> Counts:
@@ -514,8 +514,8 @@ def counts(doors: Doors, model: str, protocol: str) -> Counts:
         execution_count=int(stats["execution_count"]),
         success_count=int(stats["inference_stats"]["success"]["count"]),
         requests=sample(text, "inferd_requests_total", 0.0, **labels, protocol=protocol, outcome="success"),
-        encode_count=sample(text, "inferd_request_encode_duration_seconds_count", 0.0, **labels),
-        encode_s=sample(text, "inferd_request_encode_duration_seconds_sum", 0.0, **labels),
+        encode_count=sample(text, "inferd_request_encode_duration_seconds_count", 0.0, **labels, protocol=protocol),
+        encode_s=sample(text, "inferd_request_encode_duration_seconds_sum", 0.0, **labels, protocol=protocol),
     )
 
 
@@ -571,9 +571,8 @@ def test_a_full_queue_refuses_before_the_body_is_decoded(doors: Doors, door: Doo
 @every_door
 def test_each_request_counts_once_and_is_timed(doors: Doors, door: Door) -> None:
     """N requests: N in the statistics (rows, executions, successes), N in the door's requests
-    counter, N encode times that add up to more than nothing. inferd's encode histogram has no
-    `protocol` label: this door is the only one sending to HELD meanwhile, so its growth is this
-    door's."""
+    counter, N encode times under the door's own `protocol` label that add up to more than nothing
+    (an encode time counted under another door would leave this door's short)."""
     before = counts(doors, HELD, door.protocol)
     for _ in range(N):
         answered(door.infer(doors, HELD, {}))

@@ -7,6 +7,7 @@ import urllib.request
 import numpy as np
 import orjson
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.testing.server import ServerProcess
@@ -22,6 +23,12 @@ def infer_mlp(server: ServerProcess, rows: int) -> None:
     tensor.set_data_from_numpy(np.ones((rows, 16), dtype=np.float32))
     with httpclient.InferenceServerClient(server.http_url) as client:
         client.infer("mlp_specific", [tensor], model_version="3")
+
+
+def infer_mlp_over_grpc(clients: Clients, server: ServerProcess, rows: int) -> None:
+    tensor = grpcclient.InferInput("x", [rows, 16], "FP32")
+    tensor.set_data_from_numpy(np.ones((rows, 16), dtype=np.float32))
+    clients.grpc(server.grpc_url).infer("mlp_specific", [tensor], model_version="3")
 
 
 def scrape(server: ServerProcess) -> str:
@@ -78,11 +85,34 @@ def test_prometheus_metrics_split_the_time(server: ServerProcess) -> None:
 
     assert grew("inferd_requests_total", protocol="kserve_http", outcome="success") >= 1
     for phase in ("decode", "queue", "batch_wait", "compute", "encode"):
-        assert grew(f"inferd_request_{phase}_duration_seconds_count") >= 1
+        assert grew(f"inferd_request_{phase}_duration_seconds_count", protocol="kserve_http") >= 1
     assert grew("inferd_batch_size_bucket", le="4.0") >= 1
     assert sample(after, "inferd_model_state", model="broken_file", state="UNAVAILABLE") == 1.0
     assert sample(after, "inferd_model_state", model="add_sub", state="READY") == 1.0
     assert sample(after, "inferd_requests_in_flight", model="mlp_specific", version="3") == 0.0
+
+
+def test_each_door_s_requests_are_timed_apart_and_added_up_in_the_statistics(
+    clients: Clients, server: ServerProcess
+) -> None:
+    """One request by KServe's HTTP door, one by its gRPC door: each door's phase histograms count
+    its own; the model's executions (no door) and Triton's statistics extension count both."""
+    triton_before = clients.http(server.http_url).get_inference_statistics("mlp_specific", "3")["model_stats"][0]
+    before = scrape(server)
+    infer_mlp(server, rows=1)
+    infer_mlp_over_grpc(clients, server, rows=1)
+    after = scrape(server)
+    triton_after = clients.http(server.http_url).get_inference_statistics("mlp_specific", "3")["model_stats"][0]
+    labels = {"model": "mlp_specific", "version": "3"}
+    for protocol in ("kserve_http", "kserve_grpc"):
+        for phase in ("", "_decode", "_queue", "_batch_wait", "_compute", "_encode"):
+            name = f"inferd_request{phase}_duration_seconds_count"
+            assert grew(before, after, name, **labels, protocol=protocol) == 1, (name, protocol)
+    assert grew(before, after, "inferd_execution_duration_seconds_count", **labels) == 2
+    assert 'inferd_batch_size_count{model="mlp_specific",version="3"}' in after  # no door: an execution's
+    success_before, success_after = triton_before["inference_stats"], triton_after["inference_stats"]
+    assert success_after["success"]["count"] - success_before["success"]["count"] == 2
+    assert triton_after["execution_count"] - triton_before["execution_count"] == 2
 
 
 def test_failures_are_counted_by_reason(server: ServerProcess) -> None:

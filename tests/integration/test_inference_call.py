@@ -134,7 +134,8 @@ async def test_the_door_is_the_protocol_label_of_the_count_with_its_encode_time(
     await call(service).http(KServeHttpCodec(Door.SAGEMAKER), post(V2_BODY), Target("mlp", "2"))
     counted = STATISTICS[0].snapshot()[("mlp", "2")]
     assert counted.outcomes == {("sagemaker", "success"): 1}
-    assert counted.encode.count == 1 and counted.encode.total > 0
+    encoded = counted.phases["sagemaker"].encode
+    assert set(counted.phases) == {"sagemaker"} and encoded.count == 1 and encoded.total > 0
 
 
 async def test_every_door_reads_a_compressed_body(service: InferenceService) -> None:

@@ -26,7 +26,9 @@ class Metrics(Protocol):
         """A request that found no model version to serve it (unknown, or not ready) ended with `outcome`."""
         ...
 
-    def response_encoded(self, model: str, version: str, encode_s: float) -> None: ...
+    def response_encoded(self, model: str, version: str, protocol: str, encode_s: float) -> None:
+        """A response to a request that came by `protocol` (its door) was written in `encode_s`."""
+        ...
 
     def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
         """One execution of the runtime, on a batch of `rows` rows from one or more requests."""
@@ -65,7 +67,7 @@ class NoMetrics:
     def request_unresolved(self, protocol: str, outcome: str) -> None:
         return None
 
-    def response_encoded(self, model: str, version: str, encode_s: float) -> None:
+    def response_encoded(self, model: str, version: str, protocol: str, encode_s: float) -> None:
         return None
 
     def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:

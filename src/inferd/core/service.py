@@ -259,8 +259,9 @@ class InferenceService:
                 "--model-control-mode explicit"
             )
 
-    def response_encoded(self, response: InferResponse, encode_s: float) -> None:
-        self._statistics.response_encoded(response.model_name, response.model_version, encode_s)
+    def response_encoded(self, response: InferResponse, protocol: str, encode_s: float) -> None:
+        """`response`, to a request that came by `protocol`, was written in `encode_s`."""
+        self._statistics.response_encoded(response.model_name, response.model_version, protocol, encode_s)
 
     def model_statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:
         """Cumulative statistics of every ready version of `name` (of every model when "")."""

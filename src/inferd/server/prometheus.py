@@ -12,45 +12,51 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from inferd.core.registry import ModelState
-from inferd.core.statistics import Histogram, ServingStatistics, VersionStatistics
+from inferd.core.statistics import Histogram, RequestPhases, ServingStatistics, VersionStatistics
 from inferd.server.tls import TlsFiles
 
 ModelStates = Callable[[], list[tuple[str, str, ModelState]]]
 Load = Callable[[], list[tuple[str, str, int, int]]]
 Memory = Callable[[], list[tuple[str, int]]]
 
-# metric name, help, the VersionStatistics histogram it shows
-_HISTOGRAMS: tuple[tuple[str, str, Callable[[VersionStatistics], Histogram]], ...] = (
+# metric name, help, the histogram of one door's requests it shows (labels: model, version, protocol)
+_REQUEST_HISTOGRAMS: tuple[tuple[str, str, Callable[[RequestPhases], Histogram]], ...] = (
     (
         "inferd_request_duration_seconds",
-        "Successful requests: from the start of decoding to a result, in seconds.",
+        "Successful requests, by the door they came by: from the start of decoding to a result, in seconds.",
         lambda s: s.duration,
     ),
     (
         "inferd_request_decode_duration_seconds",
-        "Successful requests: parsing the body or message, in seconds.",
+        "Successful requests, by the door they came by: parsing the body or message, in seconds.",
         lambda s: s.decode,
     ),
     (
         "inferd_request_queue_duration_seconds",
-        "Successful requests: waiting for a free instance, in seconds.",
+        "Successful requests, by the door they came by: waiting for a free instance, in seconds.",
         lambda s: s.queue,
     ),
     (
         "inferd_request_batch_wait_duration_seconds",
-        "Successful requests: waiting, with an instance free, for the batch to fill, in seconds.",
+        "Successful requests, by the door they came by: waiting, with an instance free, for the batch to fill, "
+        "in seconds.",
         lambda s: s.batch_wait,
     ),
     (
         "inferd_request_compute_duration_seconds",
-        "Successful requests: merging, running and splitting the batch each was part of, in seconds.",
+        "Successful requests, by the door they came by: merging, running and splitting the batch each was part "
+        "of, in seconds.",
         lambda s: s.compute,
     ),
     (
         "inferd_request_encode_duration_seconds",
-        "Successful requests: writing the response, in seconds.",
+        "Successful requests, by the door they came by: writing the response, in seconds.",
         lambda s: s.encode,
     ),
+)
+# metric name, help, the VersionStatistics histogram it shows (labels: model, version): an
+# execution serves requests of any door, so these have no protocol.
+_EXECUTION_HISTOGRAMS: tuple[tuple[str, str, Callable[[VersionStatistics], Histogram]], ...] = (
     ("inferd_batch_size", "Rows per execution of the model (one request or a merged batch).", lambda s: s.batch_size),
     (
         "inferd_execution_duration_seconds",
@@ -129,7 +135,14 @@ class _Exposition(Collector):
             unresolved.add_metric([protocol, outcome], count)
         yield unresolved
         yield from self._model_management()
-        for name, documentation, histogram_of in _HISTOGRAMS:
+        for name, documentation, phase_of in _REQUEST_HISTOGRAMS:
+            family = HistogramMetricFamily(name, documentation, labels=["model", "version", "protocol"])
+            for (model, version), stats in snapshot:
+                for protocol, phases in sorted(stats.phases.items()):
+                    histogram = phase_of(phases)
+                    family.add_metric([model, version, protocol], _cumulative_buckets(histogram), histogram.total)
+            yield family
+        for name, documentation, histogram_of in _EXECUTION_HISTOGRAMS:
             family = HistogramMetricFamily(name, documentation, labels=["model", "version"])
             for (model, version), stats in snapshot:
                 histogram = histogram_of(stats)
