@@ -325,7 +325,7 @@ class InferenceCall:
             answer = codec.encode_streamed(response, decoded)
             encode_s = time.perf_counter() - encode_started
             call.timing.encode_s += encode_s
-            self._service.response_encoded(response, request.protocol, encode_s)
+            self._service.response_encoded(response, call.door, encode_s)
             yield answer
         for answer in codec.stream_ended(decoded):
             yield answer
@@ -356,7 +356,7 @@ class InferenceCall:
         encode_started = time.perf_counter()
         answer = codec.encode(responses, decoded)
         context.timing.encode_s = encode_s = time.perf_counter() - encode_started
-        self._service.response_encoded(responses[0], requests[0].protocol, encode_s)
+        self._service.response_encoded(responses[0], context.door, encode_s)
         return answer
 
     async def _signature(self, target: Target) -> Signature:

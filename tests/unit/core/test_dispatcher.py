@@ -75,7 +75,8 @@ async def parts(tmp_path: Path) -> AsyncIterator[tuple[InferenceService, Serving
 def request(model: str, protocol: str = "kserve_http") -> InferRequest:
     x = np.array([1.0, 2.0], dtype=np.float32)
     name = "X" if model == "quadruple" else "x"
-    return InferRequest(model, "", (Tensor(name, DataType.FP32, x.shape, x),), context=RequestContext("r", door=protocol))
+    tensor = Tensor(name, DataType.FP32, x.shape, x)
+    return InferRequest(model, "", (tensor,), context=RequestContext("r", door=protocol))
 
 
 def outcomes(statistics: ServingStatistics, model: str) -> dict[tuple[str, str], int]:
