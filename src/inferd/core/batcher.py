@@ -439,13 +439,15 @@ class DynamicBatcher:
 
         pool = self._pool
         inline = pool.runs_inline and pool.fits_inline(*[pending.work.feeds for pending in batch])
-        pool.run(instance, lambda runtime: self._run(runtime, batch), done, inline=inline)
+        cpu = pool.samples_cpu()
+        pool.run(instance, lambda runtime: self._run(runtime, batch, cpu), done, inline=inline)
 
     def _run(
-        self, instance: Runtime, batch: list[_Pending]
+        self, instance: Runtime, batch: list[_Pending], cpu: bool = False
     ) -> tuple[tuple[list[Arrays | BaseException], tuple[float, float, float]], list[Execution]]:
         """Merge, execute, split (on any thread): each request's outputs or error with the seconds
-        spent merging, running and splitting; and the executions it took."""
+        spent merging, running and splitting; and the executions it took (`cpu`: their CPU time
+        read, see InstancePool.samples_cpu)."""
         started_s = self._clock()
         rows = sum(p.work.rows for p in batch)
         names = list(dict.fromkeys(name for pending in batch for name in pending.work.output_names))
@@ -453,7 +455,7 @@ class DynamicBatcher:
         merged_s = self._clock()
         deadlines = [p.work.deadline_s for p in batch if p.work.deadline_s is not None]
         try:
-            results, execution = timed_execute(instance, feeds, names, rows, min(deadlines, default=None))
+            results, execution = timed_execute(instance, feeds, names, rows, min(deadlines, default=None), cpu)
         except InferdError as exc:
             if len(batch) == 1 or not isinstance(exc, InvalidRequestError):
                 # Only a request's own rows can be to blame for an InvalidRequestError; any other

@@ -35,7 +35,7 @@ from inferd.types import RequestContext
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 Execution = tuple[int, float, float]
-"""One run of a runtime: rows, wall seconds, CPU seconds of the thread that ran it."""
+"""One run of a runtime: rows, wall seconds, CPU seconds of the thread that ran it (-1: not read)."""
 Result = TypeVar("Result")
 Job = Callable[[Runtime], tuple[Result, list[Execution]]]
 """Work on one instance (from any thread): its result and the executions it ran."""
@@ -56,6 +56,11 @@ _LEAVE_LOOP_S = 4 * INLINE_THRESHOLD_S
 _RETURN_TO_LOOP_S = 2 * INLINE_THRESHOLD_S
 _CALIBRATION_RUNS = 20
 _PLACEMENT_WINDOW = 64
+# Placement reads the CPU time of one execution in _CPU_SAMPLE_EVERY (time.thread_time is a system
+# call, 0.6 us, read twice per execution: 2% of a tiny model's request); its mean then spans as
+# many executions as the wall-clock mean does, in fewer samples.
+_CPU_SAMPLE_EVERY = 8
+_CPU_WINDOW = _PLACEMENT_WINDOW // _CPU_SAMPLE_EVERY
 
 
 def timed_execute(
@@ -64,17 +69,21 @@ def timed_execute(
     names: Sequence[str],
     rows: int,
     deadline_s: float | None = None,
+    cpu: bool = False,
 ) -> tuple[Arrays, Execution]:
-    """Run on `instance` (from any thread): the outputs, and the execution's rows, seconds and CPU
-    seconds of the running thread (which the pool uses to choose where the next ones run).
-    `deadline_s`: the batch's earliest deadline, which the runtime reads as EXECUTION_DEADLINE."""
-    started, cpu_started = time.perf_counter(), time.thread_time()
+    """Run on `instance` (from any thread): the outputs, and the execution's rows, seconds and,
+    when `cpu` (`InstancePool.samples_cpu`), CPU seconds of the running thread (which the pool uses
+    to choose where the next ones run; else -1). `deadline_s`: the batch's earliest deadline, which
+    the runtime reads as EXECUTION_DEADLINE."""
+    started = time.perf_counter()
+    cpu_started = time.thread_time() if cpu else 0.0
     token = EXECUTION_DEADLINE.set(deadline_s)
     try:
         results = instance.execute(inputs, names)
     finally:
         EXECUTION_DEADLINE.reset(token)
-    return results, (rows, time.perf_counter() - started, time.thread_time() - cpu_started)
+    execute_s = time.perf_counter() - started
+    return results, (rows, execute_s, time.thread_time() - cpu_started if cpu else -1.0)
 
 
 def intra_op_threads_per_instance(total_instances: int, *, shared: bool) -> int | None:
@@ -124,6 +133,7 @@ class InstancePool:
         self._inline_max_text_bytes = 0
         self._mean_cpu_s = 0.0
         self._mean_execution_s = 0.0
+        self._unsampled = 0  # executions since the last one whose CPU time was read
         self._own_threads = threads is None
         self._threads = threads or ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"inferd-{name}")
         # A stack and the futures of those waiting, not an asyncio.Queue: acquiring and releasing
@@ -231,6 +241,17 @@ class InstancePool:
         self._inline_max_elements, self._inline_max_text_bytes = elements * max_rows, text * max_rows
         return fastest_s
 
+    def samples_cpu(self) -> bool:
+        """Whether the next execution reads its CPU time (asked on the loop, where it is started):
+        only a model that may move does, one execution in _CPU_SAMPLE_EVERY."""
+        if not self._movable:
+            return False
+        self._unsampled += 1
+        if self._unsampled < _CPU_SAMPLE_EVERY:
+            return False
+        self._unsampled = 0
+        return True
+
     def fits_inline(self, *feeds: Mapping[str, np.ndarray[Any, Any]]) -> bool:
         """Whether an execution on `feeds` (one request's, or a batch's) may run inline: it is no
         larger than what the model was timed at (calibrate). Asked only of a model that runs inline."""
@@ -289,10 +310,24 @@ class InstancePool:
         if instance is None:
             instance = await self.acquire()
         waited_s = time.perf_counter() - started
+        return await self.start(instance, inputs, names, rows, deadline_s), waited_s
+
+    def start(
+        self,
+        instance: Runtime,
+        inputs: Mapping[str, np.ndarray[Any, Any]],
+        names: Sequence[str],
+        rows: int,
+        deadline_s: float | None,
+    ) -> asyncio.Future[Arrays]:
+        """Run one batch on `instance`, acquired for it: the future of its outputs. (A future, not a
+        coroutine: the single-request path awaits it with no frame between.)"""
         answer: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
 
+        cpu = self.samples_cpu()
+
         def job(runtime: Runtime) -> tuple[Arrays, list[Execution]]:
-            results, execution = timed_execute(runtime, inputs, names, rows, deadline_s)
+            results, execution = timed_execute(runtime, inputs, names, rows, deadline_s, cpu)
             return results, [execution]
 
         def done(outcome: Arrays | BaseException) -> None:
@@ -304,7 +339,7 @@ class InstancePool:
                 answer.set_result(outcome)
 
         self.run(instance, job, done, inline=self._inline and self.fits_inline(inputs))
-        return await answer, waited_s
+        return answer
 
     async def execute_request(
         self,
@@ -325,7 +360,11 @@ class InstancePool:
         already; `deadline_s`: the context's, or earlier (Triton's `timeout` parameter)."""
         started = time.perf_counter()
         timing = context.timing
-        results, timing.queue_s = await self.execute(inputs, names, rows, deadline_s, instance)
+        # A free instance is taken without a coroutine of its own (`acquire` waits only when none is).
+        if instance is None and (instance := self.try_acquire()) is None:
+            instance = await self.acquire()
+        timing.queue_s = time.perf_counter() - started
+        results = await self.start(instance, inputs, names, rows, deadline_s)
         if batched:
             check_output_rows(self._name, results, rows)
         timing.compute_infer_s = time.perf_counter() - started - timing.queue_s
@@ -361,8 +400,9 @@ class InstancePool:
         done(outcome)
 
     def _executed(self, rows: int, execute_s: float, cpu_s: float) -> None:
-        """Record one execution: for the estimates, for metrics and for where the next ones run."""
-        if self._movable:
+        """Record one execution: for the estimates, for metrics and for where the next ones run
+        (`cpu_s`: -1 when not read)."""
+        if self._movable and cpu_s >= 0:
             self._place(cpu_s)
         self._mean_execution_s += (execute_s - self._mean_execution_s) / _PLACEMENT_WINDOW
         if self._on_execute is not None:
@@ -373,7 +413,7 @@ class InstancePool:
         # count. Clipped, so that one outlier (a garbage collection, a page fault) cannot tip the
         # mean: only a sustained change (bigger batches, a busier machine) moves the model.
         sample_s = min(cpu_s, 2 * _LEAVE_LOOP_S)
-        self._mean_cpu_s += (sample_s - self._mean_cpu_s) / _PLACEMENT_WINDOW
+        self._mean_cpu_s += (sample_s - self._mean_cpu_s) / _CPU_WINDOW
         if self._inline and self._mean_cpu_s > _LEAVE_LOOP_S:
             self._inline = False
         elif not self._inline and self._mean_cpu_s < _RETURN_TO_LOOP_S:

@@ -70,22 +70,28 @@ class Handle:
         return None
 
     async def infer(self, request: InferRequest, admission: Admission = Admission.REAL_TIME) -> InferResponse:
-        """`admission`: BACKGROUND work runs only in the room real-time requests leave (core.scheduler)."""
-        if self.state is HandleState.CLOSED:
-            raise ModelNotReadyError(f"model '{self.config.name}' version {self.version} was unloaded")
-        # NOTE: counted before the first await, in the same loop turn as the registry lookup that
-        # found this handle, so a drain that starts later always waits for this request.
-        self.in_flight += 1
-        try:
-            return await self._infer(request, admission)
-        finally:
-            self.in_flight -= 1
-            if self._idle is not None and not self.in_flight:
-                self._idle.set()
+        """`admission`: BACKGROUND work runs only in the room real-time requests leave (core.scheduler).
+        Each kind writes it as one coroutine (a frame more would be paid by every request),
+        between `_entered()` and `_left()`."""
+        raise NotImplementedError
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         """The request's responses as they come: a decoupled model's, or the one of any other."""
         yield await self.infer(request)
+
+    def _entered(self) -> None:
+        """A request comes inside (or the error that the handle was unloaded). Called before the
+        first await, in the same loop turn as the lookup that found this handle, so a drain that
+        starts later always waits for this request."""
+        if self.state is HandleState.CLOSED:
+            raise ModelNotReadyError(f"model '{self.config.name}' version {self.version} was unloaded")
+        self.in_flight += 1
+
+    def _left(self) -> None:
+        """A request inside is done: a drain waiting for the last one may go on."""
+        self.in_flight -= 1
+        if self._idle is not None and not self.in_flight:
+            self._idle.set()
 
     async def drain(self) -> None:
         """Let the requests inside finish, then close. Call once no new request can find the handle."""
@@ -96,9 +102,6 @@ class Handle:
             self._idle = asyncio.Event()
             await self._idle.wait()
         await self._close()
-
-    async def _infer(self, request: InferRequest, admission: Admission) -> InferResponse:
-        raise NotImplementedError
 
     async def _close(self) -> None:
         self.state = HandleState.CLOSED
@@ -129,15 +132,13 @@ class ModelHandle(Handle):
         if not self.config.decoupled:
             yield await self.infer(request)
             return
-        if self.state is HandleState.CLOSED:
-            raise ModelNotReadyError(f"model '{self.config.name}' version {self.version} was unloaded")
         # A decoupled request runs alone (no batching) on one instance, its responses handed over
         # from the worker thread as the model yields them.
-        feeds, batch_size = prepare_inputs(self.config, request)
-        names = output_names(self.config, request)
-        request.context.timing.rows = batch_size
-        self.in_flight += 1
+        self._entered()
         try:
+            feeds, batch_size = prepare_inputs(self.config, request)
+            names = output_names(self.config, request)
+            request.context.timing.rows = batch_size
             instance = await self.pool.acquire()
         except BaseException:
             self._left()
@@ -176,12 +177,6 @@ class ModelHandle(Handle):
             self.pool.release(instance)
             self._left()
 
-    def _left(self) -> None:
-        """A request inside `infer_stream` is done: a drain waiting for the last one may go on."""
-        self.in_flight -= 1
-        if self._idle is not None and not self.in_flight:
-            self._idle.set()
-
     async def _close(self) -> None:
         await self.scheduler.close()
         self.state = HandleState.CLOSED
@@ -190,27 +185,33 @@ class ModelHandle(Handle):
         # swap would leave the process larger each time.
         await asyncio.to_thread(release_freed_memory)
 
-    async def _infer(self, request: InferRequest, admission: Admission) -> InferResponse:
-        feeds, batch_size = prepare_inputs(self.config, request)
-        names = output_names(self.config, request)
-        request.context.timing.rows = batch_size
-        timeout_us, priority = (
-            (_int_parameter(request, "timeout"), _int_parameter(request, "priority")) if request.parameters else (0, 0)
-        )
-        deadline_s = request.context.deadline_s
-        if timeout_us:
-            # Triton's `timeout` parameter doubles as a deadline: it can only shorten the client's.
-            timeout_deadline_s = time.monotonic() + timeout_us / 1e6
-            deadline_s = timeout_deadline_s if deadline_s is None else min(deadline_s, timeout_deadline_s)
-        work = Work(request, feeds, batch_size, names, deadline_s, priority, timeout_us, admission)
-        results = await self.scheduler.submit(work)
-        return InferResponse(
-            model_name=self.config.name,
-            model_version=str(self.version),
-            request_id=request.context.request_id,
-            outputs=tuple(self._output_tensor(name, results.get(name), batch_size) for name in names),
-            id=request.id,
-        )
+    async def infer(self, request: InferRequest, admission: Admission = Admission.REAL_TIME) -> InferResponse:
+        self._entered()
+        try:
+            feeds, batch_size = prepare_inputs(self.config, request)
+            names = output_names(self.config, request)
+            request.context.timing.rows = batch_size
+            timeout_us, priority = (
+                (_int_parameter(request, "timeout"), _int_parameter(request, "priority"))
+                if request.parameters
+                else (0, 0)
+            )
+            deadline_s = request.context.deadline_s
+            if timeout_us:
+                # Triton's `timeout` parameter doubles as a deadline: it can only shorten the client's.
+                timeout_deadline_s = time.monotonic() + timeout_us / 1e6
+                deadline_s = timeout_deadline_s if deadline_s is None else min(deadline_s, timeout_deadline_s)
+            work = Work(request, feeds, batch_size, names, deadline_s, priority, timeout_us, admission)
+            results = await self.scheduler.submit(work)
+            return InferResponse(
+                model_name=self.config.name,
+                model_version=str(self.version),
+                request_id=request.context.request_id,
+                outputs=tuple(self._output_tensor(name, results.get(name), batch_size) for name in names),
+                id=request.id,
+            )
+        finally:
+            self._left()
 
     def _output_tensor(self, name: str, array: np.ndarray[Any, Any] | None, batch_size: int) -> Tensor:
         spec = self.config.output(name)
