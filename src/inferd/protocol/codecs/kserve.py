@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.errors import MalformedRequestError
+from inferd.limits import RequestLimits
 from inferd.protocol import grpc_v2, http_compression, json_v2
 from inferd.protocol.codecs.base import (
     Decoded,
@@ -45,6 +46,8 @@ class KServeHttpCodec:
     """v2 JSON bodies, binary tensors after a JSON header, tensors in shared memory; answers
     compressed when the client accepts it (as Triton does)."""
 
+    # The server's: what one request may hold, checked as the body is decoded (before allocating).
+    limits: RequestLimits
     door: Door = Door.KSERVE_HTTP
     regions: RegionAccess | None = None
     # Where the door carries the JSON header's length (SageMaker: in the content type).
@@ -57,6 +60,7 @@ class KServeHttpCodec:
     ) -> Decoded[bytes | None]:
         request = json_v2.decode_request(
             raw.body,
+            limits=self.limits,
             model_name=target.model,
             model_version=target.version,
             header_length=self.header_length(raw),
@@ -85,6 +89,8 @@ class KServeHttpCodec:
 class KServeGrpcCodec:
     """`ModelInferRequest` / `ModelInferResponse`, for the unary call and each request of a stream."""
 
+    # The server's: what one request may hold, checked as the body is decoded (before allocating).
+    limits: RequestLimits
     regions: RegionAccess | None = None
     door: Door = Door.KSERVE_GRPC
 
@@ -97,7 +103,7 @@ class KServeGrpcCodec:
     def decode(self, raw: Any, target: Target, context: RequestContext, signature: Signature | None) -> Decoded[None]:
         request = grpc_v2.decode_request(
             raw, request_id=context.request_id, deadline_s=context.deadline_s, regions=self.regions,
-            timing=context.timing,
+            timing=context.timing, limits=self.limits,
         )  # fmt: skip
         return Decoded((request,), None)
 
@@ -113,6 +119,8 @@ class KServeStreamCodec:
     """Each request of a `ModelStreamInfer` stream: a decoupled model's responses marked final only
     by the empty response the request may ask for; any other model's one response marked final."""
 
+    # The server's: what one request may hold, checked as the body is decoded (before allocating).
+    limits: RequestLimits
     regions: RegionAccess | None = None
     door: Door = Door.KSERVE_GRPC
 
@@ -125,7 +133,7 @@ class KServeStreamCodec:
     def decode(self, raw: Any, target: Target, context: RequestContext, signature: Signature | None) -> Decoded[bool]:
         assert signature is not None, "reads_signature"
         request = grpc_v2.decode_request(
-            raw, request_id=context.request_id, regions=self.regions, timing=context.timing
+            raw, limits=self.limits, request_id=context.request_id, regions=self.regions, timing=context.timing
         )
         return Decoded((request,), signature.config.decoupled)
 
