@@ -4,15 +4,14 @@ decoders before they allocate (`protocol.tensor_bytes`), the service before and 
 runs (`check_request_size`, `check_response_size`), so a door that builds its tensors itself
 (OpenAI's texts, SageMaker's CSV, TorchServe's files) is held to them as well.
 
-The decoders read the server's limits from a ContextVar the composition root sets once, before
-its listeners start (their connections and calls inherit it). Outside a server (a client decoding
-an answer, a tool) nothing is limited: the client's caller chose what it asked for.
+The decoders are handed the limits they check: each door's codec holds the server's, given once
+when the server builds it, so two servers (or two codecs) in one process hold requests to their
+own. A client decoding an answer passes `UNLIMITED`: its caller chose what it asked for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,8 +36,8 @@ class RequestLimits:
     """Bytes of one answer's output tensors (--max-response-bytes)."""
 
 
+# What a client decoding an answer checks it against: nothing (it asked for what it gets).
 UNLIMITED = RequestLimits(max_elements=2**63, max_text_bytes=2**63, max_response_bytes=2**63)
-REQUEST_LIMITS: ContextVar[RequestLimits] = ContextVar("inferd_request_limits", default=UNLIMITED)
 
 
 def too_many_elements(name: str, count: int, limits: RequestLimits) -> RequestTooLargeError:

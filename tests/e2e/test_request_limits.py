@@ -16,6 +16,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from inferd.protocol.tfserving_pb import tensorflow_pb2 as tf_pb
@@ -209,6 +210,31 @@ def test_the_text_limit_holds_at_every_door(tight_server: ServerProcess) -> None
     # Within the limit: answered.
     small = json.dumps({"model": "embedder", "input": ["y" * 100] * 5}).encode()
     assert http_request(tight_server, "POST", "/openai/v1/embeddings", small).status == 200
+
+
+def test_each_door_s_decoder_holds_a_body_to_the_server_s_limits_before_reading_it(
+    tight_server: ServerProcess,
+) -> None:
+    # BYTES framing that no element can be read from, longer than the text limit: the server's limit,
+    # which the door's decoder checks before it reads an element, refuses it (413), not the framing (400).
+    garbage = b"\xff" * (MAX_TEXT_BYTES + 1)
+    header = {"inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [1, 1],
+                          "parameters": {"binary_data_size": len(garbage)}}]}  # fmt: skip
+    refused(post_binary(tight_server, "identity_bytes", header, garbage), 413, "--max-request-text-bytes")
+    encoded = json.dumps(header).encode()
+    sagemaker = {
+        "Content-Type": f"application/vnd.sagemaker-triton.binary+json;json-header-size={len(encoded)}",
+        "X-Amzn-SageMaker-Target-Model": "identity_bytes",
+    }
+    refused(http_request(tight_server, "POST", "/invocations", encoded + garbage, sagemaker), 413,
+            "--max-request-text-bytes")  # fmt: skip
+    message = service_pb2.ModelInferRequest(model_name="identity_bytes")
+    message.inputs.add(name="INPUT0", datatype="BYTES", shape=[1, 1])
+    message.raw_input_contents.append(garbage)
+    with grpc.insecure_channel(tight_server.grpc_url) as channel, pytest.raises(grpc.RpcError) as caught:
+        service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message, timeout=30)
+    assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "--max-request-text-bytes" in str(caught.value.details())
 
 
 def test_an_answer_larger_than_the_response_limit_is_refused(tight_server: ServerProcess) -> None:

@@ -68,7 +68,9 @@ def post(body: bytes, **headers: str) -> HttpRequest:
 
 
 async def test_an_answer_carries_the_request_id_and_when_asked_the_time_split(service: InferenceService) -> None:
-    answer = await call(service).http(KServeHttpCodec(), post(V2_BODY, inferd_server_timing="1"), Target("mlp", ""))
+    answer = await call(service).http(
+        KServeHttpCodec(service.limits), post(V2_BODY, inferd_server_timing="1"), Target("mlp", "")
+    )
     headers = dict(answer.headers)
     assert answer.status == 200 and headers[b"x-request-id"]
     timing = headers[b"server-timing"].decode()
@@ -82,7 +84,7 @@ async def test_a_full_queue_is_refused_before_the_body_is_read(service: Inferenc
     (tmp_path / "hold").touch()
     the_call = call(service)
     body = orjson.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1]}]})
-    first = asyncio.ensure_future(the_call.http(KServeHttpCodec(), post(body), Target("held", "")))
+    first = asyncio.ensure_future(the_call.http(KServeHttpCodec(service.limits), post(body), Target("held", "")))
     # The first request reaches the model, which holds it: waited for by the server's own gauge,
     # as long as a slow machine needs (bounded).
     deadline = asyncio.get_running_loop().time() + 30
@@ -90,7 +92,7 @@ async def test_a_full_queue_is_refused_before_the_body_is_read(service: Inferenc
         assert asyncio.get_running_loop().time() < deadline, "the held model never took the first request"
         await asyncio.sleep(0.005)
     with pytest.raises(OverloadedError):
-        await the_call.http(KServeHttpCodec(), post(b"not json at all"), Target("held", ""))
+        await the_call.http(KServeHttpCodec(service.limits), post(b"not json at all"), Target("held", ""))
     (tmp_path / "hold").unlink()
     assert (await first).status == 200
 
@@ -109,14 +111,14 @@ async def test_a_compressed_body_is_inflated_under_the_budget_and_the_budget_giv
 ) -> None:
     the_call = call(service)
     answer = await the_call.http(
-        KServeHttpCodec(), post(gzip.compress(V2_BODY), content_encoding="gzip"), Target("mlp")
+        KServeHttpCodec(service.limits), post(gzip.compress(V2_BODY), content_encoding="gzip"), Target("mlp")
     )
     assert answer.status == 200
     assert the_call._decoded.held_bytes == 0
     # A budget smaller than what the body may inflate to refuses it, retry later, before inflating.
     with pytest.raises(OverloadedError, match="max-decoded-bytes-in-flight"):
         await call(service, budget_bytes=10).http(
-            KServeHttpCodec(), post(gzip.compress(V2_BODY), content_encoding="gzip"), Target("mlp")
+            KServeHttpCodec(service.limits), post(gzip.compress(V2_BODY), content_encoding="gzip"), Target("mlp")
         )
 
 
@@ -124,14 +126,18 @@ async def test_a_body_that_names_its_model_is_read_for_it_first(service: Inferen
     # The model is found in the body; a model without embedding parameters is refused by name.
     with pytest.raises(InvalidRequestError, match="'mlp' does not serve embeddings"):
         await call(service).http(
-            OpenAiEmbeddingsCodec(), post(b'{"model": "mlp", "input": "hi"}'), OpenAiEmbeddingsCodec.target
+            OpenAiEmbeddingsCodec(service.limits),
+            post(b'{"model": "mlp", "input": "hi"}'),
+            OpenAiEmbeddingsCodec.target,
         )
     with pytest.raises(MalformedRequestError, match="'model'"):
-        await call(service).http(OpenAiEmbeddingsCodec(), post(b'{"input": "hi"}'), OpenAiEmbeddingsCodec.target)
+        await call(service).http(
+            OpenAiEmbeddingsCodec(service.limits), post(b'{"input": "hi"}'), OpenAiEmbeddingsCodec.target
+        )
 
 
 async def test_the_door_is_the_protocol_label_of_the_count_with_its_encode_time(service: InferenceService) -> None:
-    await call(service).http(KServeHttpCodec(Door.SAGEMAKER), post(V2_BODY), Target("mlp", "2"))
+    await call(service).http(KServeHttpCodec(service.limits, Door.SAGEMAKER), post(V2_BODY), Target("mlp", "2"))
     counted = STATISTICS[0].snapshot()[("mlp", "2")]
     assert counted.outcomes == {("sagemaker", "success"): 1}
     encoded = counted.phases["sagemaker"].encode

@@ -15,6 +15,7 @@ from tritonclient.grpc import service_pb2 as pb
 from inferd.config.model import ModelConfig
 from inferd.datatypes import NAMES
 from inferd.errors import InferdError, MalformedRequestError, TensorDataError, with_triton_phrase
+from inferd.limits import UNLIMITED, RequestLimits
 from inferd.protocol import model_config, shared_memory
 from inferd.protocol.request_id import REQUEST_ID_HEADER, check_request_id
 from inferd.protocol.status import error_from_grpc
@@ -64,6 +65,7 @@ _FIELD_DTYPES = {
 def decode_request(
     message: Any,
     *,
+    limits: RequestLimits,
     context: RequestContext | None = None,
     regions: shared_memory.RegionAccess | None = None,
 ) -> InferRequest:
@@ -73,7 +75,7 @@ def decode_request(
     if context is None:
         context = RequestContext(door=Door.KSERVE_GRPC)
     try:
-        inputs = _decode_inputs(message, regions)
+        inputs = _decode_inputs(message, regions, limits)
         outputs = tuple(
             RequestedOutput(name=o.name, parameters=parameters_to_dict(o.parameters)) for o in message.outputs
         )
@@ -152,7 +154,8 @@ def decode_response(message: Any, *, request_id: str = "") -> InferResponse:
             raise MalformedRequestError(
                 f"output '{item.name}': datatype {item.datatype!r} is not a v2 datatype"
             ) from None
-        outputs.append(tensor_from_bytes(item.name, datatype, tuple(int(d) for d in item.shape), data))
+        # An answer its client asked for: no server's limits apply.
+        outputs.append(tensor_from_bytes(item.name, datatype, tuple(int(d) for d in item.shape), data, UNLIMITED))
     return InferResponse(
         model_name=message.model_name,
         model_version=message.model_version,
@@ -319,9 +322,12 @@ def parameters_to_dict(parameters: Any) -> dict[str, Any]:
     return result
 
 
-def _decode_inputs(message: Any, regions: shared_memory.RegionAccess | None) -> tuple[Tensor, ...]:
+def _decode_inputs(
+    message: Any, regions: shared_memory.RegionAccess | None, limits: RequestLimits
+) -> tuple[Tensor, ...]:
     """Input by input, each checked in Triton's order (where its data is, then the data), so a
-    request with several mistakes gets the error Triton gives first: its clients match that text."""
+    request with several mistakes gets the error Triton gives first: its clients match that text.
+    Each is held to `limits` (the server's)."""
     model = message.model_name
     raw = message.raw_input_contents
     # raw_input_contents carries, in order, every input that is neither in shared memory nor typed.
@@ -365,12 +371,12 @@ def _decode_inputs(message: Any, regions: shared_memory.RegionAccess | None) -> 
         check_shape_size(name, shape)
         if place is not None:
             data = shared_memory.read_input(place, regions, name)
-            tensors.append(tensor_from_bytes(name, datatype, shape, memoryview(data), model=model))
+            tensors.append(tensor_from_bytes(name, datatype, shape, memoryview(data), limits, model=model))
         elif next_raw < len(raw):
-            tensors.append(tensor_from_bytes(name, datatype, shape, raw[next_raw], model=model))
+            tensors.append(tensor_from_bytes(name, datatype, shape, raw[next_raw], limits, model=model))
             next_raw += 1
         elif typed or (not raw and element_count(shape) == 0):
-            tensors.append(Tensor(name, datatype, shape, _typed_contents(name, datatype, shape, item.contents)))
+            tensors.append(Tensor(name, datatype, shape, _typed_contents(name, datatype, shape, item.contents, limits)))
         else:
             raise MalformedRequestError(
                 with_triton_phrase(
@@ -393,7 +399,9 @@ def _has_contents(item: Any) -> bool:
     return any(len(getattr(contents, field)) for field in set(_CONTENTS_FIELD.values()))
 
 
-def _typed_contents(name: str, datatype: DataType, shape: tuple[int, ...], contents: Any) -> np.ndarray[Any, Any]:
+def _typed_contents(
+    name: str, datatype: DataType, shape: tuple[int, ...], contents: Any, limits: RequestLimits
+) -> np.ndarray[Any, Any]:
     field = _CONTENTS_FIELD.get(datatype)
     if field is None:
         raise MalformedRequestError(
@@ -409,9 +417,9 @@ def _typed_contents(name: str, datatype: DataType, shape: tuple[int, ...], conte
             expected=f"{count} elements",
             actual=f"{len(values)} elements",
         )
-    check_element_count(name, count)
+    check_element_count(name, count, limits)
     if datatype is DataType.BYTES:
-        return bytes_array(name, values).reshape(shape)
+        return bytes_array(name, values, limits).reshape(shape)
     target = datatype.numpy_dtype
     # Read at the field's own width (so UINT64 stays exact), then narrow with a range check.
     array: np.ndarray[Any, Any] = np.array(values, dtype=_FIELD_DTYPES[field])

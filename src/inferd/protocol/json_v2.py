@@ -23,6 +23,7 @@ import orjson
 import simdjson
 
 from inferd.errors import InferdError, MalformedRequestError, TensorDataError, with_triton_phrase
+from inferd.limits import UNLIMITED, RequestLimits
 from inferd.protocol import shared_memory
 from inferd.protocol.request_id import check_request_id
 from inferd.protocol.status import error_from_http
@@ -63,14 +64,15 @@ BINARY_CONTENT_TYPE = b"application/octet-stream"
 def decode_request(
     body: bytes,
     *,
+    limits: RequestLimits,
     model_name: str,
     model_version: str,
     header_length: int | None = None,
     context: RequestContext | None = None,
     regions: shared_memory.RegionAccess | None = None,
 ) -> InferRequest:
-    """Parse an infer request, of `context` (the call's: a new one when None). The context's
-    request id (from X-Request-ID) wins over the v2 `id`; else one is made."""
+    """Parse an infer request, held to `limits` (the server's), of `context` (the call's: a new one
+    when None). The context's request id (from X-Request-ID) wins over the v2 `id`; else one is made."""
     header, binary = _split(body, header_length)
     document = _load_header(header)
     if not isinstance(document, dict):
@@ -82,7 +84,7 @@ def decode_request(
     if context is None:
         context = RequestContext()
     try:
-        inputs = _decode_inputs(document.get("inputs"), binary, regions, model_name)
+        inputs = _decode_inputs(document.get("inputs"), binary, regions, model_name, limits)
         outputs = _decode_outputs(document.get("outputs"))
         parameters = _parameters(document.get("parameters"), "request")
     except InferdError as exc:
@@ -229,7 +231,8 @@ def decode_response(body: bytes, *, header_length: int | None = None, request_id
         model_name=str(document.get("model_name", "")),
         model_version=str(document.get("model_version", "")),
         request_id=request_id,
-        outputs=_decode_tensors(document["outputs"], binary, "output"),
+        # An answer its client asked for: no server's limits apply.
+        outputs=_decode_tensors(document["outputs"], binary, "output", UNLIMITED),
         id=str(document.get("id", "")),
     )
 
@@ -603,22 +606,24 @@ def _plain(value: Any) -> Any:
 
 
 def _decode_inputs(
-    raw_inputs: Any, binary: memoryview, regions: shared_memory.RegionAccess | None, model: str
+    raw_inputs: Any, binary: memoryview, regions: shared_memory.RegionAccess | None, model: str, limits: RequestLimits
 ) -> tuple[Tensor, ...]:
     # An empty list is the model's to judge (Triton answers how many inputs it expects).
     if not isinstance(raw_inputs, list):
         raise MalformedRequestError("request must have an 'inputs' list")
-    return _decode_tensors(raw_inputs, binary, "input", regions, model)
+    return _decode_tensors(raw_inputs, binary, "input", limits, regions, model)
 
 
 def _decode_tensors(
     raw_tensors: list[Any],
     binary: memoryview,
     kind: str,
+    limits: RequestLimits,
     regions: shared_memory.RegionAccess | None = None,
     model: str | None = None,
 ) -> tuple[Tensor, ...]:
-    """A request's inputs to `model` or a response's outputs (`kind`): JSON data or binary_data_size bytes."""
+    """A request's inputs to `model` or a response's outputs (`kind`): JSON data or binary_data_size
+    bytes, held to `limits` (a response's: `UNLIMITED`)."""
     offset = 0
     tensors = []
     for index, raw in enumerate(raw_tensors):
@@ -642,7 +647,7 @@ def _decode_tensors(
                         tensor=name,
                     )
                 data = shared_memory.read_input(place, regions, name)
-                tensors.append(tensor_from_bytes(name, datatype, shape, memoryview(data), model=model))
+                tensors.append(tensor_from_bytes(name, datatype, shape, memoryview(data), limits, model=model))
                 continue
         if size is not None:
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
@@ -653,14 +658,16 @@ def _decode_tensors(
                     f"({len(binary) - offset} bytes left after the header and earlier {kind}s)",
                     tensor=name,
                 )
-            tensors.append(tensor_from_bytes(name, datatype, shape, binary[offset : offset + size], model=model))
+            tensors.append(
+                tensor_from_bytes(name, datatype, shape, binary[offset : offset + size], limits, model=model)
+            )
             offset += size
         else:
             if "data" not in raw:
                 raise MalformedRequestError(
                     f"{kind} '{name}' has neither 'data' nor parameters.binary_data_size", tensor=name
                 )
-            tensors.append(Tensor(name, datatype, shape, _array_from_json(name, datatype, shape, raw["data"])))
+            tensors.append(Tensor(name, datatype, shape, _array_from_json(name, datatype, shape, raw["data"], limits)))
     if offset != len(binary):
         raise MalformedRequestError(
             f"{len(binary) - offset} bytes of binary data follow the {kind}s' declared binary_data_size"
@@ -720,7 +727,9 @@ _PLAIN_TYPES = {"b": frozenset({bool}), "i": frozenset({int}), "u": frozenset({i
 _BUFFER_TYPES = {"i": ("i", np.int64), "u": ("u", np.uint64), "f": ("d", np.float64)}
 
 
-def _array_from_json(name: str, datatype: DataType, shape: tuple[int, ...], data: Any) -> np.ndarray[Any, Any]:
+def _array_from_json(
+    name: str, datatype: DataType, shape: tuple[int, ...], data: Any, limits: RequestLimits
+) -> np.ndarray[Any, Any]:
     """`data` as an array of `shape`. Nested lists are read in row-major order, as Triton reads them."""
     array = _array_from_buffer(data, datatype) if isinstance(data, simdjson.Array) else None
     if array is None:
@@ -728,7 +737,11 @@ def _array_from_json(name: str, datatype: DataType, shape: tuple[int, ...], data
             data = data.as_list()
         if not isinstance(data, list):
             raise TensorDataError(f"input '{name}': 'data' must be a list", tensor=name)
-        array = _bytes_from_json(name, data) if datatype is DataType.BYTES else numbers_from_json(name, datatype, data)
+        array = (
+            _bytes_from_json(name, data, limits)
+            if datatype is DataType.BYTES
+            else numbers_from_json(name, datatype, data)
+        )
     count = element_count(shape)
     if array.size != count:
         raise TensorDataError(
@@ -737,7 +750,7 @@ def _array_from_json(name: str, datatype: DataType, shape: tuple[int, ...], data
             expected=f"{count} elements",
             actual=f"{array.size} elements",
         )
-    check_element_count(name, count)
+    check_element_count(name, count, limits)
     return array.reshape(shape)
 
 
@@ -845,13 +858,13 @@ def leaves(data: list[Any]) -> Iterator[Any]:
             stack.pop()
 
 
-def _bytes_from_json(name: str, data: list[Any]) -> np.ndarray[Any, Any]:
+def _bytes_from_json(name: str, data: list[Any], limits: RequestLimits) -> np.ndarray[Any, Any]:
     flat: list[bytes] = []
     for item in leaves(data):
         if not isinstance(item, str):
             raise TensorDataError(f"input '{name}': BYTES data must be strings, found {item!r}", tensor=name)
         flat.append(item.encode("utf-8"))
-    return bytes_array(name, flat)
+    return bytes_array(name, flat, limits)
 
 
 def _kind_name(kind: str) -> str:

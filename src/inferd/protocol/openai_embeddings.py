@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 
 from inferd.errors import InferdError, MalformedRequestError
-from inferd.limits import text_bytes
+from inferd.limits import RequestLimits, text_bytes
 from inferd.protocol import json_v2
 from inferd.protocol.status import HTTP_STATUS
 from inferd.protocol.tensor_bytes import check_text_size
@@ -32,8 +32,8 @@ class EmbeddingsRequest:
     dimensions: int | None
 
 
-def decode_request(body: bytes) -> EmbeddingsRequest:
-    return decode_document(read_document(body))
+def decode_request(body: bytes, limits: RequestLimits) -> EmbeddingsRequest:
+    return decode_document(read_document(body), limits)
 
 
 def read_document(body: bytes) -> dict[str, Any]:
@@ -47,9 +47,9 @@ def read_document(body: bytes) -> dict[str, Any]:
     return document
 
 
-def decode_document(document: dict[str, Any]) -> EmbeddingsRequest:
-    """The rest of a body `read_document` parsed."""
-    texts = _texts(document.get("input"))
+def decode_document(document: dict[str, Any], limits: RequestLimits) -> EmbeddingsRequest:
+    """The rest of a body `read_document` parsed; its texts held to `limits` (the server's)."""
+    texts = _texts(document.get("input"), limits)
     encoding = document.get("encoding_format", "float")
     if encoding not in ("float", "base64"):
         raise MalformedRequestError(f"'encoding_format' must be 'float' or 'base64', not {encoding!r}")
@@ -103,7 +103,7 @@ def encode_error(error: InferdError, request_id: str) -> tuple[int, bytes, bytes
     return status, json_v2.encode_json(body), json_v2.JSON_CONTENT_TYPE
 
 
-def _texts(value: Any) -> tuple[bytes, ...]:
+def _texts(value: Any, limits: RequestLimits) -> tuple[bytes, ...]:
     # OpenAI's API refuses an empty text, alone or in a list (400 invalid_request_error), so a
     # client written against it never sends one on purpose: refusing it here too keeps a bug in
     # the caller's chunking from turning into an embedding of nothing.
@@ -127,5 +127,5 @@ def _texts(value: Any) -> tuple[bytes, ...]:
         )
     texts = tuple(text.encode("utf-8") for text in value)
     # The request's texts together (the door sends them to the model in batches, each checked again).
-    check_text_size("input", text_bytes(texts))
+    check_text_size("input", text_bytes(texts), limits)
     return texts

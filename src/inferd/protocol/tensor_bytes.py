@@ -2,7 +2,9 @@
 
 Fixed-size datatypes are little-endian row-major; BYTES elements are each a 4-byte little-endian
 length followed by that many bytes. Sizes are checked against the declared shape before any
-allocation, so a request cannot make the server allocate more than it sent.
+allocation, so a request cannot make the server allocate more than it sent; and against the
+`RequestLimits` each caller passes (a door's codec, the server's; a client decoding an answer,
+`UNLIMITED`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import TensorDataError, with_triton_phrase
-from inferd.limits import REQUEST_LIMITS, text_bytes, too_many_elements, too_much_text
+from inferd.limits import RequestLimits, text_bytes, too_many_elements, too_much_text
 from inferd.types import DataType, Tensor, element_count
 
 _LENGTH = struct.Struct("<I")
@@ -41,40 +43,45 @@ def check_shape_size(name: str, shape: tuple[int, ...]) -> None:
         raise TensorDataError(f"input '{name}': shape {list(shape)} is larger than any tensor can be", tensor=name)
 
 
-def check_element_count(name: str, count: int) -> None:
+def check_element_count(name: str, count: int, limits: RequestLimits) -> None:
     """RequestTooLargeError for a tensor of more elements than a request may hold (the service
     checks the inputs' sum): checked by each decoder once the shape agrees with the data sent, before
     any element is read one by one or a shape is filled."""
-    limits = REQUEST_LIMITS.get()
     if count > limits.max_elements:
         raise too_many_elements(name, count, limits)
 
 
-def check_text_size(name: str, size: int) -> None:
+def check_text_size(name: str, size: int, limits: RequestLimits) -> None:
     """RequestTooLargeError for BYTES elements of more bytes than a request may hold, as
     `limits.text_bytes` counts them: checked by each decoder before it builds the array."""
-    limits = REQUEST_LIMITS.get()
     if size > limits.max_text_bytes:
         raise too_much_text(name, size, limits)
 
 
-def bytes_array(name: str, items: Any) -> np.ndarray[Any, Any]:
+def bytes_array(name: str, items: Any, limits: RequestLimits) -> np.ndarray[Any, Any]:
     """A flat object array of BYTES elements (a list, or protobuf's repeated field), after the text limit."""
-    check_text_size(name, text_bytes(items))
+    check_text_size(name, text_bytes(items), limits)
     array = np.empty(len(items), dtype=object)
     array[:] = list(items)
     return array
 
 
 def tensor_from_bytes(
-    name: str, datatype: DataType, shape: tuple[int, ...], data: bytes | memoryview, *, model: str | None = None
+    name: str,
+    datatype: DataType,
+    shape: tuple[int, ...],
+    data: bytes | memoryview,
+    limits: RequestLimits,
+    *,
+    model: str | None = None,
 ) -> Tensor:
-    """A tensor viewing `data` (no copy for fixed-size types). `model`: the model a request's input
-    is for; its errors then begin with Triton's sentence for the condition (None: a response's
-    output, which a client decodes)."""
+    """A tensor viewing `data` (no copy for fixed-size types). `limits`: the server's for a request's
+    input (`UNLIMITED` for a response's output); `model`: the model a request's input is for; its
+    errors then begin with Triton's sentence for the condition (None: a response's output, which a
+    client decodes)."""
     count = element_count(shape)
     if datatype is DataType.BYTES:
-        array = _bytes_elements(name, data, count, model).reshape(shape)
+        array = _bytes_elements(name, data, count, model, limits).reshape(shape)
     else:
         needed = count * datatype.itemsize
         if len(data) != needed:
@@ -93,7 +100,7 @@ def tensor_from_bytes(
                 expected=f"{needed} bytes",
                 actual=f"{len(data)} bytes",
             )
-        check_element_count(name, count)
+        check_element_count(name, count, limits)
         array = np.frombuffer(data, dtype=datatype.numpy_dtype).reshape(shape)
     return Tensor(name=name, datatype=datatype, shape=shape, data=array)
 
@@ -116,14 +123,16 @@ def serialize_bytes_elements(array: np.ndarray[Any, Any]) -> bytes:
     return b"".join(parts)
 
 
-def _bytes_elements(name: str, data: bytes | memoryview, count: int, model: str | None) -> np.ndarray[Any, Any]:
+def _bytes_elements(
+    name: str, data: bytes | memoryview, count: int, model: str | None, limits: RequestLimits
+) -> np.ndarray[Any, Any]:
     """The elements, checked in Triton's order (its core's ValidateBytesInputs): each length prefix
     whole, no element past `count`, then exactly `count` of them. Nothing is allocated by `count`
     (which the client declares): the elements found are at most one per 4 bytes sent."""
     # The text limit first, before any loop over elements: the framing is what it counts (4 bytes of
     # length and the element's), and it bounds the loop. The element limit once the data agrees
     # with the count (an impossible count is the data's 400, as in Triton).
-    check_text_size(name, len(data))
+    check_text_size(name, len(data), limits)
     view = memoryview(data)
     found: list[bytes] = []
     offset = 0
@@ -171,7 +180,7 @@ def _bytes_elements(name: str, data: bytes | memoryview, count: int, model: str 
             expected=f"{count} elements",
             actual=f"{len(found)} elements",
         )
-    check_element_count(name, count)
+    check_element_count(name, count, limits)
     elements = np.empty(count, dtype=object)
     elements[:] = found
     return elements

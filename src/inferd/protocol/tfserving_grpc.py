@@ -16,7 +16,7 @@ import numpy as np
 
 from inferd.datatypes import NAMES
 from inferd.errors import MalformedRequestError, TensorDataError
-from inferd.limits import BYTES_ELEMENT_OVERHEAD, text_bytes
+from inferd.limits import BYTES_ELEMENT_OVERHEAD, RequestLimits, text_bytes
 from inferd.protocol.tensor_bytes import check_element_count, check_shape_size, check_text_size
 from inferd.protocol.tf_types import DEFAULT_SIGNATURE, PREDICT_METHOD, STATE_NUMBERS, from_tf_number, tf_name
 from inferd.protocol.tfserving_json import check_signature_name
@@ -53,17 +53,18 @@ def model_spec_version(spec: Any) -> tuple[str, str]:
     return "", ""
 
 
-def decode_predict(message: Any) -> tuple[tuple[Tensor, ...], tuple[RequestedOutput, ...]]:
-    """The inputs and the outputs asked for (`output_filter`; none: all) of a PredictRequest."""
+def decode_predict(message: Any, limits: RequestLimits) -> tuple[tuple[Tensor, ...], tuple[RequestedOutput, ...]]:
+    """The inputs (held to `limits`, the server's) and the outputs asked for (`output_filter`; none:
+    all) of a PredictRequest."""
     check_signature_name(message.model_spec.signature_name)
     if not message.inputs:
         raise MalformedRequestError("PredictRequest.inputs is empty")
-    inputs = tuple(tensor_from_proto(name, proto) for name, proto in sorted(message.inputs.items()))
+    inputs = tuple(tensor_from_proto(name, proto, limits) for name, proto in sorted(message.inputs.items()))
     outputs = tuple(RequestedOutput(name) for name in message.output_filter)
     return inputs, outputs
 
 
-def tensor_from_proto(name: str, proto: Any) -> Tensor:
+def tensor_from_proto(name: str, proto: Any, limits: RequestLimits) -> Tensor:
     datatype = from_tf_number(proto.dtype)
     if datatype is None:
         dtype_name = tf_pb.DataType.Name(proto.dtype) if proto.dtype in tf_pb.DataType.values() else proto.dtype
@@ -90,12 +91,12 @@ def tensor_from_proto(name: str, proto: Any) -> Tensor:
             f"input '{name}': {_VALUE_FIELDS[datatype]} holds {len(values)} values; shape {list(shape)} holds {count}",
             tensor=name,
         )
-    check_element_count(name, count)  # before a shape is filled: its count is the client's choice
+    check_element_count(name, count, limits)  # before a shape is filled: its count is the client's choice
     if datatype is DataType.BYTES:
         # What the tensor holds once its last string is repeated: its real bytes, not the
         # pointers' (one 512-byte string over [1, 1000000] is a 512 MB tensor, and as large an answer).
         repeated = (len(values[-1]) + BYTES_ELEMENT_OVERHEAD) * (count - len(values)) if values else 0
-        check_text_size(name, text_bytes(values) + repeated)
+        check_text_size(name, text_bytes(values) + repeated, limits)
         array = np.empty(len(values), dtype=object)
         array[:] = list(values)
     elif datatype is DataType.FP16:

@@ -23,7 +23,6 @@ from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import LinkedModels, open_repositories
 from inferd.core.service import InferenceService
 from inferd.core.statistics import ServingStatistics
-from inferd.limits import REQUEST_LIMITS
 from inferd.protocol.tfserving_batching import read_batching_parameters
 from inferd.runtimes.base import keep_large_blocks_off_the_heap
 from inferd.server.auth import Access, AccessPolicy, is_loopback_host, read_tokens
@@ -128,8 +127,6 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         allow_model_upload=settings.allow_model_upload,
         limits=settings.request_limits,
     )
-    # Every door's decoders read the limits here; listeners started below inherit the context.
-    REQUEST_LIMITS.set(settings.request_limits)
 
     access = access_policy(settings)
     logger.info("management: %s", check_management_exposure(settings, access))
@@ -158,6 +155,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     grpc_server = build_grpc_server(
         service,
         call,
+        limits=settings.request_limits,
         max_message_bytes=settings.max_request_bytes,
         regions=regions,
         interceptors=interceptors,
@@ -167,7 +165,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     tfserving_server = None
     if settings.tfserving_grpc_port is not None:
         tfserving_server = new_grpc_server(settings.max_request_bytes, interceptors)
-        add_tfserving_servicers(service, call, tfserving_server)
+        add_tfserving_servicers(service, call, settings.request_limits, tfserving_server)
         _listen(tfserving_server, f"{settings.host}:{settings.tfserving_grpc_port}", tls)
     metrics_server = serve_metrics(
         statistics,
@@ -343,13 +341,16 @@ def build_router(
     access: AccessPolicy | None = None,
     call: InferenceCall | None = None,
 ) -> Router:
-    """Every REST door on the HTTP port, and its OpenAPI document (with the tokens `access` asks for)."""
+    """Every REST door on the HTTP port, and its OpenAPI document (with the tokens `access` asks for).
+    Each door's codecs hold requests to the server's limits, given here once."""
     call = call or inference_call(service, settings)
-    kserve = KServeDoor(service, call, regions, access=access)
+    limits = settings.request_limits
+    kserve = KServeDoor(service, call, regions, limits=limits, access=access)
     sagemaker = SageMakerDoor(
         service,
         call,
         regions,
+        limits=limits,
         multi_model=settings.sagemaker,
         model_root=Path(settings.sagemaker_model_root),
         default_model=settings.sagemaker_default_model,
@@ -358,9 +359,9 @@ def build_router(
     doors = [
         kserve_routes,
         TfServingDoor(service, call).routes(),
-        OpenAiDoor(service, call).routes(),
+        OpenAiDoor(service, call, limits).routes(),
         sagemaker.routes(),
-        TorchServeDoor(service, call, regions).inference_routes(),
+        TorchServeDoor(service, call, regions, limits=limits).inference_routes(),
     ]
     router = Router(doors, fallback=kserve_routes)
     kserve.openapi_document = document_bytes(
@@ -373,7 +374,7 @@ def build_management_router(
     service: InferenceService, settings: ServerSettings, access: AccessPolicy | None = None
 ) -> Router:
     """The TorchServe management port's routes, its OpenAPI document at /api-description."""
-    door = TorchServeDoor(service)
+    door = TorchServeDoor(service, limits=settings.request_limits)
     management = door.management_routes()
     router = Router([management], fallback=management)
     door.management_document = management_document_bytes(access=route_access(router), policy=access)

@@ -18,6 +18,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from inferd.core.service import InferenceService
 from inferd.errors import InferdError, UnsupportedError
+from inferd.limits import RequestLimits
 from inferd.protocol import grpc_v2, shared_memory
 from inferd.protocol.codecs.kserve import KServeGrpcCodec, KServeStreamCodec
 from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy, check_local_client, grpc_peer_is_local
@@ -37,15 +38,16 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         self,
         service: InferenceService,
         call: InferenceCall,
+        limits: RequestLimits,
         regions: SharedMemoryRegions | None = None,
         access: AccessPolicy | None = None,
     ) -> None:
-        """`call`: the server's one inference call; `access`: the tokens, for shared memory's check of
-        who is on this host."""
+        """`call`: the server's one inference call; `limits`: the server's, what one request may hold;
+        `access`: the tokens, for shared memory's check of who is on this host."""
         self._service = service
         self._call = call
-        self._codec = KServeGrpcCodec(regions)
-        self._stream_codec = KServeStreamCodec(regions)
+        self._codec = KServeGrpcCodec(limits, regions)
+        self._stream_codec = KServeStreamCodec(limits, regions)
         self._regions = regions
         self._access = access
         self._cuda_shared_memory = CudaSharedMemory(regions, access)
@@ -246,13 +248,14 @@ def build_grpc_server(
     service: InferenceService,
     call: InferenceCall,
     *,
+    limits: RequestLimits,
     max_message_bytes: int,
     regions: SharedMemoryRegions | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     access: AccessPolicy | None = None,
 ) -> grpc.aio.Server:
     server = new_grpc_server(max_message_bytes, interceptors)
-    servicer = InferenceServicer(service, call, regions, access)
+    servicer = InferenceServicer(service, call, limits, regions, access)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     return server
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from inferd.core.service import InferenceService
 from inferd.errors import NotFoundError, UnavailableError, UnsupportedError
+from inferd.limits import RequestLimits
 from inferd.protocol import json_v2, model_config, shared_memory
 from inferd.protocol.codecs.base import Target
 from inferd.protocol.codecs.kserve import KServeHttpCodec
@@ -36,15 +37,17 @@ class KServeDoor:
         regions: SharedMemoryRegions | None = None,
         openapi_document: bytes | None = None,
         *,
+        limits: RequestLimits,
         access: AccessPolicy | None = None,
     ) -> None:
         """`call`: the server's one inference call (None: a door for tests of its other routes, which
-        answers no inference); `openapi_document`: the OpenAPI document of the port's routes
-        (`server.openapi`), which only the code that assembles the port's doors knows, served at
-        /v2/openapi.json; `access`: the tokens, for shared memory's check of who is on this host."""
+        answers no inference); `limits`: the server's, what one request may hold; `openapi_document`:
+        the OpenAPI document of the port's routes (`server.openapi`), which only the code that
+        assembles the port's doors knows, served at /v2/openapi.json; `access`: the tokens, for shared
+        memory's check of who is on this host."""
         self._service = service
         self._call = call
-        self._codec = KServeHttpCodec(Door.KSERVE_HTTP, regions)
+        self._codec = KServeHttpCodec(limits, Door.KSERVE_HTTP, regions)
         self._regions = regions
         self._access = access
         self._cuda_shared_memory = CudaSharedMemory(regions, access)

@@ -10,6 +10,7 @@ import time
 
 from inferd.core.service import InferenceService
 from inferd.errors import InferdError, InvalidRequestError
+from inferd.limits import RequestLimits
 from inferd.protocol import openai_embeddings
 from inferd.protocol.codecs.openai import EMBEDDING_INPUT, OpenAiEmbeddingsCodec, embedding_spec
 from inferd.server.http import json_response
@@ -20,10 +21,11 @@ from inferd.types import Door
 
 
 class OpenAiDoor:
-    def __init__(self, service: InferenceService, call: InferenceCall) -> None:
+    def __init__(self, service: InferenceService, call: InferenceCall, limits: RequestLimits) -> None:
+        """`limits`: the server's, what one request may hold."""
         self._service = service
         self._call = call
-        self._codec = OpenAiEmbeddingsCodec()
+        self._codec = OpenAiEmbeddingsCodec(limits)
         self._started = int(time.time())
 
     def routes(self) -> RouteGroup:

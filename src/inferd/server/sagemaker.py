@@ -20,6 +20,7 @@ from inferd.errors import (
     ModelNotFoundError,
     NotAcceptableError,
 )
+from inferd.limits import RequestLimits
 from inferd.protocol import sagemaker
 from inferd.protocol.codecs import sagemaker as sagemaker_codecs
 from inferd.protocol.codecs.base import Target
@@ -43,16 +44,18 @@ class SageMakerDoor:
         call: InferenceCall,
         regions: SharedMemoryRegions | None = None,
         *,
+        limits: RequestLimits,
         multi_model: bool,
         model_root: Path,
         default_model: str = "",
     ) -> None:
-        """`regions`: shared memory, which v2 bodies may name; `multi_model`: serve the multi-model
+        """`regions`: shared memory, which v2 bodies may name; `limits`: the server's, what one request
+        may hold; `multi_model`: serve the multi-model
         endpoint routes (--sagemaker); `model_root`: the folder every loaded model's `url` must lie
         under; `default_model`: /invocations' model."""
         self._service = service
         self._call = call
-        self._json, self._binary = sagemaker_codecs.json_codecs(regions)
+        self._json, self._binary = sagemaker_codecs.json_codecs(limits, regions)
         self._arrays = {kind: sagemaker_codecs.SageMakerArrayCodec(kind) for kind in (sagemaker.NPY, sagemaker.CSV)}
         self._multi_model = multi_model
         self._model_root = model_root

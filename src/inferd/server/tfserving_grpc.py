@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 
 from inferd.core.service import InferenceService
+from inferd.limits import RequestLimits
 from inferd.protocol import tfserving_grpc
 from inferd.protocol.codecs.tfserving import TfServingGrpcCodec
 from inferd.protocol.tf_types import tf_state
@@ -18,10 +19,10 @@ from inferd.server.inference_call import InferenceCall
 
 
 class PredictionServicer(serving_grpc.PredictionServiceServicer):
-    def __init__(self, service: InferenceService, call: InferenceCall) -> None:
+    def __init__(self, service: InferenceService, call: InferenceCall, limits: RequestLimits) -> None:
         self._service = service
         self._call = call
-        self._codec = TfServingGrpcCodec()
+        self._codec = TfServingGrpcCodec(limits)
 
     async def Predict(self, message: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._call.unary(self._codec, message, context, "tensorflow.serving.PredictionService", "Predict")
@@ -50,6 +51,9 @@ class ModelServicer(serving_grpc.ModelServiceServicer):
         return await call_async(context, "tensorflow.serving.ModelService/GetModelStatus", status)
 
 
-def add_tfserving_servicers(service: InferenceService, call: InferenceCall, server: grpc.aio.Server) -> None:
-    serving_grpc.add_PredictionServiceServicer_to_server(PredictionServicer(service, call), server)  # type: ignore[no-untyped-call]
+def add_tfserving_servicers(
+    service: InferenceService, call: InferenceCall, limits: RequestLimits, server: grpc.aio.Server
+) -> None:
+    """`limits`: the server's, what one request may hold."""
+    serving_grpc.add_PredictionServiceServicer_to_server(PredictionServicer(service, call, limits), server)  # type: ignore[no-untyped-call]
     serving_grpc.add_ModelServiceServicer_to_server(ModelServicer(service), server)  # type: ignore[no-untyped-call]

@@ -12,6 +12,7 @@ from urllib.parse import parse_qs
 
 from inferd.core.service import InferenceService
 from inferd.errors import MalformedRequestError, NotFoundError
+from inferd.limits import RequestLimits
 from inferd.protocol import torchserve
 from inferd.protocol.codecs.base import Target
 from inferd.protocol.codecs.kserve import KServeHttpCodec
@@ -29,12 +30,18 @@ _JSON = b"application/json"
 
 class TorchServeDoor:
     def __init__(
-        self, service: InferenceService, call: InferenceCall | None = None, regions: SharedMemoryRegions | None = None
+        self,
+        service: InferenceService,
+        call: InferenceCall | None = None,
+        regions: SharedMemoryRegions | None = None,
+        *,
+        limits: RequestLimits,
     ) -> None:
-        """`call`: the server's one inference call (None on the management port, which infers nothing)."""
+        """`call`: the server's one inference call (None on the management port, which infers nothing);
+        `limits`: the server's, what one request may hold."""
         self._service = service
         self._call = call
-        self._codec = TorchServeCodec(KServeHttpCodec(Door.TORCHSERVE, regions))
+        self._codec = TorchServeCodec(KServeHttpCodec(limits, Door.TORCHSERVE, regions))
         # The management port's OpenAPI document, set by whoever assembles that port
         # (server.app.build_management_router) once its routes are known.
         self.management_document: bytes | None = None

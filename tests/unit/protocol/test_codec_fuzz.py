@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from inferd.config.loader import parse_model_config
 from inferd.errors import InferdError
+from inferd.limits import UNLIMITED
 from inferd.protocol import (
     grpc_v2,
     http_compression,
@@ -40,7 +41,9 @@ def refuses_only_with_inferd_errors(decode: Callable[[], Any]) -> None:
 @given(document=gen.v2_documents())
 def test_v2_json(document: Any) -> None:
     body = gen.encode_json(document)
-    refuses_only_with_inferd_errors(lambda: json_v2.decode_request(body, model_name="m", model_version=""))
+    refuses_only_with_inferd_errors(
+        lambda: json_v2.decode_request(body, limits=UNLIMITED, model_name="m", model_version="")
+    )
 
 
 @FUZZ
@@ -48,14 +51,14 @@ def test_v2_json(document: Any) -> None:
 def test_v2_binary_extension(body_and_length: tuple[bytes, int | None]) -> None:
     body, length = body_and_length
     refuses_only_with_inferd_errors(
-        lambda: json_v2.decode_request(body, model_name="m", model_version="", header_length=length)
+        lambda: json_v2.decode_request(body, limits=UNLIMITED, model_name="m", model_version="", header_length=length)
     )
 
 
 @FUZZ
 @given(message=gen.model_infer_requests())
 def test_grpc_model_infer_request(message: Any) -> None:
-    refuses_only_with_inferd_errors(lambda: grpc_v2.decode_request(message))
+    refuses_only_with_inferd_errors(lambda: grpc_v2.decode_request(message, limits=UNLIMITED))
 
 
 @FUZZ
@@ -79,7 +82,7 @@ def test_torchserve_json_bodies(target: gen.Target, data: st.DataObject) -> None
     def decode() -> Any:
         document = json_v2.load_json(body)
         if sagemaker.is_v2_body(document):
-            return json_v2.decode_request(body, model_name=target.model, model_version="")
+            return json_v2.decode_request(body, limits=UNLIMITED, model_name=target.model, model_version="")
         return tfserving_json.decode_columns(document, target.metadata())
 
     refuses_only_with_inferd_errors(decode)
@@ -113,7 +116,7 @@ def test_npy(body: bytes) -> None:
 @given(document=gen.openai_documents())
 def test_openai_embeddings(document: Any) -> None:
     body = gen.encode_json(document)
-    refuses_only_with_inferd_errors(lambda: openai_embeddings.decode_request(body))
+    refuses_only_with_inferd_errors(lambda: openai_embeddings.decode_request(body, UNLIMITED))
 
 
 @pytest.mark.parametrize(
@@ -152,4 +155,4 @@ def test_any_json_body(body: bytes) -> None:
 @FUZZ
 @given(message=gen.tfserving_predict_requests())
 def test_tfserving_grpc_predict_request(message: Any) -> None:
-    refuses_only_with_inferd_errors(lambda: tfserving_grpc.decode_predict(message))
+    refuses_only_with_inferd_errors(lambda: tfserving_grpc.decode_predict(message, UNLIMITED))

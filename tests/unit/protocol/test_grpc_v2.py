@@ -4,11 +4,14 @@ reaches first (it checks input by input), beginning with Triton's sentence."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from inferd.errors import MalformedRequestError, TensorDataError
+from inferd.errors import MalformedRequestError, RequestTooLargeError, TensorDataError
+from inferd.limits import UNLIMITED, RequestLimits
 from inferd.protocol import grpc_v2
 
 ONES = np.ones((1, 4), dtype=np.float32)
@@ -27,7 +30,7 @@ def request(*typed: bool, raw: int = 0) -> pb.ModelInferRequest:
 
 def test_every_input_typed_or_every_input_raw_is_read() -> None:
     for message in (request(True, True), request(False, False, raw=2)):
-        decoded = grpc_v2.decode_request(message)
+        decoded = grpc_v2.decode_request(message, limits=UNLIMITED)
         assert [t.name for t in decoded.inputs] == ["INPUT0", "INPUT1"]
         assert all(np.array_equal(t.data, ONES) for t in decoded.inputs)
 
@@ -49,7 +52,7 @@ def test_every_input_typed_or_every_input_raw_is_read() -> None:
 )  # fmt: skip
 def test_the_first_error_is_the_one_triton_gives_first(message: pb.ModelInferRequest, first_error: str) -> None:
     with pytest.raises(MalformedRequestError) as raised:
-        grpc_v2.decode_request(message)
+        grpc_v2.decode_request(message, limits=UNLIMITED)
     assert raised.value.message.startswith(first_error), raised.value.message
 
 
@@ -57,10 +60,29 @@ def test_typed_contents_with_the_wrong_count_say_so() -> None:
     message = request(True)
     del message.inputs[0].contents.fp32_contents[1:]
     with pytest.raises(TensorDataError, match=r"holds 4 elements but contents.fp32_contents has 1"):
-        grpc_v2.decode_request(message)
+        grpc_v2.decode_request(message, limits=UNLIMITED)
 
 
 def test_an_empty_input_needs_no_data() -> None:
     message = pb.ModelInferRequest(model_name="simple")
     message.inputs.add(name="INPUT0", datatype="FP32", shape=[0, 4])
-    assert grpc_v2.decode_request(message).inputs[0].data.shape == (0, 4)
+    assert grpc_v2.decode_request(message, limits=UNLIMITED).inputs[0].data.shape == (0, 4)
+
+
+def test_the_limits_given_hold_raw_and_typed_inputs() -> None:
+    message = (
+        "input 'INPUT0': the request holds 4 elements, more than the server's limit of 3 per request "
+        "(--max-request-elements)"
+    )
+    for typed in (request(True), request(False, raw=1)):
+        with pytest.raises(RequestTooLargeError, match=re.escape(message)):
+            grpc_v2.decode_request(typed, limits=RequestLimits(max_elements=3))
+        assert grpc_v2.decode_request(typed, limits=RequestLimits(max_elements=4)).inputs[0].shape == (1, 4)
+    texts = pb.ModelInferRequest(model_name="simple")
+    texts.inputs.add(name="TEXT", datatype="BYTES", shape=[2]).contents.bytes_contents.extend([b"hello", b"world!"])
+    with pytest.raises(RequestTooLargeError, match=r"'TEXT'.* hold 19 bytes .* limit of 18 per request"):
+        grpc_v2.decode_request(texts, limits=RequestLimits(max_text_bytes=18))
+    assert grpc_v2.decode_request(texts, limits=RequestLimits(max_text_bytes=19)).inputs[0].data.tolist() == [
+        b"hello",
+        b"world!",
+    ]

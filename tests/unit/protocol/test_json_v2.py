@@ -1,17 +1,20 @@
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import orjson
 import pytest
 import simdjson
 
-from inferd.errors import MalformedRequestError, TensorDataError
+from inferd.errors import MalformedRequestError, RequestTooLargeError, TensorDataError
+from inferd.limits import UNLIMITED, RequestLimits
 from inferd.protocol import json_v2, openai_embeddings
 from inferd.types import DataType, InferRequest, InferResponse, RequestContext, RequestedOutput, Tensor
 
 
 def decode(document: object, **kwargs: object) -> object:
-    return json_v2.decode_request(orjson.dumps(document), model_name="m", model_version="", **kwargs)  # type: ignore[arg-type]
+    return json_v2.decode_request(orjson.dumps(document), limits=UNLIMITED, model_name="m", model_version="", **kwargs)  # type: ignore[arg-type]
 
 
 def test_binary_inputs_are_views_of_the_body() -> None:
@@ -25,7 +28,9 @@ def test_binary_inputs_are_views_of_the_body() -> None:
         }
     )
     body = header + np.array([1.5, 2.5], dtype="<f4").tobytes() + b"\x02\x00\x00\x00hi\x01\x00\x00\x00!"
-    request = json_v2.decode_request(body, model_name="m", model_version="1", header_length=len(header))
+    request = json_v2.decode_request(
+        body, limits=UNLIMITED, model_name="m", model_version="1", header_length=len(header)
+    )
     assert request.id == "abc"
     assert request.context.request_id == "abc"
     assert request.inputs[0].data.tolist() == [1.5, 2.5]
@@ -46,7 +51,9 @@ def test_trailing_binary_bytes_are_an_error() -> None:
         {"inputs": [{"name": "a", "datatype": "UINT8", "shape": [1], "parameters": {"binary_data_size": 1}}]}
     )
     with pytest.raises(MalformedRequestError, match="2 bytes of binary data follow"):
-        json_v2.decode_request(header + b"\x01\x02\x03", model_name="m", model_version="", header_length=len(header))
+        json_v2.decode_request(
+            header + b"\x01\x02\x03", limits=UNLIMITED, model_name="m", model_version="", header_length=len(header)
+        )
 
 
 def test_bool_data_must_be_booleans() -> None:
@@ -142,14 +149,14 @@ def test_large_body_reads_float_data_exactly() -> None:
     body = orjson.dumps(document)
     assert len(body) > json_v2.LARGE_HEADER_BYTES
     assert isinstance(json_v2._load_header(body)["inputs"][0]["data"], simdjson.Array)  # the fast path
-    request = json_v2.decode_request(body, model_name="m", model_version="")
+    request = json_v2.decode_request(body, limits=UNLIMITED, model_name="m", model_version="")
     np.testing.assert_array_equal(request.inputs[0].data, image)
 
 
 @pytest.mark.parametrize("body", [b"{not json", b"[1, 2" + b" " * json_v2.LARGE_HEADER_BYTES])
 def test_invalid_json_is_malformed_in_either_parser(body: bytes) -> None:
     with pytest.raises(MalformedRequestError, match="not valid JSON"):
-        json_v2.decode_request(body, model_name="m", model_version="")
+        json_v2.decode_request(body, limits=UNLIMITED, model_name="m", model_version="")
 
 
 def test_a_request_the_client_encodes_is_the_request_the_server_decodes() -> None:
@@ -164,7 +171,9 @@ def test_a_request_the_client_encodes_is_the_request_the_server_decodes() -> Non
         id="client-id",
     )
     body, header_length = json_v2.encode_request(request)
-    decoded = json_v2.decode_request(body, model_name="m", model_version="", header_length=header_length)
+    decoded = json_v2.decode_request(
+        body, limits=UNLIMITED, model_name="m", model_version="", header_length=header_length
+    )
     assert decoded.id == "client-id" and decoded.parameters["priority"] == 2
     assert [o.name for o in decoded.outputs] == ["y"] and decoded.outputs[0].parameters["binary_data"] is True
     got = {t.name: t for t in decoded.inputs}
@@ -218,13 +227,13 @@ def test_nan_and_infinities_are_read_as_triton_s_clients_write_them(padding: int
     # tritonclient sends a float input holding NaN or ±inf as rapidjson's tokens, which Triton reads.
     body = b'{"id": "' + letter.encode() * padding + b'", "inputs": [{"name": "x", "datatype": "FP32", "shape": [4], '
     body += b'"data": [NaN, Infinity, -Infinity, 1.5]}]}'
-    request = json_v2.decode_request(body, model_name="m", model_version="")
+    request = json_v2.decode_request(body, limits=UNLIMITED, model_name="m", model_version="")
     np.testing.assert_array_equal(request.inputs[0].data, np.array(NON_FINITE, dtype=np.float32))
     with pytest.raises(MalformedRequestError, match="not valid JSON"):  # still no other token
-        json_v2.decode_request(body.replace(b"NaN", b"nan"), model_name="m", model_version="")
+        json_v2.decode_request(body.replace(b"NaN", b"nan"), limits=UNLIMITED, model_name="m", model_version="")
     deep = b'{"inputs": ' + b"[" * 100_000 + b"NaN" + b"]" * 100_000 + b"}"
     with pytest.raises(MalformedRequestError, match="not valid JSON"):
-        json_v2.decode_request(deep, model_name="m", model_version="")
+        json_v2.decode_request(deep, limits=UNLIMITED, model_name="m", model_version="")
 
 
 @pytest.mark.parametrize(
@@ -238,7 +247,7 @@ def test_nan_and_infinities_are_read_as_triton_s_clients_write_them(padding: int
 )
 def test_only_json_with_non_finite_tokens_is_read_again(body: bytes) -> None:
     with pytest.raises(MalformedRequestError, match="not valid JSON"):
-        json_v2.decode_request(body, model_name="m", model_version="")
+        json_v2.decode_request(body, limits=UNLIMITED, model_name="m", model_version="")
 
 
 def test_other_doors_read_non_finite_tokens_after_any_text_and_openai_s_does_not() -> None:
@@ -247,14 +256,14 @@ def test_other_doors_read_non_finite_tokens_after_any_text_and_openai_s_does_not
     with pytest.raises(MalformedRequestError, match="not valid JSON"):
         json_v2.load_json(body, non_finite=False)
     with pytest.raises(MalformedRequestError, match="not valid JSON"):  # OpenAI's API reads strict JSON
-        openai_embeddings.decode_request(b'{"model": "m", "input": "hi", "temperature": NaN}')
+        openai_embeddings.decode_request(b'{"model": "m", "input": "hi", "temperature": NaN}', UNLIMITED)
 
 
 def test_non_finite_tokens_in_a_body_past_the_limit_ask_for_binary() -> None:
     data = b"1.5," * (json_v2.NON_FINITE_JSON_LIMIT // 4)
     body = b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [-1], "data": [NaN,' + data + b"1]}]}"
     with pytest.raises(MalformedRequestError, match="binary tensor data extension"):
-        json_v2.decode_request(body, model_name="m", model_version="")
+        json_v2.decode_request(body, limits=UNLIMITED, model_name="m", model_version="")
 
 
 def test_nan_and_infinities_are_written_as_triton_writes_them() -> None:
@@ -278,3 +287,29 @@ def test_shapes_with_more_dimensions_than_numpy_s_are_refused_before_any_product
         entry = {"name": "x", "datatype": "FP32", "shape": [2**62] * dimensions, "data": []}
         with pytest.raises(TensorDataError, match=f"{dimensions} dimensions, more than a tensor can have"):
             decode({"inputs": [entry]})
+
+
+def test_the_limits_given_hold_json_and_binary_inputs() -> None:
+    tight = RequestLimits(max_elements=3, max_text_bytes=10)
+
+    def decode_with(limits: RequestLimits, *inputs: object, binary: bytes = b"") -> InferRequest:
+        header = orjson.dumps({"inputs": list(inputs)})
+        body = header + binary
+        return json_v2.decode_request(
+            body, limits=limits, model_name="m", model_version="", header_length=len(header) if binary else None
+        )
+
+    json_four = {"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}
+    binary_four = {"name": "x", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 16}}
+    message = (
+        "input 'x': the request holds 4 elements, more than the server's limit of 3 per request "
+        "(--max-request-elements)"
+    )
+    for entry, binary in ((json_four, b""), (binary_four, bytes(16))):
+        with pytest.raises(RequestTooLargeError, match=re.escape(message)):
+            decode_with(tight, entry, binary=binary)
+        assert decode_with(RequestLimits(max_elements=4), entry, binary=binary).inputs[0].shape == (1, 4)
+    texts = {"name": "t", "datatype": "BYTES", "shape": [2], "data": ["hello", "world!"]}  # 11 bytes and 2 x 4
+    with pytest.raises(RequestTooLargeError, match=r"hold 19 bytes .* limit of 10 per request \(--max-request-text"):
+        decode_with(tight, texts)
+    assert decode_with(RequestLimits(max_text_bytes=19), texts).inputs[0].data.tolist() == [b"hello", b"world!"]

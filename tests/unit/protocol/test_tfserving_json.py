@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from inferd.errors import InvalidRequestError, TensorDataError
+from inferd.limits import UNLIMITED
 from inferd.protocol import json_v2, tfserving_json
 from inferd.types import DataType, ModelMetadata, Tensor, TensorMetadata
 
@@ -92,12 +93,12 @@ def test_grpc_values_repeat_to_fill_a_shape_but_never_beyond_a_bound() -> None:
 
     proto = tf_pb.TensorProto(dtype=tf_pb.DT_FLOAT, float_val=[1.0, 2.0])
     proto.tensor_shape.dim.extend([tf_pb.TensorShapeProto.Dim(size=2), tf_pb.TensorShapeProto.Dim(size=2)])
-    filled = tfserving_grpc.tensor_from_proto("x", proto)
+    filled = tfserving_grpc.tensor_from_proto("x", proto, UNLIMITED)
     assert filled.data.tolist() == [[1.0, 2.0], [2.0, 2.0]]  # as TensorFlow fills it
     del proto.tensor_shape.dim[:]
     proto.tensor_shape.dim.extend([tf_pb.TensorShapeProto.Dim(size=100_000), tf_pb.TensorShapeProto.Dim(size=100_000)])
     with pytest.raises(TensorDataError, match="MiB"):
-        tfserving_grpc.tensor_from_proto("x", proto)
+        tfserving_grpc.tensor_from_proto("x", proto, UNLIMITED)
 
 
 def test_nan_and_infinities_are_read_and_written_as_tf_serving_does() -> None:

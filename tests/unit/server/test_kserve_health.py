@@ -10,6 +10,7 @@ from typing import cast
 import orjson
 
 from inferd.core.service import InferenceService
+from inferd.limits import RequestLimits
 from inferd.server.http import HttpApp
 from inferd.server.http11 import HttpRequest
 from inferd.server.kserve import KServeDoor
@@ -32,7 +33,7 @@ class ReadyService(StartingService):
 
 
 def health_app(service: StartingService) -> HttpApp:
-    group = KServeDoor(cast(InferenceService, service)).routes()
+    group = KServeDoor(cast(InferenceService, service), limits=RequestLimits()).routes()
     return HttpApp(Router([group], fallback=group), max_request_bytes=1024)
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from inferd.core.service import InferenceService
 from inferd.errors import InvalidRequestError, PermissionDeniedError
+from inferd.limits import RequestLimits
 from inferd.server.auth import AccessPolicy, TokenSet
 from inferd.server.http import HttpApp
 from inferd.server.http11 import HttpRequest
@@ -97,7 +98,9 @@ def register_request(local_peer: bool, headers: dict[bytes, bytes] | None = None
 def door(tmp_path: Path, access: AccessPolicy | None) -> tuple[HttpApp, SharedMemoryRegions]:
     make_object(tmp_path, "data", b"x" * 8)
     regions = SharedMemoryRegions(tmp_path)
-    group = KServeDoor(cast(InferenceService, object()), regions=regions, access=access).routes()
+    group = KServeDoor(
+        cast(InferenceService, object()), regions=regions, limits=RequestLimits(), access=access
+    ).routes()
     return HttpApp(Router([group], fallback=group), max_request_bytes=1 << 20, access=access), regions
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.errors import MalformedRequestError
+from inferd.limits import RequestLimits
 from inferd.protocol import grpc_v2, http_compression, json_v2
 from inferd.protocol.codecs.base import (
     Decoded,
@@ -44,6 +45,8 @@ class KServeHttpCodec:
     """v2 JSON bodies, binary tensors after a JSON header, tensors in shared memory; answers
     compressed when the client accepts it (as Triton does)."""
 
+    # The server's: what one request may hold, checked as the body is decoded (before allocating).
+    limits: RequestLimits
     door: Door = Door.KSERVE_HTTP
     regions: RegionAccess | None = None
     # Where the door carries the JSON header's length (SageMaker: in the content type).
@@ -56,6 +59,7 @@ class KServeHttpCodec:
     ) -> Decoded[bytes | None]:
         request = json_v2.decode_request(
             raw.body,
+            limits=self.limits,
             model_name=target.model,
             model_version=target.version,
             header_length=self.header_length(raw),
@@ -81,6 +85,8 @@ class KServeHttpCodec:
 class KServeGrpcCodec:
     """`ModelInferRequest` / `ModelInferResponse`, for the unary call and each request of a stream."""
 
+    # The server's: what one request may hold, checked as the body is decoded (before allocating).
+    limits: RequestLimits
     regions: RegionAccess | None = None
     door: Door = Door.KSERVE_GRPC
 
@@ -91,7 +97,7 @@ class KServeGrpcCodec:
     reads_signature = False
 
     def decode(self, raw: Any, target: Target, context: RequestContext, signature: Signature | None) -> Decoded[None]:
-        request = grpc_v2.decode_request(raw, context=context, regions=self.regions)
+        request = grpc_v2.decode_request(raw, limits=self.limits, context=context, regions=self.regions)
         return Decoded((request,), None)
 
     def encode(self, responses: Sequence[InferResponse], decoded: Decoded[None]) -> Any:
@@ -106,6 +112,8 @@ class KServeStreamCodec:
     """Each request of a `ModelStreamInfer` stream: a decoupled model's responses marked final only
     by the empty response the request may ask for; any other model's one response marked final."""
 
+    # The server's: what one request may hold, checked as the body is decoded (before allocating).
+    limits: RequestLimits
     regions: RegionAccess | None = None
     door: Door = Door.KSERVE_GRPC
 
@@ -117,7 +125,7 @@ class KServeStreamCodec:
 
     def decode(self, raw: Any, target: Target, context: RequestContext, signature: Signature | None) -> Decoded[bool]:
         assert signature is not None, "reads_signature"
-        request = grpc_v2.decode_request(raw, context=context, regions=self.regions)
+        request = grpc_v2.decode_request(raw, limits=self.limits, context=context, regions=self.regions)
         return Decoded((request,), signature.config.decoupled)
 
     def encode(self, responses: Sequence[InferResponse], decoded: Decoded[bool]) -> Any:

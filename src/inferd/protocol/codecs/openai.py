@@ -24,6 +24,7 @@ import numpy as np
 
 from inferd.config.model import ModelConfig
 from inferd.errors import InvalidRequestError, ModelOutputError
+from inferd.limits import RequestLimits
 from inferd.protocol import openai_embeddings
 from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, Signature, Target
 from inferd.types import DataType, Door, InferResponse, RequestContext, RequestedOutput, RequestTiming, Tensor
@@ -83,6 +84,8 @@ class _Asked:
 
 @dataclass(frozen=True, slots=True)
 class OpenAiEmbeddingsCodec:
+    # The server's: what one request may hold, checked as the body is decoded (before allocating).
+    limits: RequestLimits
     door: Door = Door.OPENAI
 
     @staticmethod
@@ -97,7 +100,7 @@ class OpenAiEmbeddingsCodec:
     ) -> Decoded[_Asked]:
         assert signature is not None, "reads_signature"
         document = target.preread if target.preread is not None else openai_embeddings.read_document(raw.body)
-        body = openai_embeddings.decode_document(document)
+        body = openai_embeddings.decode_document(document, self.limits)
         spec = embedding_spec(signature.config)
         if spec is None:
             raise InvalidRequestError(

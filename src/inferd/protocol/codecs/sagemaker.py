@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import InvalidRequestError, NotAcceptableError, TensorDataError
+from inferd.limits import RequestLimits
 from inferd.protocol import json_v2, sagemaker, tfserving_json
 from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, Signature, Target
 from inferd.protocol.codecs.kserve import KServeHttpCodec
@@ -64,10 +65,10 @@ class SageMakerJsonCodec:
         return self.tfserving.encode(responses, Decoded(decoded.requests, state))
 
 
-def json_codecs(regions: RegionAccess | None) -> tuple[SageMakerJsonCodec, KServeHttpCodec]:
-    """The codecs of JSON bodies and of Triton's binary+json bodies."""
-    v2 = KServeHttpCodec(Door.SAGEMAKER, regions)
-    return SageMakerJsonCodec(v2), KServeHttpCodec(Door.SAGEMAKER, regions, binary_header_length)
+def json_codecs(limits: RequestLimits, regions: RegionAccess | None) -> tuple[SageMakerJsonCodec, KServeHttpCodec]:
+    """The codecs of JSON bodies and of Triton's binary+json bodies, holding requests to `limits`."""
+    v2 = KServeHttpCodec(limits, Door.SAGEMAKER, regions)
+    return SageMakerJsonCodec(v2), KServeHttpCodec(limits, Door.SAGEMAKER, regions, binary_header_length)
 
 
 @dataclass(frozen=True, slots=True)

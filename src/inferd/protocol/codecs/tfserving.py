@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from inferd.limits import RequestLimits
 from inferd.protocol import json_v2, tfserving_grpc, tfserving_json
 from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, Signature, Target
 from inferd.types import Door, InferResponse, RequestContext
@@ -46,6 +47,8 @@ class TfServingRestCodec:
 class TfServingGrpcCodec:
     """`PredictRequest` (its `output_filter` the outputs asked for) answered with a `PredictResponse`."""
 
+    # The server's: what one request may hold, checked as the body is decoded (before allocating).
+    limits: RequestLimits
     door: Door = Door.TFSERVING_GRPC
 
     @staticmethod
@@ -56,7 +59,7 @@ class TfServingGrpcCodec:
     reads_signature = False
 
     def decode(self, raw: Any, target: Target, context: RequestContext, signature: Signature | None) -> Decoded[None]:
-        inputs, outputs = tfserving_grpc.decode_predict(raw)
+        inputs, outputs = tfserving_grpc.decode_predict(raw, self.limits)
         return Decoded((context.request(target.model, target.version, inputs, outputs),), None)
 
     def encode(self, responses: Sequence[InferResponse], decoded: Decoded[None]) -> Any:

@@ -25,7 +25,7 @@ _JSON = b"application/json"
 
 @dataclass(frozen=True, slots=True)
 class TorchServeCodec:
-    # v2 bodies' codec (KServeHttpCodec(Door.TORCHSERVE, regions)).
+    # v2 bodies' codec (KServeHttpCodec(limits, Door.TORCHSERVE, regions)).
     v2: KServeHttpCodec
     door: Door = Door.TORCHSERVE
 

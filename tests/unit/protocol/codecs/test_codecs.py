@@ -14,7 +14,8 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from inferd.config.model import ModelConfig, TensorConfig
-from inferd.errors import InvalidRequestError, MalformedRequestError, NotAcceptableError
+from inferd.errors import InvalidRequestError, MalformedRequestError, NotAcceptableError, RequestTooLargeError
+from inferd.limits import UNLIMITED, RequestLimits
 from inferd.protocol import grpc_v2, sagemaker, tfserving_grpc
 from inferd.protocol.codecs.base import Decoded, HttpBody, InflatedBody, Signature, Target
 from inferd.protocol.codecs.kserve import KServeGrpcCodec, KServeHttpCodec, KServeStreamCodec
@@ -24,6 +25,9 @@ from inferd.protocol.codecs.tfserving import TfServingGrpcCodec, TfServingRestCo
 from inferd.protocol.codecs.torchserve import TorchServeCodec
 from inferd.protocol.tfserving_pb import tensorflow_serving_pb2 as tfs
 from inferd.types import DataType, Door, InferResponse, ModelMetadata, RequestContext, Tensor, TensorMetadata
+
+# A server's limits, as its codecs are given them (the defaults: these bodies are far below).
+LIMITS = RequestLimits()
 
 
 def fp32(name: str, rows: list[list[float]]) -> Tensor:
@@ -75,12 +79,14 @@ def http(body: bytes, **headers: str) -> HttpBody:
 def test_v2_http_decodes_with_the_call_context_and_the_body_id_when_the_transport_sent_none() -> None:
     body = orjson.dumps({"id": "abc", "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]})
     call = context(Door.KSERVE_HTTP, deadline_s=12.5)
-    decoded = KServeHttpCodec().decode(http(body), Target("mlp", "1"), call, None)
+    decoded = KServeHttpCodec(LIMITS).decode(http(body), Target("mlp", "1"), call, None)
     (request,) = decoded.requests
     assert (request.model_name, request.model_version, request.context.request_id) == ("mlp", "1", "abc")
     assert request.context.deadline_s == 12.5 and request.context.door is Door.KSERVE_HTTP
     assert request.context is call  # decode and encode times land where Server-Timing reads them
-    transport = KServeHttpCodec().decode(http(body), Target("mlp"), context(Door.KSERVE_HTTP, "from-header"), None)
+    transport = KServeHttpCodec(LIMITS).decode(
+        http(body), Target("mlp"), context(Door.KSERVE_HTTP, "from-header"), None
+    )
     assert transport.requests[0].context.request_id == "from-header"
 
 
@@ -91,7 +97,7 @@ def test_v2_http_encodes_binary_outputs_with_their_header_length_and_compresses_
             "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
         }
     )
-    codec = KServeHttpCodec()
+    codec = KServeHttpCodec(LIMITS)
     decoded = codec.decode(http(body, accept_encoding="gzip"), Target("mlp"), context(Door.KSERVE_HTTP), None)
     encoded = codec.encode([answer("mlp", fp32("y", [[3, 4]]))], decoded)
     headers = dict(encoded.headers)
@@ -104,7 +110,7 @@ def test_v2_http_encodes_binary_outputs_with_their_header_length_and_compresses_
 
 def test_v2_http_refuses_a_header_length_that_is_not_a_number() -> None:
     with pytest.raises(MalformedRequestError, match="Inference-Header-Content-Length"):
-        KServeHttpCodec().decode(
+        KServeHttpCodec(LIMITS).decode(
             http(b"{}", inference_header_content_length="x"), Target("mlp"), context(Door.KSERVE_HTTP), None
         )
 
@@ -118,7 +124,7 @@ def grpc_request(**fields: Any) -> Any:
 
 
 def test_v2_grpc_targets_the_message_model_and_encodes_raw_outputs() -> None:
-    codec = KServeGrpcCodec()
+    codec = KServeGrpcCodec(LIMITS)
     message = grpc_request(id="m-1")
     assert codec.target(message) == Target("mlp", "1")
     decoded = codec.decode(message, codec.target(message), context(Door.KSERVE_GRPC), None)
@@ -129,7 +135,7 @@ def test_v2_grpc_targets_the_message_model_and_encodes_raw_outputs() -> None:
 
 @pytest.mark.parametrize("decoupled", [False, True])
 def test_the_stream_marks_final_responses_as_triton_does(decoupled: bool) -> None:
-    codec = KServeStreamCodec()
+    codec = KServeStreamCodec(LIMITS)
     message = grpc_request()
     message.parameters[grpc_v2.EMPTY_FINAL_RESPONSE].bool_param = True
     config = ModelConfig(name="mlp", max_batch_size=8, inputs=MLP.inputs, outputs=MLP.outputs, decoupled=decoupled)
@@ -157,7 +163,7 @@ def test_tfserving_rest_answers_rows_with_predictions_and_columns_with_outputs()
 
 
 def test_tfserving_grpc_targets_a_label_for_the_call_to_resolve_and_honours_the_output_filter() -> None:
-    codec = TfServingGrpcCodec()
+    codec = TfServingGrpcCodec(LIMITS)
     message = tfs.PredictRequest()
     message.model_spec.name = "mlp"
     message.model_spec.version_label = "stable"
@@ -172,7 +178,7 @@ def test_tfserving_grpc_targets_a_label_for_the_call_to_resolve_and_honours_the_
     (request,) = decoded.requests
     assert request.model_version == "2" and [o.name for o in request.outputs] == ["y"]
     encoded = codec.encode([answer("mlp", fp32("y", [[7, 8]]))], decoded)
-    assert tfserving_grpc.tensor_from_proto("y", encoded.outputs["y"]).data.tolist() == [[7, 8]]
+    assert tfserving_grpc.tensor_from_proto("y", encoded.outputs["y"], UNLIMITED).data.tolist() == [[7, 8]]
     assert encoded.model_spec.name == "mlp"
 
 
@@ -180,7 +186,7 @@ def test_tfserving_grpc_targets_a_label_for_the_call_to_resolve_and_honours_the_
 
 
 def test_sagemaker_json_reads_v2_and_tfserving_bodies_and_answers_each_in_its_own_shape() -> None:
-    codec, _ = json_codecs(None)
+    codec, _ = json_codecs(LIMITS, None)
     v2 = orjson.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]})
     decoded = codec.decode(http(v2), Target("mlp"), context(Door.SAGEMAKER), signature(MLP))
     assert decoded.requests[0].context.door is Door.SAGEMAKER
@@ -190,7 +196,7 @@ def test_sagemaker_json_reads_v2_and_tfserving_bodies_and_answers_each_in_its_ow
 
 
 def test_sagemaker_binary_json_takes_the_header_size_from_its_content_type() -> None:
-    _, codec = json_codecs(None)
+    _, codec = json_codecs(LIMITS, None)
     header = orjson.dumps(
         {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "parameters": {"binary_data_size": 8}}]}
     )
@@ -222,7 +228,7 @@ def test_sagemaker_arrays_convert_numpy_defaults_and_answer_as_accepted() -> Non
 
 
 def test_torchserve_hands_a_raw_body_to_the_bytes_input_and_answers_as_torchserve_does() -> None:
-    codec = TorchServeCodec(KServeHttpCodec(Door.TORCHSERVE))
+    codec = TorchServeCodec(KServeHttpCodec(LIMITS, Door.TORCHSERVE))
     decoded = codec.decode(http(b"\x00raw bytes"), Target("text"), context(Door.TORCHSERVE), signature(TEXT))
     (tensor,) = decoded.requests[0].inputs
     assert tensor.shape == (1, 1) and tensor.data[0, 0] == b"\x00raw bytes"
@@ -231,7 +237,7 @@ def test_torchserve_hands_a_raw_body_to_the_bytes_input_and_answers_as_torchserv
 
 
 def test_torchserve_reads_json_columns_by_the_signature_and_v2_bodies_as_v2() -> None:
-    codec = TorchServeCodec(KServeHttpCodec(Door.TORCHSERVE))
+    codec = TorchServeCodec(KServeHttpCodec(LIMITS, Door.TORCHSERVE))
     raw = http(b'{"x": [[1, 2]]}', content_type="application/json")
     decoded = codec.decode(raw, Target("mlp"), context(Door.TORCHSERVE), signature(MLP))
     assert decoded.requests[0].inputs[0].data.tolist() == [[1, 2]]
@@ -246,7 +252,7 @@ def test_torchserve_reads_json_columns_by_the_signature_and_v2_bodies_as_v2() ->
 
 
 def test_openai_reads_only_the_model_first() -> None:
-    codec = OpenAiEmbeddingsCodec()
+    codec = OpenAiEmbeddingsCodec(LIMITS)
     target = codec.target(http(b'{"model": "text", "input": 42}'))  # input not read yet
     assert target.model == "text"
     with pytest.raises(MalformedRequestError):
@@ -254,7 +260,7 @@ def test_openai_reads_only_the_model_first() -> None:
 
 
 def test_openai_splits_texts_in_chunks_of_the_batch_size_sharing_one_id() -> None:
-    codec = OpenAiEmbeddingsCodec()
+    codec = OpenAiEmbeddingsCodec(LIMITS)
     raw = http(b'{"model": "text", "input": ["a", "b c", "d"], "encoding_format": "base64"}')
     call = context(Door.OPENAI)
     decoded = codec.decode(raw, codec.target(raw), call, signature(TEXT))
@@ -275,7 +281,7 @@ def test_openai_splits_texts_in_chunks_of_the_batch_size_sharing_one_id() -> Non
 
 
 def test_a_model_without_embedding_parameters_is_refused_by_name() -> None:
-    codec = OpenAiEmbeddingsCodec()
+    codec = OpenAiEmbeddingsCodec(LIMITS)
     raw = http(b'{"model": "mlp", "input": "hi"}')
     with pytest.raises(InvalidRequestError, match="does not serve embeddings"):
         codec.decode(raw, codec.target(raw), context(Door.OPENAI), signature(MLP))
@@ -286,3 +292,102 @@ def test_decoded_carries_what_encode_needs_and_nothing_of_the_transport() -> Non
         http(b'{"instances": [[1, 2]]}'), Target("mlp"), context(Door.TFSERVING_REST), signature(MLP)
     )
     assert decoded.state is True
+
+
+# -- Limits ----------------------------------------------------------------------------------------
+
+V2_PAIR = orjson.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]})
+
+
+def tfserving_predict() -> Any:
+    message = tfs.PredictRequest()
+    message.model_spec.name = "mlp"
+    proto = message.inputs["x"]
+    proto.dtype = 1  # DT_FLOAT
+    proto.tensor_shape.dim.add(size=1)
+    proto.tensor_shape.dim.add(size=2)
+    proto.float_val.extend([1, 2])
+    return message
+
+
+def binary_json() -> HttpBody:
+    header = orjson.dumps(
+        {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "parameters": {"binary_data_size": 8}}]}
+    )
+    body = header + np.array([3, 4], dtype=np.float32).tobytes()
+    return http(body, content_type=f"{sagemaker.TRITON_BINARY};json-header-size={len(header)}")
+
+
+# Each door's codec given `limits`, with a request of 2 elements (OpenAI's: of 9 text bytes, 4 counted
+# for the text): (codec, raw request, target, door, signature).
+DOOR_CODECS: dict[str, Any] = {
+    "kserve_http": lambda limits: (KServeHttpCodec(limits), http(V2_PAIR), Target("mlp"), Door.KSERVE_HTTP, None),
+    "kserve_grpc": lambda limits: (KServeGrpcCodec(limits), grpc_request(), Target("mlp"), Door.KSERVE_GRPC, None),
+    "kserve_stream": lambda limits: (
+        KServeStreamCodec(limits),
+        grpc_request(),
+        Target("mlp"),
+        Door.KSERVE_GRPC,
+        signature(MLP),
+    ),
+    "tfserving_grpc": lambda limits: (
+        TfServingGrpcCodec(limits),
+        tfserving_predict(),
+        Target("mlp"),
+        Door.TFSERVING_GRPC,
+        None,
+    ),
+    "sagemaker_json": lambda limits: (
+        json_codecs(limits, None)[0],
+        http(V2_PAIR),
+        Target("mlp"),
+        Door.SAGEMAKER,
+        signature(MLP),
+    ),
+    "sagemaker_binary_json": lambda limits: (
+        json_codecs(limits, None)[1],
+        binary_json(),
+        Target("mlp"),
+        Door.SAGEMAKER,
+        None,
+    ),
+    "torchserve_v2": lambda limits: (
+        TorchServeCodec(KServeHttpCodec(limits, Door.TORCHSERVE)),
+        http(V2_PAIR, content_type="application/json"),
+        Target("mlp"),
+        Door.TORCHSERVE,
+        signature(MLP),
+    ),
+    "openai": lambda limits: (
+        OpenAiEmbeddingsCodec(limits),
+        http(b'{"model": "text", "input": "hello"}'),
+        Target("text"),
+        Door.OPENAI,
+        signature(TEXT),
+    ),
+}
+
+
+@pytest.mark.parametrize("door", sorted(DOOR_CODECS))
+def test_each_door_codec_holds_requests_to_the_limits_it_was_given(door: str) -> None:
+    codec, raw, target, door_kind, model = DOOR_CODECS[door](RequestLimits(max_elements=1, max_text_bytes=8))
+    with pytest.raises(RequestTooLargeError, match=r"more than the server's limit of (1|8) per request"):
+        codec.decode(raw, target, context(door_kind), model)
+    codec, raw, target, door_kind, model = DOOR_CODECS[door](RequestLimits(max_elements=2, max_text_bytes=9))
+    assert codec.decode(raw, target, context(door_kind), model).requests  # at the limits: served
+
+
+def test_two_codecs_in_one_process_each_apply_their_own_limits() -> None:
+    # What a process-wide setting could not do: two servers (or a server and a test) in one process,
+    # their codecs built with different limits, decoding in turn.
+    tight, loose = RequestLimits(max_elements=1), RequestLimits(max_elements=2)
+    codecs: list[tuple[Any, Any]] = [
+        (KServeHttpCodec(tight), KServeHttpCodec(loose)),
+        (KServeGrpcCodec(tight), KServeGrpcCodec(loose)),
+    ]
+    for (refusing, serving), raw in zip(codecs, (http(V2_PAIR), grpc_request()), strict=True):
+        for _ in range(2):
+            with pytest.raises(RequestTooLargeError, match=r"holds 2 elements, more than the server's limit of 1"):
+                refusing.decode(raw, Target("mlp"), context(refusing.door), None)
+            (request,) = serving.decode(raw, Target("mlp"), context(serving.door), None).requests
+            assert request.inputs[0].shape == (1, 2)
