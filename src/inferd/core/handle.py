@@ -163,13 +163,7 @@ class ModelHandle(Handle):
         worker = asyncio.ensure_future(asyncio.to_thread(run))
         try:
             while (outputs := await responses.get()) is not None:
-                yield InferResponse(
-                    model_name=self.config.name,
-                    model_version=str(self.version),
-                    request_id=request.context.request_id,
-                    outputs=tuple(self._output_tensor(n, outputs.get(n), batch_size) for n in names),
-                    id=request.id,
-                )
+                yield self._response(request, outputs, names, batch_size)
             await worker  # the model's error, if it raised
         finally:
             if not worker.done():
@@ -202,16 +196,19 @@ class ModelHandle(Handle):
                 timeout_deadline_s = time.monotonic() + timeout_us / 1e6
                 deadline_s = timeout_deadline_s if deadline_s is None else min(deadline_s, timeout_deadline_s)
             work = Work(request, feeds, batch_size, names, deadline_s, priority, timeout_us, admission)
-            results = await self.scheduler.submit(work)
-            return InferResponse(
-                model_name=self.config.name,
-                model_version=str(self.version),
-                request_id=request.context.request_id,
-                outputs=tuple(self._output_tensor(name, results.get(name), batch_size) for name in names),
-                id=request.id,
-            )
+            return self._response(request, await self.scheduler.submit(work), names, batch_size)
         finally:
             self._left()
+
+    def _response(self, request: InferRequest, results: Arrays, names: list[str], rows: int) -> InferResponse:
+        """The answer to `request`: its outputs `names` of `results`, as the config declares them."""
+        return InferResponse(
+            model_name=self.config.name,
+            model_version=str(self.version),
+            request_id=request.context.request_id,
+            outputs=tuple(self._output_tensor(name, results.get(name), rows) for name in names),
+            id=request.id,
+        )
 
     def _output_tensor(self, name: str, array: np.ndarray[Any, Any] | None, batch_size: int) -> Tensor:
         spec = self.config.output(name)
