@@ -26,12 +26,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from inferd.core.tracing import ExecutionTracer
-from inferd.core.validation import check_output_rows
 from inferd.limits import text_bytes
 from inferd.runtimes import Runtime
 from inferd.runtimes.base import EXECUTION_DEADLINE, cores_available
-from inferd.types import RequestContext
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 Execution = tuple[int, float, float]
@@ -321,7 +318,8 @@ class InstancePool:
         deadline_s: float | None,
     ) -> asyncio.Future[Arrays]:
         """Run one batch on `instance`, acquired for it: the future of its outputs. (A future, not a
-        coroutine: the single-request path awaits it with no frame between.)"""
+        coroutine: the single-request path, core.scheduler's DirectScheduler, awaits it with no
+        frame between.)"""
         answer: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
 
         cpu = self.samples_cpu()
@@ -340,38 +338,6 @@ class InstancePool:
 
         self.run(instance, job, done, inline=self._inline and self.fits_inline(inputs))
         return answer
-
-    async def execute_request(
-        self,
-        inputs: Mapping[str, np.ndarray[Any, Any]],
-        names: Sequence[str],
-        rows: int,
-        context: RequestContext,
-        deadline_s: float | None,
-        *,
-        batched: bool,
-        tracer: ExecutionTracer | None,
-        instance: Runtime | None = None,
-    ) -> Arrays:
-        """Run one request alone: the execution core.scheduler's DirectScheduler, the one
-        single-request path, ends in. Its outputs, their rows checked when the model `batched` (a
-        model that answers more or fewer rows than it got must not be answered with them), and its
-        queue and compute time written to the context's timing. `instance`: one acquired for it
-        already; `deadline_s`: the context's, or earlier (Triton's `timeout` parameter)."""
-        started = time.perf_counter()
-        timing = context.timing
-        # A free instance is taken without a coroutine of its own (`acquire` waits only when none is).
-        if instance is None and (instance := self.try_acquire()) is None:
-            instance = await self.acquire()
-        timing.queue_s = time.perf_counter() - started
-        results = await self.start(instance, inputs, names, rows, deadline_s)
-        if batched:
-            check_output_rows(self._name, results, rows)
-        timing.compute_infer_s = time.perf_counter() - started - timing.queue_s
-        timing.batch_rows = rows
-        if tracer is not None:
-            tracer.executed((context,), rows, timing.compute_infer_s, 0.0, False)
-        return results
 
     def _finished_on_thread(
         self,

@@ -31,7 +31,7 @@ import asyncio
 import enum
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -39,6 +39,7 @@ import numpy as np
 
 from inferd.core.executor import Arrays, InstancePool
 from inferd.core.tracing import ExecutionTracer
+from inferd.core.validation import check_output_rows
 from inferd.errors import DeadlineUnreachableError, OverloadedError, UnavailableError
 from inferd.runtimes import Runtime
 from inferd.types import InferRequest
@@ -163,7 +164,7 @@ def background_room(pool: InstancePool) -> bool:
 
 
 class DirectScheduler:
-    """Each request runs alone on the next free instance (`InstancePool.execute_request`)."""
+    """Each request runs alone on the next free instance: the one single-request path."""
 
     def __init__(
         self,
@@ -205,19 +206,28 @@ class DirectScheduler:
             self._check_deadline(work.deadline_s)
         return self.run(work)
 
-    def run(self, work: Work, instance: Runtime | None = None) -> Coroutine[Any, Any, Arrays]:
+    async def run(self, work: Work, instance: Runtime | None = None) -> Arrays:
         """Run `work` alone now (on `instance`, acquired for it already, or the next free one),
-        without admission checks: the batcher's lone arrivals come this way."""
-        return self._pool.execute_request(
-            work.feeds,
-            work.output_names,
-            work.rows,
-            work.request.context,
-            work.deadline_s,
-            batched=self._batched,
-            tracer=self._tracer,
-            instance=instance,
-        )
+        without admission checks: the batcher's lone arrivals come this way. Its outputs, their
+        rows checked when the model is batched (a model that answers more or fewer rows than it
+        got must not be answered with them), and its queue and compute time written to its
+        timing."""
+        pool = self._pool
+        context = work.request.context
+        timing = context.timing
+        started = time.perf_counter()
+        # A free instance is taken without a coroutine of its own (`acquire` waits only when none is).
+        if instance is None and (instance := pool.try_acquire()) is None:
+            instance = await pool.acquire()
+        timing.queue_s = time.perf_counter() - started
+        results = await pool.start(instance, work.feeds, work.output_names, work.rows, work.deadline_s)
+        if self._batched:
+            check_output_rows(self._model_name, results, work.rows)
+        timing.compute_infer_s = time.perf_counter() - started - timing.queue_s
+        timing.batch_rows = work.rows
+        if self._tracer is not None:
+            self._tracer.executed((context,), work.rows, timing.compute_infer_s, 0.0, False)
+        return results
 
     async def close(self) -> None:
         self._background.close()

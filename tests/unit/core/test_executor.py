@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 
 from inferd.core.executor import INLINE_THRESHOLD_S, InstancePool
-from inferd.errors import InvalidRequestError, ModelOutputError
+from inferd.errors import InvalidRequestError
 from inferd.testing.fakes import FakeRuntime
-from inferd.types import RequestContext
 
 FEEDS = {"x": np.ones((1, 2), dtype=np.float32)}
 
@@ -155,17 +154,6 @@ async def test_a_release_between_a_cancel_and_its_resumption_keeps_the_instance(
     with pytest.raises(asyncio.CancelledError):
         await gone
     assert pool.idle == 1
-
-
-async def test_a_request_run_alone_has_its_rows_checked_when_the_model_batches() -> None:
-    context = RequestContext()
-    pool = InstancePool([FakeRuntime(extra_rows=1)], name="extra")
-    with pytest.raises(ModelOutputError, match="model 'extra' output 'y' has shape \\[2, 2\\], but the batch had 1"):
-        await pool.execute_request(FEEDS, ["y"], 1, context, None, batched=True, tracer=None)
-    # A model without a batch dimension answers whatever shape its outputs have.
-    results = await pool.execute_request(FEEDS, ["y"], 1, context, None, batched=False, tracer=None)
-    assert results["y"].shape == (2, 2)
-    assert context.timing.batch_rows == 1
 
 
 class ThreadRecorder(FakeRuntime):

@@ -17,7 +17,7 @@ from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import InstancePool
 from inferd.core.scheduler import Admission, DirectScheduler, Scheduler, Work
 from inferd.core.sequence import SequenceBatcher
-from inferd.errors import OverloadedError, UnavailableError, UnsupportedError
+from inferd.errors import ModelOutputError, OverloadedError, UnavailableError, UnsupportedError
 from inferd.testing.fakes import FakeClock, FakeRuntime, fake_work
 from inferd.types import DataType
 from tests.unit.core.test_batcher import LONG_DELAY_US, until
@@ -237,3 +237,16 @@ async def test_a_background_submission_cancelled_once_handed_an_instance_gives_i
     assert pool.idle == 1
     assert (await asyncio.wait_for(scheduler.submit(work("direct", 3.0)), timeout=10))["y"].tolist() == [[6.0, 6.0]]
     await scheduler.close()
+
+
+async def test_a_request_run_alone_has_its_rows_checked_when_the_model_batches() -> None:
+    runtime = FakeRuntime(extra_rows=1)
+    batched = DirectScheduler("extra", InstancePool([runtime], name="extra"), batched=True)
+    with pytest.raises(ModelOutputError, match="model 'extra' output 'y' has shape \\[2, 2\\], but the batch had 1"):
+        await batched.submit(fake_work({"x": np.ones((1, 2), np.float32)}))
+    # A model without a batch dimension answers whatever shape its outputs have.
+    unbatched = DirectScheduler("extra", InstancePool([runtime], name="extra"), batched=False)
+    alone = fake_work({"x": np.ones((1, 2), np.float32)})
+    results = await unbatched.submit(alone)
+    assert results["y"].shape == (2, 2)
+    assert alone.request.context.timing.batch_rows == 1
