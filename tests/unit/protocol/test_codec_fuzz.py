@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from inferd.config.loader import parse_model_config
 from inferd.errors import InferdError
-from inferd.limits import UNLIMITED
+from inferd.limits import RequestLimits
 from inferd.protocol import (
     grpc_v2,
     http_compression,
@@ -30,6 +30,10 @@ from inferd.types import DataType
 
 FUZZ = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
+# What the server holds every request to by default: a fuzzer's body meets the decoders as a client's
+# does (with no limits, a declared shape of 2**31 that one value fills is 16 GiB, by design).
+SERVER_LIMITS = RequestLimits()
+
 
 def refuses_only_with_inferd_errors(decode: Callable[[], Any]) -> None:
     """Any other exception propagates and fails the test with hypothesis's smallest example."""
@@ -42,7 +46,7 @@ def refuses_only_with_inferd_errors(decode: Callable[[], Any]) -> None:
 def test_v2_json(document: Any) -> None:
     body = gen.encode_json(document)
     refuses_only_with_inferd_errors(
-        lambda: json_v2.decode_request(body, limits=UNLIMITED, model_name="m", model_version="")
+        lambda: json_v2.decode_request(body, limits=SERVER_LIMITS, model_name="m", model_version="")
     )
 
 
@@ -51,14 +55,16 @@ def test_v2_json(document: Any) -> None:
 def test_v2_binary_extension(body_and_length: tuple[bytes, int | None]) -> None:
     body, length = body_and_length
     refuses_only_with_inferd_errors(
-        lambda: json_v2.decode_request(body, limits=UNLIMITED, model_name="m", model_version="", header_length=length)
+        lambda: json_v2.decode_request(
+            body, limits=SERVER_LIMITS, model_name="m", model_version="", header_length=length
+        )
     )
 
 
 @FUZZ
 @given(message=gen.model_infer_requests())
 def test_grpc_model_infer_request(message: Any) -> None:
-    refuses_only_with_inferd_errors(lambda: grpc_v2.decode_request(message, limits=UNLIMITED))
+    refuses_only_with_inferd_errors(lambda: grpc_v2.decode_request(message, limits=SERVER_LIMITS))
 
 
 @FUZZ
@@ -82,7 +88,7 @@ def test_torchserve_json_bodies(target: gen.Target, data: st.DataObject) -> None
     def decode() -> Any:
         document = json_v2.load_json(body)
         if sagemaker.is_v2_body(document):
-            return json_v2.decode_request(body, limits=UNLIMITED, model_name=target.model, model_version="")
+            return json_v2.decode_request(body, limits=SERVER_LIMITS, model_name=target.model, model_version="")
         return tfserving_json.decode_columns(document, target.metadata())
 
     refuses_only_with_inferd_errors(decode)
@@ -116,7 +122,7 @@ def test_npy(body: bytes) -> None:
 @given(document=gen.openai_documents())
 def test_openai_embeddings(document: Any) -> None:
     body = gen.encode_json(document)
-    refuses_only_with_inferd_errors(lambda: openai_embeddings.decode_request(body, UNLIMITED))
+    refuses_only_with_inferd_errors(lambda: openai_embeddings.decode_request(body, SERVER_LIMITS))
 
 
 @pytest.mark.parametrize(
@@ -155,4 +161,4 @@ def test_any_json_body(body: bytes) -> None:
 @FUZZ
 @given(message=gen.tfserving_predict_requests())
 def test_tfserving_grpc_predict_request(message: Any) -> None:
-    refuses_only_with_inferd_errors(lambda: tfserving_grpc.decode_predict(message, UNLIMITED))
+    refuses_only_with_inferd_errors(lambda: tfserving_grpc.decode_predict(message, SERVER_LIMITS))
