@@ -28,7 +28,7 @@ import numpy as np
 
 from inferd.limits import text_bytes
 from inferd.runtimes import Runtime
-from inferd.runtimes.base import EXECUTION_DEADLINE, cores_available
+from inferd.runtimes.base import cores_available
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 Execution = tuple[int, float, float]
@@ -71,14 +71,10 @@ def timed_execute(
     """Run on `instance` (from any thread): the outputs, and the execution's rows, seconds and,
     when `cpu` (`InstancePool.samples_cpu`), CPU seconds of the running thread (which the pool uses
     to choose where the next ones run; else -1). `deadline_s`: the batch's earliest deadline, which
-    the runtime reads as EXECUTION_DEADLINE."""
+    the runtime is handed (a remote model passes it on)."""
     started = time.perf_counter()
     cpu_started = time.thread_time() if cpu else 0.0
-    token = EXECUTION_DEADLINE.set(deadline_s)
-    try:
-        results = instance.execute(inputs, names)
-    finally:
-        EXECUTION_DEADLINE.reset(token)
+    results = instance.execute(inputs, names, deadline_s)
     execute_s = time.perf_counter() - started
     return results, (rows, execute_s, time.thread_time() - cpu_started if cpu else -1.0)
 

@@ -10,7 +10,6 @@ instance per `instance_group` slot).
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import ctypes
 import ctypes.util
 import functools
@@ -24,10 +23,6 @@ import numpy as np
 
 from inferd.config.model import InstanceGroup, ModelConfig, ModelSignature, TensorConfig, TensorSpec
 from inferd.errors import ModelConfigError
-
-# The earliest deadline (time.monotonic()) of the requests in the batch being executed, None when
-# none has one: set around each `execute` call, for runtimes that pass the work on (remote).
-EXECUTION_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("execution_deadline", default=None)
 
 
 def release_freed_memory() -> None:
@@ -129,9 +124,11 @@ class Runtime(Protocol):
         ...
 
     def execute(
-        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]
+        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str], deadline_s: float | None = None
     ) -> dict[str, np.ndarray[Any, Any]]:
-        """Run one batch. Raises InvalidRequestError when the engine rejects the inputs themselves."""
+        """Run one batch. Raises InvalidRequestError when the engine rejects the inputs themselves.
+        `deadline_s`: the batch's earliest deadline (time.monotonic()), None when none has one: for
+        runtimes that pass the work on (remote); the others ignore it."""
         ...
 
     def close(self) -> None: ...

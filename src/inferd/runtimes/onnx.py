@@ -199,7 +199,7 @@ class OnnxRuntime:
         return self._signature
 
     def execute(
-        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]
+        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str], deadline_s: float | None = None
     ) -> dict[str, np.ndarray[Any, Any]]:
         feeds = {
             name: _to_ort_strings(array) if name in self._string_inputs else array for name, array in inputs.items()

@@ -119,7 +119,7 @@ class PythonRuntime:
         return self._signature
 
     def execute(
-        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]
+        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str], deadline_s: float | None = None
     ) -> dict[str, np.ndarray[Any, Any]]:
         try:
             returned = self._call(self._execute, dict(inputs))

@@ -157,7 +157,7 @@ class PyTorchRuntime:
         return self._signature
 
     def execute(
-        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]
+        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str], deadline_s: float | None = None
     ) -> dict[str, np.ndarray[Any, Any]]:
         arguments = [_tensor(inputs[name], self._device) for name in self._argument_order]
         try:

@@ -44,7 +44,6 @@ from inferd.errors import (
     with_context,
 )
 from inferd.runtimes.base import (
-    EXECUTION_DEADLINE,
     RuntimeOptions,
     positive_parameter,
     running_loop,
@@ -86,10 +85,9 @@ class RemoteRuntime:
         return False  # it waits on the network
 
     def execute(
-        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]
+        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str], deadline_s: float | None = None
     ) -> dict[str, np.ndarray[Any, Any]]:
         timeout_s = self._timeout_s
-        deadline_s = EXECUTION_DEADLINE.get()
         if deadline_s is not None:
             left_s = deadline_s - time.monotonic()
             if left_s <= 0:

@@ -79,7 +79,7 @@ class TokenizerRuntime:
         return True  # only computes; a short batch tokenizes faster than a thread hop
 
     def execute(
-        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]
+        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str], deadline_s: float | None = None
     ) -> dict[str, np.ndarray[Any, Any]]:
         texts = inputs[self._input]
         encodings = self._tokenizer.encode_batch(

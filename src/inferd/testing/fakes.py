@@ -42,7 +42,9 @@ class FakeRuntime:
         )
         self.started = threading.Event()
 
-    def execute(self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]) -> dict[str, Any]:
+    def execute(
+        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str], deadline_s: float | None = None
+    ) -> dict[str, Any]:
         self.started.set()
         if self.gate is not None:
             self.gate.wait(timeout=30)

@@ -299,7 +299,7 @@ async def test_a_bad_request_fails_alone() -> None:
 class RowDroppingRuntime(FakeRuntime):
     """Breaks the batch contract: one output row fewer than input rows (the model's fault)."""
 
-    def execute(self, inputs: Any, output_names: Any) -> dict[str, Any]:
+    def execute(self, inputs: Any, output_names: Any, deadline_s: float | None = None) -> dict[str, Any]:
         return {name: array[1:] for name, array in super().execute(inputs, output_names).items()}
 
 

@@ -163,7 +163,9 @@ class ThreadRecorder(FakeRuntime):
         super().__init__()
         self.threads: list[str] = []
 
-    def execute(self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]) -> dict[str, Any]:
+    def execute(
+        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str], deadline_s: float | None = None
+    ) -> dict[str, Any]:
         self.threads.append(threading.current_thread().name)
         return dict(inputs)
 

@@ -34,7 +34,9 @@ class RecordingRuntime(FakeRuntime):
         super().__init__(gate)
         self.firsts: list[float] = []
 
-    def execute(self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str]) -> dict[str, Any]:
+    def execute(
+        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str], deadline_s: float | None = None
+    ) -> dict[str, Any]:
         self.firsts.append(float(inputs["x"].flat[0]))
         return super().execute(inputs, output_names)
 
