@@ -126,7 +126,7 @@ class InstancePool:
         self._inline_max_text_bytes = 0
         self._mean_cpu_s = 0.0
         self._mean_execution_s = 0.0
-        self._unsampled = 0  # executions since the last one whose CPU time was read
+        self._unsampled = _CPU_SAMPLE_EVERY  # executions until the next one whose CPU time is read
         self._own_threads = threads is None
         self._threads = threads or ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"inferd-{name}")
         # A stack and the futures of those waiting, not an asyncio.Queue: acquiring and releasing
@@ -237,12 +237,10 @@ class InstancePool:
     def samples_cpu(self) -> bool:
         """Whether the next execution reads its CPU time (asked on the loop, where it is started):
         only a model that may move does, one execution in _CPU_SAMPLE_EVERY."""
-        if not self._movable:
+        self._unsampled -= 1  # (a model that never moves counts on below zero: nothing reads it)
+        if self._unsampled or not self._movable:
             return False
-        self._unsampled += 1
-        if self._unsampled < _CPU_SAMPLE_EVERY:
-            return False
-        self._unsampled = 0
+        self._unsampled = _CPU_SAMPLE_EVERY
         return True
 
     def fits_inline(self, *feeds: Mapping[str, np.ndarray[Any, Any]]) -> bool:

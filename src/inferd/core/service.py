@@ -12,6 +12,7 @@ from inferd.config.model import ModelConfig, TensorConfig
 from inferd.config.server import ModelControlMode
 from inferd.core.catalogue import ModelState
 from inferd.core.dispatcher import Dispatcher
+from inferd.core.metrics import Metrics
 from inferd.core.model_files import UPLOAD_FLAG
 from inferd.core.registry import ModelRegistry
 from inferd.core.repository import LinkedModels
@@ -259,9 +260,11 @@ class InferenceService:
                 "--model-control-mode explicit"
             )
 
-    def response_encoded(self, response: InferResponse, protocol: str, encode_s: float) -> None:
-        """`response`, to a request that came by `protocol`, was written in `encode_s`."""
-        self._statistics.response_encoded(response.model_name, response.model_version, protocol, encode_s)
+    @property
+    def metrics(self) -> Metrics:
+        """Where requests are counted and timed: the call that encodes a response reports its encode
+        time here, directly (every request pays for a hop through the service)."""
+        return self._statistics
 
     def model_statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:
         """Cumulative statistics of every ready version of `name` (of every model when "")."""

@@ -193,7 +193,14 @@ class ServingStatistics:
         self.unresolved[key] = self.unresolved.get(key, 0) + 1
 
     def response_encoded(self, model: str, version: str, protocol: str, encode_s: float) -> None:
-        self._version(model, version).phases_of(protocol).encode.observe(encode_s)
+        # `_version` and `phases_of`, written out: every request pays for this call.
+        stats = self._versions.get((model, version))
+        if stats is None:
+            stats = self._version(model, version)
+        phases = stats.phases.get(protocol)
+        if phases is None:
+            phases = stats.phases_of(protocol)
+        phases.encode.observe(encode_s)
 
     def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
         stats = self._version(model, version)

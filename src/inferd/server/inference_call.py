@@ -33,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 import grpc
 
 from inferd.core.dispatcher import Dispatcher
+from inferd.core.metrics import Metrics
 from inferd.core.service import InferenceService
 from inferd.errors import InferdError, InvalidRequestError, StreamOnlyModelError
 from inferd.limits import RequestLimits
@@ -52,7 +53,7 @@ from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
 from inferd.protocol.status import http_status
 from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.grpc_calls import abort, abort_unexpected
-from inferd.server.http import deadline
+from inferd.server.http import TIMEOUT_HEADER, deadline
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.logging import current_request_id
 from inferd.types import Door, InferResponse, RequestContext, RequestTiming, new_request_id
@@ -67,6 +68,7 @@ _REQUEST_ID = REQUEST_ID_HEADER.encode()
 _SERVER_TIMING_REQUEST = server_timing.REQUEST_HEADER.encode()
 _SERVER_TIMING_RESPONSE = server_timing.RESPONSE_HEADER.encode()
 _CONTENT_ENCODING = b"content-encoding"
+_TIMEOUT = TIMEOUT_HEADER
 
 # How an HTTP door names its target: the route's (a Target), or a function of the body (OpenAI's).
 HttpTarget = Target | Callable[[HttpBody], Target]
@@ -115,6 +117,10 @@ class InferenceCall:
     def _limits(self) -> RequestLimits:
         return self._service.limits
 
+    @cached_property
+    def _metrics(self) -> Metrics:
+        return self._service.metrics
+
     # -- HTTP ------------------------------------------------------------------------------------
 
     async def http(
@@ -128,11 +134,12 @@ class InferenceCall:
             if self._tracing is not None:
                 return await self._traced_http(self._tracing, codec, request, target)
             trace = None
-        context = RequestContext(
-            current_request_id.get(), deadline(request.headers), codec.door, RequestTiming(), trace
-        )
-        encoding = request.headers.get(_CONTENT_ENCODING)
-        if isinstance(target, Target) and not http_compression.is_compressed(encoding):
+        headers = request.headers
+        # `deadline` and `is_compressed` asked only when their header came (most requests send neither).
+        deadline_s = deadline(headers) if _TIMEOUT in headers else None
+        context = RequestContext(current_request_id.get(), deadline_s, codec.door, RequestTiming(), trace)
+        encoding = headers.get(_CONTENT_ENCODING)
+        if isinstance(target, Target) and (encoding is None or not http_compression.is_compressed(encoding)):
             if target.label:
                 await self._admit(target, codec.door)
             else:  # no coroutine where no label needs resolving (most requests)
@@ -143,11 +150,12 @@ class InferenceCall:
                 raise exc.unary_call("HTTP end point") from None
         else:
             answer = await self._serve_inflated(codec, request, target, context, encoding)
-        headers = answer.headers
-        headers.append((_REQUEST_ID, header_value(context.request_id).encode("ascii")))
-        if server_timing.wanted(request.headers.get(_SERVER_TIMING_REQUEST)):
-            headers.append((_SERVER_TIMING_RESPONSE, server_timing.encode(context.timing).encode()))
-        return HttpResponse(200, answer.body, headers)
+        answered = answer.headers
+        answered.append((_REQUEST_ID, header_value(context.request_id).encode("ascii")))
+        timing_asked = headers.get(_SERVER_TIMING_REQUEST)
+        if timing_asked is not None and server_timing.wanted(timing_asked):
+            answered.append((_SERVER_TIMING_RESPONSE, server_timing.encode(context.timing).encode()))
+        return HttpResponse(200, answer.body, answered)
 
     async def _traced_http(
         self, tracing: CallTracing, codec: HttpCodec[StateT], request: HttpRequest, target: HttpTarget
@@ -325,7 +333,7 @@ class InferenceCall:
             answer = codec.encode_streamed(response, decoded)
             encode_s = time.perf_counter() - encode_started
             call.timing.encode_s += encode_s
-            self._service.response_encoded(response, call.door, encode_s)
+            self._metrics.response_encoded(response.model_name, response.model_version, call.door, encode_s)
             yield answer
         for answer in codec.stream_ended(decoded):
             yield answer
@@ -356,7 +364,8 @@ class InferenceCall:
         encode_started = time.perf_counter()
         answer = codec.encode(responses, decoded)
         context.timing.encode_s = encode_s = time.perf_counter() - encode_started
-        self._service.response_encoded(responses[0], context.door, encode_s)
+        response = responses[0]
+        self._metrics.response_encoded(response.model_name, response.model_version, context.door, encode_s)
         return answer
 
     async def _signature(self, target: Target) -> Signature:
