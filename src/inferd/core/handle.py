@@ -180,10 +180,7 @@ class ModelHandle(Handle):
         await asyncio.to_thread(release_freed_memory)
 
     async def infer(self, request: InferRequest, admission: Admission = Admission.REAL_TIME) -> InferResponse:
-        # `_entered` and `_left`, written out: every request to a model pays for this coroutine.
-        if self.state is HandleState.CLOSED:
-            raise ModelNotReadyError(f"model '{self.config.name}' version {self.version} was unloaded")
-        self.in_flight += 1
+        self._entered()
         try:
             feeds, batch_size = prepare_inputs(self.config, request)
             names = output_names(self.config, request)
@@ -201,9 +198,7 @@ class ModelHandle(Handle):
             work = Work(request, feeds, batch_size, names, deadline_s, priority, timeout_us, admission)
             return self._response(request, await self.scheduler.submit(work), names, batch_size)
         finally:
-            self.in_flight -= 1
-            if self._idle is not None and not self.in_flight:
-                self._idle.set()
+            self._left()
 
     def _response(self, request: InferRequest, results: Arrays, names: list[str], rows: int) -> InferResponse:
         """The answer to `request`: its outputs `names` of `results`, as the config declares them."""

@@ -81,6 +81,11 @@ class KServeHttpCodec:
         return HttpAnswer(payload, headers)
 
 
+def message_target(message: Any) -> Target:
+    """The model a `ModelInferRequest` names: the unary call's and each of a stream's."""
+    return Target(message.model_name, message.model_version)
+
+
 @dataclass(frozen=True, slots=True)
 class KServeGrpcCodec:
     """`ModelInferRequest` / `ModelInferResponse`, for the unary call and each request of a stream."""
@@ -92,7 +97,7 @@ class KServeGrpcCodec:
 
     @staticmethod
     def target(message: Any) -> Target:
-        return Target(message.model_name, message.model_version)
+        return message_target(message)
 
     reads_signature = False
 
@@ -119,7 +124,7 @@ class KServeStreamCodec:
 
     @staticmethod
     def target(message: Any) -> Target:
-        return Target(message.model_name, message.model_version)
+        return message_target(message)
 
     reads_signature = True  # whether the model is decoupled
 
