@@ -1,11 +1,11 @@
 """The background admission class on a real (Python, sleepy by construction) model, through the
-registry's handle: background work never makes a real-time request wait beyond the batch it joins
+registry's dispatcher: background work never makes a real-time request wait beyond the batch it joins
 (at most the execution already running when it came), and it completes once the model is idle."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +56,10 @@ def handle_of(registry: ModelRegistry, model: str) -> ModelHandle:
     return handle
 
 
+def background_infer(registry: ModelRegistry, request: InferRequest) -> Awaitable[InferResponse]:
+    return registry.dispatcher.infer(request, admission=Admission.BACKGROUND)
+
+
 async def until(predicate: Callable[[], bool]) -> None:
     for _ in range(5000):
         if predicate():
@@ -74,11 +78,9 @@ async def test_real_time_requests_wait_for_no_queued_background_work(
 ) -> None:
     handle = handle_of(registry, model)
     (tmp_path / "hold").touch()  # executions wait while it exists
-    background = [asyncio.ensure_future(handle.infer(request(model, 100.0), Admission.BACKGROUND))]
+    background = [asyncio.ensure_future(background_infer(registry, request(model, 100.0)))]
     await until(lambda: handle.pool.busy)  # the first background request executes (held)
-    background += [
-        asyncio.ensure_future(handle.infer(request(model, 101.0 + i), Admission.BACKGROUND)) for i in range(8)
-    ]
+    background += [asyncio.ensure_future(background_infer(registry, request(model, 101.0 + i))) for i in range(8)]
     await until(lambda: handle.queued == 8)
     real_time = [asyncio.ensure_future(service.infer(request(model, float(i)))) for i in range(3)]
     # queued in the batcher, or (the direct scheduler) waiting for the instance
@@ -95,6 +97,6 @@ async def test_real_time_requests_wait_for_no_queued_background_work(
 @pytest.mark.parametrize("model", list(MODELS))
 async def test_background_work_on_an_idle_model_runs_at_once(registry: ModelRegistry, model: str) -> None:
     handle = handle_of(registry, model)
-    answer = await asyncio.wait_for(handle.infer(request(model, 7.0), Admission.BACKGROUND), timeout=60)
+    answer = await asyncio.wait_for(background_infer(registry, request(model, 7.0)), timeout=60)
     assert value(answer) == 7.0
     assert handle.queued == 0

@@ -1,13 +1,18 @@
-"""`Dispatcher`: a request to the handle that serves it, counted. Below the service, above the handles.
+"""`Dispatcher`: a request to the scheduler of the version that serves it, counted. Below the service,
+above the schedulers.
 
 Every inference goes through it: the service's requests, whatever door they came by, and each
 step of an ensemble, which is a request to its step model made by the `EnsembleHandle` (its
 `infer_step` is the dispatcher's `infer`: a call down, never back into the service). A request
 finds its handle one way: `lookup`, one dict read of the catalogue's snapshot, and on a miss
 `lease`, which loads the model on demand (with a memory budget) or raises the error that says why
-nothing serves. It is counted once when it ends: under its model version (`finished`), or, when it
-resolved to no version, in one bounded series per door and error code (`failed`), so names made
-up by clients cannot grow the statistics. The tracer hears of it when it starts.
+nothing serves. The handle is not a stop of its own: the dispatcher counts the request into it
+(for drains), validates it into the `Work` every scheduler takes, submits it to the scheduler the
+version chose at load and makes the answer from the runtime's outputs; an ensemble's handle runs
+its steps, each sent back down to `infer`. It is counted once when it ends: under its model
+version (`finished`), or, when it resolved to no version, in one bounded series per door and
+error code (`failed`), so names made up by clients cannot grow the statistics. The tracer hears
+of it when it starts.
 
 A client's request (a door's, through `server.inference_call`) is `infer`'s with the server's
 limits: held to them on the request and the answer, and given the classification it asks for; an
@@ -26,9 +31,11 @@ from inferd.core.budget import MemoryBudget
 from inferd.core.catalogue import Catalogue
 from inferd.core.ensemble import EnsembleHandle
 from inferd.core.ensemble_loading import check_steps_serving
-from inferd.core.handle import Handle
+from inferd.core.handle import Handle, ModelHandle
 from inferd.core.metrics import Metrics
+from inferd.core.scheduler import Admission, prepare_work
 from inferd.core.tracing import RequestTracer
+from inferd.core.validation import answer
 from inferd.errors import InferdError, StreamOnlyModelError
 from inferd.limits import RequestLimits, check_request_size, check_response_size
 from inferd.types import InferRequest, InferResponse, RequestTiming
@@ -124,10 +131,13 @@ class Dispatcher:
         self._metrics.request_finished(name, str(handle.version), protocol, refusal.code.value, 0.0, 0, RequestTiming())
         raise refusal
 
-    async def infer(self, request: InferRequest, limits: RequestLimits | None = None) -> InferResponse:
+    async def infer(
+        self, request: InferRequest, limits: RequestLimits | None = None, admission: Admission = Admission.REAL_TIME
+    ) -> InferResponse:
         """One response to `request` from the handle that serves it, counted. `limits`: a client's
         request (a door's) is held to the server's limits, on the request and on the answer, and
-        gets the classification it asks for; an ensemble's step (None) is the ensemble's own work."""
+        gets the classification it asks for; an ensemble's step (None) is the ensemble's own work.
+        `admission`: BACKGROUND work runs only in the room real-time requests leave (core.scheduler)."""
         started_s = time.perf_counter()
         if self.tracer is not None:
             self.tracer.request_started(request)
@@ -139,7 +149,7 @@ class Dispatcher:
                 handle = await self.lease(request.model_name, request.model_version)
             if handle.config.decoupled:
                 raise StreamOnlyModelError(request.model_name)
-            response = await handle.infer(request)
+            response = await self._answer(handle, request, admission)
             if limits is not None:
                 response = _client_answer(request, response, classes, handle.config, limits)
         except InferdError as exc:
@@ -162,7 +172,11 @@ class Dispatcher:
             handle = self.lookup(request.model_name, request.model_version)
             if handle is None:
                 handle = await self.lease(request.model_name, request.model_version)
-            async for response in handle.infer_stream(request):
+            if isinstance(handle, ModelHandle) and handle.config.decoupled:
+                async for response in handle.stream(request):
+                    yield _client_answer(request, response, classes, handle.config, limits)
+            else:
+                response = await self._answer(handle, request, Admission.REAL_TIME)
                 yield _client_answer(request, response, classes, handle.config, limits)
         except InferdError as exc:
             counted = True
@@ -171,6 +185,23 @@ class Dispatcher:
         finally:
             if handle is not None and not counted:  # the last response sent, or the stream left
                 self.finished(request, handle, "success", started_s)
+
+    @staticmethod
+    async def _answer(handle: Handle, request: InferRequest, admission: Admission) -> InferResponse:
+        """The one answer of `handle` to `request`, the request counted in and out of the handle
+        (a drain waits for it): an ensemble runs its steps, sending each back down to `infer`;
+        any other model's request, validated into `Work`, is submitted to the scheduler its
+        version chose at load and answered from the runtime's outputs."""
+        handle.enter()
+        try:
+            if isinstance(handle, EnsembleHandle):
+                return await handle.infer(request, admission)
+            assert isinstance(handle, ModelHandle)
+            work = prepare_work(handle.config, request, admission)
+            results = await handle.scheduler.submit(work)
+            return answer(handle.config, handle.version, request, results, work.output_names, work.rows)
+        finally:
+            handle.leave()
 
 
 # What a client's request asks beyond the model's own outputs (Triton's classification extension),

@@ -260,25 +260,23 @@ class EnsembleHandle(Handle):
     _batches: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     async def infer(self, request: InferRequest, admission: Admission = Admission.REAL_TIME) -> InferResponse:
-        self._entered()
-        try:
-            if admission is Admission.BACKGROUND:  # its steps would run as real-time requests
-                raise UnsupportedError(f"ensemble '{self.config.name}' does not run background requests yet")
-            _, rows = prepare_inputs(self.config, request)  # the ensemble's own inputs, checked
-            request.context.timing.rows = rows
-            key = self._batch_key(request)
-            if key is None:
-                return await self._execute(request, rows)
-            if not self._arriving:
-                asyncio.get_running_loop().call_soon(self._start_batches)
-            arrival = _Arrival(request, rows, asyncio.get_running_loop().create_future())
-            self._arriving.setdefault(key, []).append(arrival)
-            response = await arrival.future
-            if response is _RUN_ALONE:
-                return await self._execute(request, rows)
-            return response
-        finally:
-            self._left()
+        """The answer to `request`, through the steps. (The dispatcher counts it in and out of the
+        handle, as every request.)"""
+        if admission is Admission.BACKGROUND:  # its steps would run as real-time requests
+            raise UnsupportedError(f"ensemble '{self.config.name}' does not run background requests yet")
+        _, rows = prepare_inputs(self.config, request)  # the ensemble's own inputs, checked
+        request.context.timing.rows = rows
+        key = self._batch_key(request)
+        if key is None:
+            return await self._execute(request, rows)
+        if not self._arriving:
+            asyncio.get_running_loop().call_soon(self._start_batches)
+        arrival = _Arrival(request, rows, asyncio.get_running_loop().create_future())
+        self._arriving.setdefault(key, []).append(arrival)
+        response = await arrival.future
+        if response is _RUN_ALONE:
+            return await self._execute(request, rows)
+        return response
 
     def _batch_key(self, request: InferRequest) -> Hashable | None:
         """What requests must share to run as one batch; None when this one runs alone."""

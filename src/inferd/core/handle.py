@@ -1,9 +1,10 @@
 """One loaded model version: its completed config and what executes it.
 
-`Handle` is what the registry routes requests to, whatever serves them: a `ModelHandle` runs a
-runtime's instances through the one scheduler chosen at load (core.scheduler: direct, dynamic
-batcher or sequence batcher), an `EnsembleHandle` (core.ensemble) sends requests on to other
-models' handles.
+`Handle` is what the catalogue finds for a request, whatever serves it: a `ModelHandle` holds a
+runtime's instances and the one scheduler chosen at load (core.scheduler: direct, dynamic batcher
+or sequence batcher), to which the dispatcher submits requests itself; an `EnsembleHandle`
+(core.ensemble) sends one request per step back down to the dispatcher. A decoupled model's
+stream runs here (`ModelHandle.stream`): it is scheduled by no scheduler.
 
 Lifecycle: a handle is READY once it was made; the registry then routes requests to it. When it
 is replaced (a hot swap) or unloaded, the registry stops routing to it first and then calls
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,16 +24,11 @@ import numpy as np
 
 from inferd.config.model import ModelConfig
 from inferd.core.executor import Arrays, InstancePool
-from inferd.core.scheduler import Admission, Scheduler, Work
-from inferd.core.validation import output_names, prepare_inputs
-from inferd.errors import (
-    InvalidRequestError,
-    ModelNotReadyError,
-    ModelOutputError,
-    OverloadedError,
-)
+from inferd.core.scheduler import Scheduler
+from inferd.core.validation import answer, output_names, prepare_inputs
+from inferd.errors import ModelNotReadyError, OverloadedError
 from inferd.runtimes.base import release_freed_memory
-from inferd.types import DataType, InferRequest, InferResponse, Tensor
+from inferd.types import InferRequest, InferResponse
 
 
 class HandleState(enum.Enum):
@@ -44,11 +39,11 @@ class HandleState(enum.Enum):
 
 @dataclass(slots=True)
 class Handle:
-    """The lifecycle every handle shares; subclasses give `_infer` and `_close`."""
+    """The lifecycle every handle shares; subclasses give `_close`."""
 
     config: ModelConfig
     version: int
-    # Requests inside `infer` now: queued, waiting for an instance or executing.
+    # Requests inside now (between `enter` and `leave`): queued, waiting for an instance or executing.
     in_flight: int = field(default=0, init=False)
     state: HandleState = field(default=HandleState.READY, init=False)
     # Set by `drain` while it waits for the requests inside to finish.
@@ -69,17 +64,7 @@ class Handle:
         queue); None when one may be admitted."""
         return None
 
-    async def infer(self, request: InferRequest, admission: Admission = Admission.REAL_TIME) -> InferResponse:
-        """`admission`: BACKGROUND work runs only in the room real-time requests leave (core.scheduler).
-        Each kind writes it as one coroutine (a frame more would be paid by every request),
-        between `_entered()` and `_left()`."""
-        raise NotImplementedError
-
-    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        """The request's responses as they come: a decoupled model's, or the one of any other."""
-        yield await self.infer(request)
-
-    def _entered(self) -> None:
+    def enter(self) -> None:
         """A request comes inside (or the error that the handle was unloaded). Called before the
         first await, in the same loop turn as the lookup that found this handle, so a drain that
         starts later always waits for this request."""
@@ -87,7 +72,7 @@ class Handle:
             raise ModelNotReadyError(f"model '{self.config.name}' version {self.version} was unloaded")
         self.in_flight += 1
 
-    def _left(self) -> None:
+    def leave(self) -> None:
         """A request inside is done: a drain waiting for the last one may go on."""
         self.in_flight -= 1
         if self._idle is not None and not self.in_flight:
@@ -128,20 +113,18 @@ class ModelHandle(Handle):
     def refusal(self) -> OverloadedError | None:
         return self.scheduler.refusal()
 
-    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        if not self.config.decoupled:
-            yield await self.infer(request)
-            return
-        # A decoupled request runs alone (no batching) on one instance, its responses handed over
-        # from the worker thread as the model yields them.
-        self._entered()
+    async def stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """A decoupled model's responses to `request` as it makes them. A decoupled request runs
+        alone (no batching) on one instance, its responses handed over from the worker thread as
+        the model yields them."""
+        self.enter()
         try:
             feeds, batch_size = prepare_inputs(self.config, request)
             names = output_names(self.config, request)
             request.context.timing.rows = batch_size
             instance = await self.pool.acquire()
         except BaseException:
-            self._left()
+            self.leave()
             raise
         loop = asyncio.get_running_loop()
         responses: asyncio.Queue[dict[str, np.ndarray[Any, Any]] | None] = asyncio.Queue()
@@ -163,13 +146,13 @@ class ModelHandle(Handle):
         worker = asyncio.ensure_future(asyncio.to_thread(run))
         try:
             while (outputs := await responses.get()) is not None:
-                yield self._response(request, outputs, names, batch_size)
+                yield answer(self.config, self.version, request, outputs, names, batch_size)
             await worker  # the model's error, if it raised
         finally:
             if not worker.done():
                 await asyncio.wait([worker])
             self.pool.release(instance)
-            self._left()
+            self.leave()
 
     async def _close(self) -> None:
         await self.scheduler.close()
@@ -178,59 +161,3 @@ class ModelHandle(Handle):
         # The sessions' memory is free now, but the C heap keeps its pages: an unload or a hot
         # swap would leave the process larger each time.
         await asyncio.to_thread(release_freed_memory)
-
-    async def infer(self, request: InferRequest, admission: Admission = Admission.REAL_TIME) -> InferResponse:
-        self._entered()
-        try:
-            feeds, batch_size = prepare_inputs(self.config, request)
-            names = output_names(self.config, request)
-            request.context.timing.rows = batch_size
-            timeout_us, priority = (
-                (_int_parameter(request, "timeout"), _int_parameter(request, "priority"))
-                if request.parameters
-                else (0, 0)
-            )
-            deadline_s = request.context.deadline_s
-            if timeout_us:
-                # Triton's `timeout` parameter doubles as a deadline: it can only shorten the client's.
-                timeout_deadline_s = time.monotonic() + timeout_us / 1e6
-                deadline_s = timeout_deadline_s if deadline_s is None else min(deadline_s, timeout_deadline_s)
-            work = Work(request, feeds, batch_size, names, deadline_s, priority, timeout_us, admission)
-            return self._response(request, await self.scheduler.submit(work), names, batch_size)
-        finally:
-            self._left()
-
-    def _response(self, request: InferRequest, results: Arrays, names: list[str], rows: int) -> InferResponse:
-        """The answer to `request`: its outputs `names` of `results`, as the config declares them."""
-        return InferResponse(
-            model_name=self.config.name,
-            model_version=str(self.version),
-            request_id=request.context.request_id,
-            outputs=tuple(self._output_tensor(name, results.get(name), rows) for name in names),
-            id=request.id,
-        )
-
-    def _output_tensor(self, name: str, array: np.ndarray[Any, Any] | None, batch_size: int) -> Tensor:
-        spec = self.config.output(name)
-        if spec is None or array is None:
-            raise ModelOutputError(f"model '{self.config.name}' version {self.version} produced no output '{name}'")
-        if spec.reshape is not None:
-            # The runtime's shape is `reshape`; clients see `dims` (Triton's reshape semantics).
-            target = (batch_size, *spec.dims) if self.config.max_batch_size > 0 else spec.dims
-            if -1 not in target:
-                array = array.reshape(target)
-        expected = spec.datatype.numpy_dtype
-        if array.dtype is not expected and array.dtype != expected and spec.datatype is not DataType.BYTES:
-            raise ModelOutputError(
-                f"model '{self.config.name}' version {self.version} output '{name}' is {array.dtype}, "
-                f"but its config says {spec.datatype.value}"
-            )
-        return Tensor(name=name, datatype=spec.datatype, shape=array.shape, data=array)
-
-
-def _int_parameter(request: InferRequest, name: str) -> int:
-    """Triton's scheduling parameters (`priority`, `timeout` in microseconds): 0 when absent."""
-    value = request.parameters.get(name, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidRequestError(f"request parameter '{name}' must be a non-negative integer, got {value!r}")
-    return value

@@ -37,10 +37,11 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from inferd.config.model import ModelConfig
 from inferd.core.executor import Arrays, InstancePool
 from inferd.core.tracing import ExecutionTracer
-from inferd.core.validation import check_output_rows
-from inferd.errors import DeadlineUnreachableError, OverloadedError, UnavailableError
+from inferd.core.validation import check_output_rows, output_names, prepare_inputs
+from inferd.errors import DeadlineUnreachableError, InvalidRequestError, OverloadedError, UnavailableError
 from inferd.runtimes import Runtime
 from inferd.types import InferRequest
 
@@ -74,6 +75,33 @@ class Work:
     priority: int = 0
     timeout_us: int = 0
     admission: Admission = Admission.REAL_TIME
+
+
+def prepare_work(config: ModelConfig, request: InferRequest, admission: Admission = Admission.REAL_TIME) -> Work:
+    """`request` to a model of `config`, validated (core.validation) into the `Work` its scheduler
+    takes: its feeds and rows (written to its timing), the outputs it asks, and Triton's scheduling
+    parameters, whose `timeout` can only shorten the request's deadline."""
+    feeds, rows = prepare_inputs(config, request)
+    names = output_names(config, request)
+    context = request.context
+    context.timing.rows = rows
+    deadline_s = context.deadline_s
+    if not request.parameters:
+        return Work(request, feeds, rows, names, deadline_s, 0, 0, admission)
+    timeout_us, priority = _int_parameter(request, "timeout"), _int_parameter(request, "priority")
+    if timeout_us:
+        # Triton's `timeout` parameter doubles as a deadline: it can only shorten the client's.
+        timeout_deadline_s = time.monotonic() + timeout_us / 1e6
+        deadline_s = timeout_deadline_s if deadline_s is None else min(deadline_s, timeout_deadline_s)
+    return Work(request, feeds, rows, names, deadline_s, priority, timeout_us, admission)
+
+
+def _int_parameter(request: InferRequest, name: str) -> int:
+    """Triton's scheduling parameters (`priority`, `timeout` in microseconds): 0 when absent."""
+    value = request.parameters.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidRequestError(f"request parameter '{name}' must be a non-negative integer, got {value!r}")
+    return value
 
 
 class Scheduler(Protocol):

@@ -1,11 +1,14 @@
-"""Checks a request against its model's config and shapes the inputs for the runtime.
+"""Checks a request against its model's config and shapes the inputs for the runtime; checks and
+shapes the runtime's outputs into the answer.
 
 Runs before any execution, so every mistake in a request is reported with the tensor's name and
-what was expected, and the runtime only ever sees inputs of the declared names, types and shapes.
+what was expected, and the runtime only ever sees inputs of the declared names, types and shapes;
+and after it, so a client only ever sees outputs of the declared types, shaped as declared.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +24,7 @@ from inferd.errors import (
     UnknownTensorError,
     with_triton_phrase,
 )
-from inferd.types import InferRequest, Tensor
+from inferd.types import DataType, InferRequest, InferResponse, Tensor
 
 
 def prepare_inputs(config: ModelConfig, request: InferRequest) -> tuple[dict[str, np.ndarray[Any, Any]], int]:
@@ -261,3 +264,42 @@ def check_output_rows(model: str, results: dict[str, np.ndarray[Any, Any]], rows
                 f"model '{model}' output '{name}' has shape {list(array.shape)}, but the batch had {rows} "
                 "rows: a batching model's outputs have the batch as their first dimension"
             )
+
+
+def answer(
+    config: ModelConfig,
+    version: int,
+    request: InferRequest,
+    results: dict[str, np.ndarray[Any, Any]],
+    names: Sequence[str],
+    rows: int,
+) -> InferResponse:
+    """The answer of `version` to `request`: its outputs `names` of the runtime's `results` (of
+    `rows` rows), each checked and shaped as the config declares it."""
+    return InferResponse(
+        model_name=config.name,
+        model_version=str(version),
+        request_id=request.context.request_id,
+        outputs=tuple(_output_tensor(config, version, name, results.get(name), rows) for name in names),
+        id=request.id,
+    )
+
+
+def _output_tensor(
+    config: ModelConfig, version: int, name: str, array: np.ndarray[Any, Any] | None, rows: int
+) -> Tensor:
+    spec = config.output(name)
+    if spec is None or array is None:
+        raise ModelOutputError(f"model '{config.name}' version {version} produced no output '{name}'")
+    if spec.reshape is not None:
+        # The runtime's shape is `reshape`; clients see `dims` (Triton's reshape semantics).
+        target = (rows, *spec.dims) if config.max_batch_size > 0 else spec.dims
+        if -1 not in target:
+            array = array.reshape(target)
+    expected = spec.datatype.numpy_dtype
+    if array.dtype is not expected and array.dtype != expected and spec.datatype is not DataType.BYTES:
+        raise ModelOutputError(
+            f"model '{config.name}' version {version} output '{name}' is {array.dtype}, "
+            f"but its config says {spec.datatype.value}"
+        )
+    return Tensor(name=name, datatype=spec.datatype, shape=array.shape, data=array)
