@@ -8,15 +8,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXAMPLE_REPOSITORY := examples/model_repository
 
-.PHONY: serve test setup setup-example perf-analyzer tfserving-client nginx h2load example lint unit
+.PHONY: serve test docs setup setup-example perf-analyzer tfserving-client nginx chromium h2load example lint unit
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-# The project with its test tools, editable. Re-runs when pyproject.toml changes.
+# The project with its test and docs tools, editable. Re-runs when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,docs]'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -34,6 +34,10 @@ example: setup-example
 serve: example
 	$(BIN)/inferd serve --model-repository $(EXAMPLE_REPOSITORY) --log-format text
 
+# The docs site on http://127.0.0.1:8008 (8000 is inferd's), rebuilt as pages change.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8008
+
 perf-analyzer:
 	scripts/install_perf_analyzer.sh
 
@@ -45,6 +49,10 @@ tfserving-client:
 nginx:
 	scripts/install_nginx.sh
 
+# Chromium (Debian's), headless: the docs test opens every page of the built site in it.
+chromium:
+	scripts/install_chromium.sh
+
 # h2load (Debian's), the open-loop client of benchmarks/overload.py (not needed by the tests).
 h2load:
 	scripts/install_h2load.sh
@@ -55,5 +63,5 @@ lint: setup
 	$(BIN)/lint-imports
 
 # The tests serve PyTorch models too: torch (CPU build) comes with the example's requirements.
-test: setup setup-example perf-analyzer tfserving-client nginx lint
+test: setup setup-example perf-analyzer tfserving-client nginx chromium lint
 	$(BIN)/python -m pytest --durations=15

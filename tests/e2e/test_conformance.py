@@ -1,6 +1,6 @@
-"""The README's door x feature conformance table, generated from probes of a real server with every
+"""The docs' door x feature conformance table (docs/call/conformance.md), generated from probes of a real server with every
 door on: each row's "inferd" cell is what the probe saw, so the table cannot claim what the server
-does not do. The test fails when the README's table differs from the probes' (a stale table);
+does not do. The test fails when the page's table differs from the probes' (a stale table);
 `INFERD_WRITE_CONFORMANCE=1 pytest tests/e2e/test_conformance.py` rewrites it."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tests.e2e.conftest import http_request
 
 pytestmark = pytest.mark.e2e
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "call" / "conformance.md"
 BEGIN, END = "<!-- conformance:begin -->", "<!-- conformance:end -->"
 MLP_ROW = [0.5] * 16
 
@@ -172,11 +172,11 @@ def test_conformance_table_is_what_the_server_does(doors: Doors) -> None:
     generated = table(results)
     failed = [f"{door}: {feature}" for (door, feature, _, _), ok in zip(ROWS, results, strict=True) if not ok]
     assert not failed, failed
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
     current = rest.partition(END)[0].strip()
     if os.environ.get("INFERD_WRITE_CONFORMANCE") == "1":
-        README.write_text(f"{head}{BEGIN}\n{generated}\n{END}{tail}", encoding="utf-8")
+        PAGE.write_text(f"{head}{BEGIN}\n{generated}\n{END}{tail}", encoding="utf-8")
         current = generated
-    assert current == generated, "README's conformance table is stale: INFERD_WRITE_CONFORMANCE=1 rewrites it"
+    assert current == generated, "docs/call/conformance.md's table is stale: INFERD_WRITE_CONFORMANCE=1 rewrites it"

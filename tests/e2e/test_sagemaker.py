@@ -335,15 +335,15 @@ def test_safe_port_range_moves_the_other_listeners(monkeypatch: pytest.MonkeyPat
     assert result.exit_code == 2 and "no port left" in result.output
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+SAGEMAKER_PAGE = Path(__file__).resolve().parents[2] / "docs" / "call" / "sagemaker.md"
 
 
-def test_the_readme_s_boto3_example_runs_on_a_machine_without_aws_keys(
+def test_the_docs_boto3_example_runs_on_a_machine_without_aws_keys(
     sagemaker_server: ServerProcess, tmp_path: Path
 ) -> None:
-    """The README's boto3 snippet, as a user pastes it, with no AWS credentials anywhere (boto3
+    """The SageMaker page's boto3 snippet, as a user pastes it, with no AWS credentials anywhere (boto3
     raised NoCredentialsError before sending: it signs every call)."""
-    section = README.read_text(encoding="utf-8").split("\n### SageMaker\n", 1)[1].split("\n### ", 1)[0]
+    section = SAGEMAKER_PAGE.read_text(encoding="utf-8")
     snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
     snippet = snippet.replace("http://localhost:8080", f"http://{sagemaker_server.http_url}")
     snippet = snippet.replace('"simple_mlp"', '"mlp"')  # the example repository's model, this server's

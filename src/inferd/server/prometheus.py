@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -95,6 +96,32 @@ def serve_metrics(
         tls_min_version=ssl.TLSVersion.TLSv1_2,
     )
     return server
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDescription:
+    """One metric the exposition serves, as /metrics names it (a counter with `_total`)."""
+
+    name: str
+    kind: str  # counter, gauge or histogram
+    labels: tuple[str, ...]
+    documentation: str
+
+
+def metric_descriptions() -> list[MetricDescription]:
+    """Every metric /metrics can serve (`--model-memory-budget`'s gauge included), read from the
+    exposition itself over empty statistics: the docs' reference is generated from it, so it cannot
+    list a metric the server does not serve, or miss one."""
+    empty = _Exposition(ServingStatistics(), list, list, list, budget_bytes=0)
+    return [
+        MetricDescription(
+            family.name + ("_total" if family.type == "counter" else ""),
+            family.type,
+            tuple(getattr(family, "_labelnames", ())),
+            family.documentation,
+        )
+        for family in empty.collect()
+    ]
 
 
 class _Exposition(Collector):

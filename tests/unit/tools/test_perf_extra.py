@@ -1,6 +1,6 @@
 """`pip install 'inferd[perf]'` brings what the Locust file (`inferd perf --locustfile`) needs
 beyond inferd itself: the file runs inside locust and imports inferd's client, so locust has to be
-installed in inferd's own environment, and the README's `inferd perf` section says how."""
+installed in inferd's own environment, and the docs' `inferd perf` page says how."""
 
 from __future__ import annotations
 
@@ -36,8 +36,7 @@ def test_the_perf_extra_installs_what_the_locust_file_imports() -> None:
     assert needed <= installed | perf, needed - installed - perf
 
 
-def test_the_readme_says_how_to_install_it() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### `inferd perf`", 1)[1].split("\n### ", 1)[0]
+def test_the_docs_say_how_to_install_it() -> None:
+    section = (ROOT / "docs" / "tools" / "perf.md").read_text(encoding="utf-8")
     assert "pip install 'inferd[perf]'" in section
     assert section.index("pip install 'inferd[perf]'") < section.index('locust -f "$(inferd perf --locustfile)"')
