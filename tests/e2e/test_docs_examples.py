@@ -1,0 +1,183 @@
+"""Every example the docs mark runnable runs against a real `inferd serve` of the example repository,
+and prints what the page shows where the page shows it.
+
+A page marks an example with an HTML comment on the line before its fence (invisible on GitHub
+and on the site), and the output it prints the same way:
+
+    <!-- run -->
+    ```bash
+    curl -s localhost:8000/v2/health/ready -o /dev/null -w '%{http_code}\\n'
+    ```
+    <!-- output -->
+    ```text
+    200
+    ```
+
+`bash` examples run with `set -eo pipefail`, `python` ones with this test's interpreter, both from
+the repository's root (so `@examples/requests/minilm.json` is found). The server's ports replace the
+ones the docs name (8000 HTTP, 8001 gRPC, 8002 metrics, 8500 TF Serving gRPC, 8081 TorchServe
+management). An output is compared with runs of white space made one, and `...` standing for any
+text (a float's last digits, an id).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from inferd.testing.server import ServerProcess, run_server
+from inferd.tools.ports import free_ports
+from tests.e2e.conftest import PIPELINE_MODELS, REPO_ROOT
+
+pytestmark = pytest.mark.e2e
+
+RUN, OUTPUT = "<!-- run -->", "<!-- output -->"
+LANGUAGES = ("bash", "python")
+
+
+@dataclass(frozen=True)
+class Example:
+    page: str
+    line: int
+    language: str
+    code: str
+    output: str | None
+
+    def __str__(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def pages() -> list[Path]:
+    return [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
+
+
+def collect(path: Path) -> list[Example]:
+    """The examples `path` marks runnable, each with the output it shows (None: none shown)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    page = path.relative_to(REPO_ROOT).as_posix()
+    examples = []
+    for index in _markers(lines):
+        start, language, code, end = _fence_after(lines, index, page)
+        if language not in LANGUAGES:
+            raise ValueError(f"{page}:{start + 1}: a runnable example is {LANGUAGES}, not {language!r}")
+        output = None
+        after = _next_text(lines, end + 1)
+        if after < len(lines) and lines[after].strip() == OUTPUT:
+            _, _, output, _ = _fence_after(lines, after, page)
+        examples.append(Example(page, start + 1, language, code, output))
+    return examples
+
+
+def _markers(lines: list[str]) -> list[int]:
+    """The lines that mark an example runnable, outside fenced blocks (a page may show the
+    markers themselves, inside a longer fence)."""
+    found, fence = [], ""
+    for index, line in enumerate(lines):
+        ticks = len(line) - len(line.lstrip("`"))
+        if fence:
+            if ticks >= len(fence) and not line.strip("`").strip():
+                fence = ""
+        elif ticks >= 3:
+            fence = "`" * ticks
+        elif line.strip() == RUN:
+            found.append(index)
+    return found
+
+
+def _next_text(lines: list[str], index: int) -> int:
+    while index < len(lines) and not lines[index].strip():
+        index += 1
+    return index
+
+
+def _fence_after(lines: list[str], marker: int, page: str) -> tuple[int, str, str, int]:
+    """The fence that follows the marker line: its first line, language, text and closing line."""
+    start = _next_text(lines, marker + 1)
+    if start >= len(lines) or not lines[start].startswith("```"):
+        raise ValueError(f"{page}:{marker + 1}: {lines[marker].strip()} is not followed by a fenced block")
+    language = lines[start][3:].strip().split(" ")[0]
+    for end in range(start + 1, len(lines)):
+        if lines[end].startswith("```"):
+            return start, language, "\n".join(lines[start + 1 : end]), end
+    raise ValueError(f"{page}:{start + 1}: the fence is never closed")
+
+
+EXAMPLES = [example for path in pages() for example in collect(path)]
+
+
+def matches(expected: str, printed: str) -> bool:
+    """`printed` is `expected`, white space aside, `...` standing for any text."""
+
+    def squeezed(text: str) -> str:
+        return " ".join(text.split())
+
+    pattern = ".*?".join(re.escape(part) for part in squeezed(expected).split("..."))
+    return re.fullmatch(pattern, squeezed(printed), re.DOTALL) is not None
+
+
+@dataclass(frozen=True)
+class DocsServer:
+    server: ServerProcess
+    ports: dict[int, int]  # the port the docs name: this server's
+
+
+@pytest.fixture(scope="module")
+def docs_server(pipeline_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsServer]:
+    """The example repository, as `make serve` serves it, with TF Serving's gRPC port and
+    TorchServe's management port on. Its MiniLM and pipeline come from the session's one export."""
+    root = tmp_path_factory.mktemp("docs-examples") / "model_repository"
+    root.mkdir()
+    for name in PIPELINE_MODELS:
+        shutil.copytree(pipeline_repository / name, root / name, copy_function=os.link)
+    subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "build_example_repository.py"), "--output", str(root),
+         "--requests-output", str(root.parent / "requests")],
+        check=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    tfserving_grpc, management = free_ports(2)
+    extra = ("--tfserving-grpc-port", str(tfserving_grpc), "--torchserve-management-port", str(management))
+    with run_server(root, root.parent / "server.log", *extra) as server:
+        yield DocsServer(
+            server,
+            {8000: server.http_port, 8001: server.grpc_port, 8002: server.metrics_port, 8500: tfserving_grpc,
+             8081: management},
+        )  # fmt: skip
+
+
+def test_the_docs_mark_examples_to_run() -> None:
+    # The pages users start from are proven: a marker lost in an edit shows here.
+    marked = {example.page for example in EXAMPLES}
+    assert {"README.md", "docs/get-started.md", "docs/call/kserve.md", "docs/call/openai.md"} <= marked, marked
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=str)
+def test_a_runnable_example_runs_and_prints_what_the_page_shows(
+    example: Example, docs_server: DocsServer, tmp_path: Path
+) -> None:
+    code = example.code
+    for named, actual in docs_server.ports.items():
+        code = re.sub(rf"(localhost|127\.0\.0\.1):{named}\b", f"127.0.0.1:{actual}", code)
+    if example.language == "bash":
+        command = ["bash", "-c", "set -eo pipefail\n" + code]
+    else:
+        command = [sys.executable, "-c", code]
+    run = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env={**os.environ, "HOME": str(tmp_path)},  # nothing of the machine's own client settings
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert run.returncode == 0, f"{example} failed:\n{run.stdout}\n{run.stderr}"
+    if example.output is not None:
+        shown = f"{example} printed:\n{run.stdout}\nthe page shows:\n{example.output}"
+        assert matches(example.output, run.stdout), shown
