@@ -9,6 +9,8 @@
   `inferd.protocol.status`'s tables and `inferd.errors`' classes.
 * `metrics.md`: every metric /metrics serves, with its type and labels, from the exposition.
 * `http-api.md`: every REST route, from the OpenAPI documents the server serves.
+* `config.md`: every config.pbtxt field inferd reads (Triton's ModelConfig messages against the
+  loader's table of supported fields) and every key of its `parameters` (`inferd.config.parameters`).
 
 `tests/docs/test_reference.py` runs `--check` in `make test`: a change to any of these that does
 not regenerate its page fails the tests.
@@ -25,6 +27,8 @@ from typing import Any
 import click
 
 from inferd.cli.main import cli
+from inferd.config.loader import SUPPORTED_FIELDS, is_repeated
+from inferd.config.parameters import MODEL_PARAMETERS
 from inferd.errors import ErrorCode, InferdError
 from inferd.protocol.status import GRPC_STATUS, HTTP_STATUS, TFSERVING_HTTP_STATUS
 from inferd.server.openapi import document, management_document
@@ -238,7 +242,66 @@ def http_api_page() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+# -- config.pbtxt ----------------------------------------------------------------------------------
+
+# protobuf's field type numbers, as config.pbtxt writers know them.
+_PROTO_TYPES = {1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 8: "bool", 9: "string", 12: "bytes",
+                13: "uint32", 14: "enum", 11: "message"}  # fmt: skip
+
+
+def config_page() -> str:
+    from tritonclient.grpc import model_config_pb2
+
+    lines = [
+        GENERATED,
+        "# config.pbtxt reference",
+        "",
+        "inferd reads Triton's model configuration (`config.pbtxt`, protobuf text format; see",
+        "[Model repository](../serve/repository.md)). These are the fields it acts on; a field of",
+        "Triton's that is not listed is ignored: the model still loads, the load's log names each",
+        "ignored field, and nothing is misread.",
+        "",
+    ]
+    pending = [model_config_pb2.ModelConfig.DESCRIPTOR]
+    seen: set[str] = set()
+    while pending:
+        message = pending.pop(0)
+        if message.name in seen or message.name not in SUPPORTED_FIELDS:
+            continue
+        seen.add(message.name)
+        read = SUPPORTED_FIELDS[message.name]
+        lines += [f"## `{message.name}`", "", "| field | type | inferd |", "|---|---|---|"]
+        for field in message.fields:
+            kind = field.message_type.name if field.message_type is not None else _PROTO_TYPES.get(field.type, "?")
+            if field.enum_type is not None:
+                kind = field.enum_type.name
+            if is_repeated(field):
+                kind = f"repeated {kind}"
+            if field.message_type is not None and field.message_type.name in SUPPORTED_FIELDS:
+                kind = f"[`{kind}`](#{field.message_type.name.lower()})"
+                pending.append(field.message_type)
+            else:
+                kind = f"`{kind}`"
+            lines.append(f"| `{field.name}` | {kind} | {'read' if field.name in read else 'ignored'} |")
+        lines.append("")
+    lines += [
+        "## Parameters",
+        "",
+        'The keys of `parameters` inferd reads (`parameters { key: "NAME" value { string_value: "VALUE" } }`).',
+        'A Python model gets the whole map in `initialize(args)` as `args["parameters"]`: keys of its',
+        "own are its own.",
+        "",
+        "| key | applies to | when absent | what it does |",
+        "|---|---|---|---|",
+    ]
+    for parameter in MODEL_PARAMETERS:
+        columns = (parameter.applies_to, parameter.default, parameter.meaning)
+        lines.append(f"| `{parameter.name}` | " + " | ".join(cell(column) for column in columns) + " |")
+    return "\n".join(lines).rstrip() + "\n"
+
+
 PAGES: dict[str, Callable[[], str]] = {
+    "config.md": config_page,
     "cli.md": cli_page,
     "errors.md": errors_page,
     "metrics.md": metrics_page,

@@ -35,6 +35,7 @@ from inferd.config.model import (
     WarmupInput,
     WarmupSample,
 )
+from inferd.config.parameters import QUEUE_INCLUDES_EXECUTING
 from inferd.datatypes import NAMES
 from inferd.errors import ModelConfigError
 from inferd.types import DataType
@@ -44,14 +45,15 @@ CONFIG_FILE_NAME = "config.pbtxt"
 DEFAULT_MAX_BATCH_SIZE = 4
 # The model parameter that says whether dynamic_batching's max_queue_size counts executing requests
 # too (inferd's default) or queued ones only ("false": Triton's meaning).
-QUEUE_INCLUDES_EXECUTING_PARAMETER = "max_queue_size_includes_executing"
+QUEUE_INCLUDES_EXECUTING_PARAMETER = QUEUE_INCLUDES_EXECUTING.name
 
 # Triton's TYPE_* names → v2 datatypes (`inferd.datatypes`). TYPE_STRING is the BYTES tensor.
 DATATYPES_BY_CONFIG_NAME = {names.config: datatype for datatype, names in NAMES.items()}
 CONFIG_NAMES_BY_DATATYPE = {dt: name for name, dt in DATATYPES_BY_CONFIG_NAME.items()}
 
-# The fields inferd acts on, per message type; anything else that is set is reported as ignored.
-_SUPPORTED_FIELDS: dict[str, frozenset[str]] = {
+# The fields inferd acts on, per message type of Triton's ModelConfig; anything else that is set is
+# reported as ignored (a load logs it). The docs' config reference is generated from it.
+SUPPORTED_FIELDS: dict[str, frozenset[str]] = {
     "ModelConfig": frozenset(
         {
             "name",
@@ -423,14 +425,14 @@ def is_repeated(descriptor: Any) -> bool:
 
 
 def _ignored_fields(message: Any, prefix: str = "") -> Iterator[str]:
-    supported = _SUPPORTED_FIELDS.get(message.DESCRIPTOR.name)
+    supported = SUPPORTED_FIELDS.get(message.DESCRIPTOR.name)
     if supported is None:
         return
     for descriptor, value in message.ListFields():
         path = f"{prefix}{descriptor.name}"
         if descriptor.name not in supported:
             yield path
-        elif descriptor.message_type is not None and descriptor.message_type.name in _SUPPORTED_FIELDS:
+        elif descriptor.message_type is not None and descriptor.message_type.name in SUPPORTED_FIELDS:
             if is_repeated(descriptor):
                 for index, item in enumerate(value):
                     yield from _ignored_fields(item, f"{path}[{index}].")

@@ -21,13 +21,14 @@ from pathlib import Path
 
 from inferd.config.loader import read_model_config
 from inferd.config.model import ENSEMBLE_PLATFORM, ModelConfig
+from inferd.config.parameters import REMOTE_URL
 from inferd.core.warmup import WARMUP_FOLDER
 from inferd.errors import InferdError, ModelConfigError, PermissionDeniedError
 from inferd.runtimes import REMOTE, runtime_kind
 
 UPLOAD_FLAG = "--allow-model-upload (INFERD_ALLOW_MODEL_UPLOAD)"
 # A remote model's parameter naming the server it calls.
-REMOTE_URL_PARAMETER = "url"
+REMOTE_URL_PARAMETER = REMOTE_URL.name
 
 
 def confined_path(folder: Path, relative: str, what: str, model: str) -> Path:

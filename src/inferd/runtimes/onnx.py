@@ -19,6 +19,7 @@ import numpy as np
 import onnxruntime as ort
 
 from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorSpec
+from inferd.config.parameters import ALLOW_SPINNING, ENABLE_TENSORRT, INTER_OP_THREAD_COUNT, INTRA_OP_THREAD_COUNT
 from inferd.datatypes import NAMES
 from inferd.errors import ModelLoadError
 from inferd.runtimes.base import RuntimeOptions, cores_available, release_freed_memory
@@ -90,7 +91,7 @@ def estimate_memory_bytes(model_bytes: int) -> int:
 
 _shared_pool_lock = threading.Lock()
 _shared_pool_made = False
-_OWN_POOL_PARAMETERS = ("intra_op_thread_count", "inter_op_thread_count", "allow_spinning")
+_OWN_POOL_PARAMETERS = (INTRA_OP_THREAD_COUNT.name, INTER_OP_THREAD_COUNT.name, ALLOW_SPINNING.name)
 
 
 def _use_shared_pool(config: ModelConfig, options: ort.SessionOptions) -> None:
@@ -116,11 +117,11 @@ def _use_shared_pool(config: ModelConfig, options: ort.SessionOptions) -> None:
 def _use_own_pool(config: ModelConfig, options: ort.SessionOptions, threads: int) -> None:
     if _shared_pool_made:  # not in a server, where one setting holds for every model
         raise ModelLoadError("this process shares one intra-op pool already; a session cannot have its own")
-    options.intra_op_num_threads = _int_parameter(config, "intra_op_thread_count", threads)
-    options.inter_op_num_threads = _int_parameter(config, "inter_op_thread_count", 1)
+    options.intra_op_num_threads = _int_parameter(config, INTRA_OP_THREAD_COUNT.name, threads)
+    options.inter_op_num_threads = _int_parameter(config, INTER_OP_THREAD_COUNT.name, 1)
     # Spinning intra-op threads burn the cores the event loop needs to parse requests; they
     # wait on the OS instead unless the model's parameters ask otherwise.
-    spinning = config.parameters.get("allow_spinning", "false").lower() == "true"
+    spinning = config.parameters.get(ALLOW_SPINNING.name, "false").lower() == "true"
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
 
 
@@ -172,7 +173,7 @@ class OnnxRuntime:
             available=ort.get_available_providers(),
             gpu_count=detect_gpu_count(),
             gpus=options.instance_group.gpus,
-            use_tensorrt=config.parameters.get("enable_tensorrt", "").lower() == "true",
+            use_tensorrt=config.parameters.get(ENABLE_TENSORRT.name, "").lower() == "true",
         )
         session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         session_options.log_severity_level = 3

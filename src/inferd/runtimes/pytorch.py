@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorSpec
+from inferd.config.parameters import INTER_OP_THREAD_COUNT, INTRA_OP_THREAD_COUNT
 from inferd.errors import InferdError, InternalError, InvalidRequestError, ModelLoadError, ModelOutputError
 from inferd.runtimes.base import RuntimeOptions, cores_available, signature_from_config
 from inferd.types import DataType
@@ -108,7 +109,7 @@ class PyTorchRuntime:
         self._name = config.name
         path = _model_path(config, version_dir)
         _size_thread_pools()
-        for key in ("intra_op_thread_count", "inter_op_thread_count"):
+        for key in (INTRA_OP_THREAD_COUNT.name, INTER_OP_THREAD_COUNT.name):
             if key in config.parameters:
                 logger.warning(
                     "model %s: parameter %s is ignored: torch keeps one thread pool per process",

@@ -33,6 +33,15 @@ import numpy as np
 
 from inferd.client import GrpcInferenceClient, HttpInferenceClient, Transport
 from inferd.config.model import ModelConfig, ModelSignature, TensorSpec
+from inferd.config.parameters import (
+    REMOTE_CONNECTIONS,
+    REMOTE_MAX_IN_FLIGHT,
+    REMOTE_MODEL_NAME,
+    REMOTE_MODEL_VERSION,
+    REMOTE_PROTOCOL,
+    REMOTE_TIMEOUT_MS,
+    REMOTE_URL,
+)
 from inferd.errors import (
     DeadlineUnreachableError,
     InferdError,
@@ -64,13 +73,13 @@ def estimate_memory_bytes(model_bytes: int) -> int:
 class RemoteRuntime:
     def __init__(self, config: ModelConfig, version_dir: Path, options: RuntimeOptions) -> None:
         parameters = config.parameters
-        url = parameters.get("url", "")
+        url = parameters.get(REMOTE_URL.name, "")
         if not url:
             raise ModelConfigError(f"model '{config.name}': a remote model needs the parameter url (host:port)")
         self._name = config.name
-        self._remote_name = parameters.get("model_name", config.name)
-        self._remote_version = parameters.get("model_version", "")
-        self._timeout_s = (positive_parameter(config, "timeout_ms") or DEFAULT_TIMEOUT_MS) / 1000
+        self._remote_name = parameters.get(REMOTE_MODEL_NAME.name, config.name)
+        self._remote_version = parameters.get(REMOTE_MODEL_VERSION.name, "")
+        self._timeout_s = (positive_parameter(config, REMOTE_TIMEOUT_MS.name) or DEFAULT_TIMEOUT_MS) / 1000
         self._loop, self._own_loop = _event_loop(options.event_loop)
         self._client = _client(config, url)
         self._signature = signature_from_config(config) if config.inputs and config.outputs else self._metadata()
@@ -154,11 +163,11 @@ PROTOCOLS = ("http", "grpc")
 
 
 def _client(config: ModelConfig, url: str) -> Transport:
-    protocol = config.parameters.get("protocol", PROTOCOLS[0])
-    max_in_flight = positive_parameter(config, "max_in_flight") or 64
+    protocol = config.parameters.get(REMOTE_PROTOCOL.name, PROTOCOLS[0])
+    max_in_flight = positive_parameter(config, REMOTE_MAX_IN_FLIGHT.name) or 64
     if protocol == "grpc":
         return GrpcInferenceClient(
-            url, connections=positive_parameter(config, "connections") or 2, max_in_flight=max_in_flight
+            url, connections=positive_parameter(config, REMOTE_CONNECTIONS.name) or 2, max_in_flight=max_in_flight
         )
     if protocol == "http":
         try:

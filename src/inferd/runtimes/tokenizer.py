@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from inferd.config.model import ModelConfig, ModelSignature, TensorSpec
+from inferd.config.parameters import MAX_LENGTH, PAD_TO_MULTIPLE_OF, PADDING
 from inferd.errors import ModelConfigError, ModelLoadError, TensorDataError
 from inferd.runtimes.base import RuntimeOptions, positive_parameter
 from inferd.types import DataType
@@ -109,11 +110,11 @@ class TokenizerRuntime:
 
     def _configure(self, config: ModelConfig) -> None:
         parameters = config.parameters
-        padding = parameters.get("padding", "")
+        padding = parameters.get(PADDING.name, "")
         if padding and padding not in PADDINGS:
             raise ModelConfigError(f"model '{config.name}': parameter padding is {padding!r}; use one of {PADDINGS}")
-        max_length = positive_parameter(config, "max_length")
-        multiple = positive_parameter(config, "pad_to_multiple_of")
+        max_length = positive_parameter(config, MAX_LENGTH.name)
+        multiple = positive_parameter(config, PAD_TO_MULTIPLE_OF.name)
         if max_length is not None:
             self._tokenizer.enable_truncation(max_length=max_length)
         own = self._tokenizer.padding or {}

@@ -32,6 +32,7 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 
+from inferd.config.parameters import VERSION_LABELS
 from inferd.core.dispatcher import Dispatcher
 from inferd.core.metrics import Metrics
 from inferd.core.service import InferenceService
@@ -62,7 +63,7 @@ StateT = TypeVar("StateT")
 AnswerT = TypeVar("AnswerT")
 
 # The model config parameter that names versions, as TF Serving's `version_labels` does.
-VERSION_LABELS_PARAMETER = "version_labels"
+VERSION_LABELS_PARAMETER = VERSION_LABELS.name
 
 _REQUEST_ID = REQUEST_ID_HEADER.encode()
 _SERVER_TIMING_REQUEST = server_timing.REQUEST_HEADER.encode()

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from inferd.config import parameters as model_parameters
 from inferd.config.model import ModelConfig
 from inferd.errors import InvalidRequestError, ModelOutputError
 from inferd.limits import RequestLimits
@@ -29,10 +30,10 @@ from inferd.protocol import openai_embeddings
 from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, Signature, Target
 from inferd.types import DataType, Door, InferResponse, RequestContext, RequestedOutput, RequestTiming, Tensor
 
-EMBEDDING_INPUT = "embedding_input"
-EMBEDDING_OUTPUT = "embedding_output"
-EMBEDDING_TOKEN_COUNT = "embedding_token_count"
-EMBEDDING_DIMENSIONS = "embedding_dimensions"
+EMBEDDING_INPUT = model_parameters.EMBEDDING_INPUT.name
+EMBEDDING_OUTPUT = model_parameters.EMBEDDING_OUTPUT.name
+EMBEDDING_TOKEN_COUNT = model_parameters.EMBEDDING_TOKEN_COUNT.name
+EMBEDDING_DIMENSIONS = model_parameters.EMBEDDING_DIMENSIONS.name
 _JSON = b"application/json"
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from inferd.config.model import ModelConfig, TensorConfig
+from inferd.config.parameters import TORCHSERVE_BODY_INPUT
 from inferd.errors import InvalidRequestError
 from inferd.protocol import json_v2, sagemaker, tfserving_json, torchserve
 from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, Signature, Target
@@ -19,7 +20,7 @@ from inferd.protocol.codecs.kserve import KServeHttpCodec
 from inferd.types import DataType, Door, InferResponse, RequestContext, Tensor
 
 # The model config parameter naming the BYTES input a raw (non-JSON) body goes to.
-BODY_INPUT_PARAMETER = "torchserve_body_input"
+BODY_INPUT_PARAMETER = TORCHSERVE_BODY_INPUT.name
 _JSON = b"application/json"
 
 

@@ -1,0 +1,147 @@
+"""Every key of config.pbtxt's `parameters` map that inferd reads, in one table.
+
+Each module that reads one names it through its entry here (`ALLOW_SPINNING.name`), so the docs'
+reference (docs/reference/config.md, generated from `MODEL_PARAMETERS`) lists every parameter
+inferd acts on and nothing else, and a unit test finds a key read anywhere else. A Python model
+gets the whole map in `initialize(args["parameters"])`: its own keys are its own business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ModelParameter:
+    """A `parameters { key: NAME value { string_value: "..." } }` entry inferd reads."""
+
+    name: str
+    # Which models it applies to: a runtime, a door, or every model of a kind.
+    applies_to: str
+    # What an absent key means.
+    default: str
+    meaning: str
+
+
+# ONNX Runtime (runtimes/onnx.py): with --intra-op-pools per-instance only; the shared pool ignores them.
+INTRA_OP_THREAD_COUNT = ModelParameter(
+    "intra_op_thread_count",
+    "ONNX Runtime models, with `--intra-op-pools per-instance`",
+    "the cores / the model's instances",
+    "Threads of each instance's own intra-op pool.",
+)
+INTER_OP_THREAD_COUNT = ModelParameter(
+    "inter_op_thread_count",
+    "ONNX Runtime models, with `--intra-op-pools per-instance`",
+    "1",
+    "Threads of each instance's inter-op pool.",
+)
+ALLOW_SPINNING = ModelParameter(
+    "allow_spinning",
+    "ONNX Runtime models, with `--intra-op-pools per-instance`",
+    "false",
+    "`true` lets the intra-op threads spin between operators (lower latency, CPU burnt while idle).",
+)
+ENABLE_TENSORRT = ModelParameter(
+    "enable_tensorrt",
+    "ONNX Runtime models on a GPU",
+    "false",
+    "`true` tries TensorRT's execution provider before CUDA's.",
+)
+# The built-in tokenizer model (runtimes/tokenizer.py).
+PADDING = ModelParameter(
+    "padding",
+    "tokenizer models",
+    "the tokenizer file's own padding, else the longest text of each batch",
+    "`longest` (each batch padded to its longest text) or `max_length` (every row to `max_length`).",
+)
+MAX_LENGTH = ModelParameter(
+    "max_length", "tokenizer models", "no truncation", "Tokens per text at most: longer texts are truncated."
+)
+PAD_TO_MULTIPLE_OF = ModelParameter(
+    "pad_to_multiple_of", "tokenizer models", "none", "Pad each batch's length up to a multiple of this."
+)
+# Remote models (runtimes/remote.py): a model another server serves.
+REMOTE_URL = ModelParameter(
+    "url",
+    'remote models (`backend: "remote"`)',
+    "required",
+    "host:port of the server that serves the model (its HTTP port, or its gRPC port with `protocol: grpc`).",
+)
+REMOTE_PROTOCOL = ModelParameter(
+    "protocol", "remote models", "http", "`http` or `grpc`: how the remote server is called."
+)
+REMOTE_MODEL_NAME = ModelParameter("model_name", "remote models", "this model's name", "The model's name there.")
+REMOTE_MODEL_VERSION = ModelParameter(
+    "model_version", "remote models", "the remote server's choice", "The model's version there."
+)
+REMOTE_TIMEOUT_MS = ModelParameter("timeout_ms", "remote models", "10000", "Milliseconds one remote call may take.")
+REMOTE_MAX_IN_FLIGHT = ModelParameter("max_in_flight", "remote models", "64", "Remote calls at once at most.")
+REMOTE_CONNECTIONS = ModelParameter(
+    "connections", "remote models over gRPC", "2", "Kept-alive HTTP/2 channels to the remote server."
+)
+# Dynamic batching (config/loader.py).
+QUEUE_INCLUDES_EXECUTING = ModelParameter(
+    "max_queue_size_includes_executing",
+    "models with dynamic batching and a `max_queue_size`",
+    "true with one priority level, else false",
+    "Whether requests executing count toward `max_queue_size` (TF Serving's bound) or only queued ones.",
+)
+# The doors.
+VERSION_LABELS = ModelParameter(
+    "version_labels",
+    "every model, for TF Serving's doors",
+    "no labels",
+    "Labels of versions, such as `stable:1,canary:2`: TF Serving's `/labels/stable` and `version_label`.",
+)
+TORCHSERVE_BODY_INPUT = ModelParameter(
+    "torchserve_body_input",
+    "every model, for the TorchServe door",
+    "the model's only BYTES input",
+    "The BYTES input a raw (non-JSON) `/predictions` body goes to, one body per row.",
+)
+EMBEDDING_INPUT = ModelParameter(
+    "embedding_input",
+    "models served as OpenAI embeddings",
+    "not served as embeddings",
+    "The BYTES input that takes one text per row: names the model to the OpenAI door.",
+)
+EMBEDDING_OUTPUT = ModelParameter(
+    "embedding_output", "models served as OpenAI embeddings", "the only output", "The output that holds the vectors."
+)
+EMBEDDING_TOKEN_COUNT = ModelParameter(
+    "embedding_token_count",
+    "models served as OpenAI embeddings",
+    "no token counts (usage 0)",
+    "The output that counts each text's tokens, for `usage`.",
+)
+EMBEDDING_DIMENSIONS = ModelParameter(
+    "embedding_dimensions",
+    "models served as OpenAI embeddings",
+    "only the model's own dimensions",
+    "`truncate` allows a smaller `dimensions`: the first ones, re-normalized (Matryoshka models).",
+)
+
+MODEL_PARAMETERS: tuple[ModelParameter, ...] = (
+    INTRA_OP_THREAD_COUNT,
+    INTER_OP_THREAD_COUNT,
+    ALLOW_SPINNING,
+    ENABLE_TENSORRT,
+    PADDING,
+    MAX_LENGTH,
+    PAD_TO_MULTIPLE_OF,
+    REMOTE_URL,
+    REMOTE_PROTOCOL,
+    REMOTE_MODEL_NAME,
+    REMOTE_MODEL_VERSION,
+    REMOTE_TIMEOUT_MS,
+    REMOTE_MAX_IN_FLIGHT,
+    REMOTE_CONNECTIONS,
+    QUEUE_INCLUDES_EXECUTING,
+    VERSION_LABELS,
+    TORCHSERVE_BODY_INPUT,
+    EMBEDDING_INPUT,
+    EMBEDDING_OUTPUT,
+    EMBEDDING_TOKEN_COUNT,
+    EMBEDDING_DIMENSIONS,
+)
