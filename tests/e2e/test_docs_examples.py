@@ -128,6 +128,12 @@ class DocsServer:
     server: ServerProcess
     ports: dict[int, int]  # the port the docs name: this server's
 
+    def own_ports(self, text: str) -> str:
+        """`text` with the ports the docs name replaced by this server's (an address it prints too)."""
+        for named, actual in self.ports.items():
+            text = re.sub(rf"(localhost|127\.0\.0\.1):{named}\b", f"127.0.0.1:{actual}", text)
+        return text
+
 
 @pytest.fixture(scope="module")
 def docs_server(pipeline_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsServer]:
@@ -162,22 +168,23 @@ def test_the_docs_mark_examples_to_run() -> None:
 def test_a_runnable_example_runs_and_prints_what_the_page_shows(
     example: Example, docs_server: DocsServer, tmp_path: Path
 ) -> None:
-    code = example.code
-    for named, actual in docs_server.ports.items():
-        code = re.sub(rf"(localhost|127\.0\.0\.1):{named}\b", f"127.0.0.1:{actual}", code)
+    code, output = docs_server.own_ports(example.code), example.output
     if example.language == "bash":
         command = ["bash", "-c", "set -eo pipefail\n" + code]
     else:
         command = [sys.executable, "-c", code]
+    # `inferd` from this environment; nothing of the machine's own client settings (HOME).
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    environment = {**os.environ, "PATH": path, "HOME": str(tmp_path)}
     run = subprocess.run(
         command,
         cwd=REPO_ROOT,
-        env={**os.environ, "HOME": str(tmp_path)},  # nothing of the machine's own client settings
+        env=environment,
         capture_output=True,
         text=True,
         timeout=90,
     )
     assert run.returncode == 0, f"{example} failed:\n{run.stdout}\n{run.stderr}"
-    if example.output is not None:
-        shown = f"{example} printed:\n{run.stdout}\nthe page shows:\n{example.output}"
-        assert matches(example.output, run.stdout), shown
+    if output is not None:
+        shown = f"{example} printed:\n{run.stdout}\nthe page shows:\n{output}"
+        assert matches(docs_server.own_ports(output), run.stdout), shown
