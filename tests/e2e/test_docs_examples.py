@@ -16,7 +16,8 @@ and on the site), and the output it prints the same way:
 `bash` examples run with `set -eo pipefail`, `python` ones with this test's interpreter, both from
 the repository's root (so `@examples/requests/minilm.json` is found). The server's ports replace the
 ones the docs name (8000 HTTP, 8001 gRPC, 8002 metrics, 8500 TF Serving gRPC, 8081 TorchServe
-management). An output is compared with runs of white space made one, and `...` standing for any
+management; 8080, a second server of the repository in `--sagemaker` mode, as a SageMaker
+container). An output is compared with runs of white space made one, and `...` standing for any
 text (a float's last digits, an id).
 """
 
@@ -150,11 +151,15 @@ def docs_server(pipeline_repository: Path, tmp_path_factory: pytest.TempPathFact
     )  # fmt: skip
     tfserving_grpc, management = free_ports(2)
     extra = ("--tfserving-grpc-port", str(tfserving_grpc), "--torchserve-management-port", str(management))
-    with run_server(root, root.parent / "server.log", *extra) as server:
+    with (
+        run_server(root, root.parent / "server.log", *extra) as server,
+        # The SageMaker page's examples call a container's port, 8080: the same repository so.
+        run_server(root, root.parent / "sagemaker.log", "--sagemaker") as sagemaker,
+    ):
         yield DocsServer(
             server,
             {8000: server.http_port, 8001: server.grpc_port, 8002: server.metrics_port, 8500: tfserving_grpc,
-             8081: management},
+             8081: management, 8080: sagemaker.http_port},
         )  # fmt: skip
 
 
@@ -173,9 +178,12 @@ def test_a_runnable_example_runs_and_prints_what_the_page_shows(
         command = ["bash", "-c", "set -eo pipefail\n" + code]
     else:
         command = [sys.executable, "-c", code]
-    # `inferd` from this environment; nothing of the machine's own client settings (HOME).
+    # `inferd` from this environment; nothing of the machine's own client settings (HOME), so an
+    # example that works here works on a machine that never configured a client.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    environment = {**os.environ, "PATH": path, "HOME": str(tmp_path)}
+    # No AWS settings of the machine either: boto3's examples pass dummy keys, as the page says to.
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
+    environment |= {"PATH": path, "HOME": str(tmp_path), "AWS_EC2_METADATA_DISABLED": "true"}
     run = subprocess.run(
         command,
         cwd=REPO_ROOT,

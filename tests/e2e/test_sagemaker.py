@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -333,29 +330,6 @@ def test_safe_port_range_moves_the_other_listeners(monkeypatch: pytest.MonkeyPat
 
     result = CliRunner().invoke(cli, ["serve", "--sagemaker", "--model-repository", "."])
     assert result.exit_code == 2 and "no port left" in result.output
-
-
-SAGEMAKER_PAGE = Path(__file__).resolve().parents[2] / "docs" / "call" / "sagemaker.md"
-
-
-def test_the_docs_boto3_example_runs_on_a_machine_without_aws_keys(
-    sagemaker_server: ServerProcess, tmp_path: Path
-) -> None:
-    """The SageMaker page's boto3 snippet, as a user pastes it, with no AWS credentials anywhere (boto3
-    raised NoCredentialsError before sending: it signs every call)."""
-    section = SAGEMAKER_PAGE.read_text(encoding="utf-8")
-    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
-    snippet = snippet.replace("http://localhost:8080", f"http://{sagemaker_server.http_url}")
-    snippet = snippet.replace('"simple_mlp"', '"mlp"')  # the example repository's model, this server's
-    env = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
-    env |= {
-        "AWS_CONFIG_FILE": str(tmp_path / "no-config"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-credentials"),
-        "AWS_EC2_METADATA_DISABLED": "true",  # no instance metadata lookup (nothing outside 127.0.0.1)
-    }
-    run = subprocess.run([sys.executable, "-c", snippet], env=env, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    assert np.array(json.loads(run.stdout)).shape == (1, 4)
 
 
 def test_an_explicit_http_port_is_kept_and_sagemaker_bind_to_port_wins_over_it(tmp_path: Path) -> None:
