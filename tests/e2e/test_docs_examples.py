@@ -41,6 +41,9 @@ from tests.e2e.conftest import PIPELINE_MODELS, REPO_ROOT
 pytestmark = pytest.mark.e2e
 
 RUN, OUTPUT = "<!-- run -->", "<!-- output -->"
+# A python example that needs another ecosystem's client runs in that client's own venv, which
+# `make test` installs: `<!-- run with .venv-tfserving -->` (TF Serving's client, with tensorflow).
+RUN_IN_VENV = re.compile(r"<!-- run with (\.venv[\w-]*) -->")
 LANGUAGES = ("bash", "python")
 
 
@@ -51,6 +54,7 @@ class Example:
     language: str
     code: str
     output: str | None
+    venv: str | None = None  # run by this venv's python (python examples)
 
     def __str__(self) -> str:
         return f"{self.page}:{self.line}"
@@ -66,6 +70,7 @@ def collect(path: Path) -> list[Example]:
     page = path.relative_to(REPO_ROOT).as_posix()
     examples = []
     for index in _markers(lines):
+        in_venv = RUN_IN_VENV.fullmatch(lines[index].strip())
         start, language, code, end = _fence_after(lines, index, page)
         if language not in LANGUAGES:
             raise ValueError(f"{page}:{start + 1}: a runnable example is {LANGUAGES}, not {language!r}")
@@ -73,7 +78,7 @@ def collect(path: Path) -> list[Example]:
         after = _next_text(lines, end + 1)
         if after < len(lines) and lines[after].strip() == OUTPUT:
             _, _, output, _ = _fence_after(lines, after, page)
-        examples.append(Example(page, start + 1, language, code, output))
+        examples.append(Example(page, start + 1, language, code, output, in_venv.group(1) if in_venv else None))
     return examples
 
 
@@ -88,7 +93,7 @@ def _markers(lines: list[str]) -> list[int]:
                 fence = ""
         elif ticks >= 3:
             fence = "`" * ticks
-        elif line.strip() == RUN:
+        elif line.strip() == RUN or RUN_IN_VENV.fullmatch(line.strip()):
             found.append(index)
     return found
 
@@ -177,7 +182,9 @@ def test_a_runnable_example_runs_and_prints_what_the_page_shows(
     if example.language == "bash":
         command = ["bash", "-c", "set -eo pipefail\n" + code]
     else:
-        command = [sys.executable, "-c", code]
+        python = REPO_ROOT / example.venv / "bin" / "python" if example.venv else Path(sys.executable)
+        assert python.is_file(), f"{example} runs in {example.venv}: `make test` installs it"
+        command = [str(python), "-c", code]
     # `inferd` from this environment; nothing of the machine's own client settings (HOME), so an
     # example that works here works on a machine that never configured a client.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
