@@ -13,9 +13,12 @@ and on the site), and the output it prints the same way:
     200
     ```
 
-`bash` examples run with `set -eo pipefail`, `python` ones with this test's interpreter, both from
-the repository's root (so `@examples/requests/minilm.json` is found). The server's ports replace the
-ones the docs name (8000 HTTP, 8001 gRPC, 8002 metrics, 8500 TF Serving gRPC, 8081 TorchServe
+`bash` examples run with `set -eo pipefail`, `python` ones with this test's interpreter, in a
+folder of their page's own that holds the checkout's `examples/` (the example repository built,
+the one served) and `scripts/` (so `@examples/requests/minilm.json` is found, and what an example
+writes stays there): a page's
+examples run in order there, each finding what the ones before it wrote. The server's ports
+replace the ones the docs name (8000 HTTP, 8001 gRPC, 8002 metrics, 8500 TF Serving gRPC, 8081 TorchServe
 management; 8080, a second server of the repository in `--sagemaker` mode, as a SageMaker
 container). An output is compared with runs of white space made one, and `...` standing for any
 text (a float's last digits, an id).
@@ -87,13 +90,14 @@ def _markers(lines: list[str]) -> list[int]:
     markers themselves, inside a longer fence)."""
     found, fence = [], ""
     for index, line in enumerate(lines):
-        ticks = len(line) - len(line.lstrip("`"))
+        text = line.strip()
+        ticks = len(text) - len(text.lstrip("`"))
         if fence:
-            if ticks >= len(fence) and not line.strip("`").strip():
+            if ticks >= len(fence) and not text.strip("`"):
                 fence = ""
         elif ticks >= 3:
             fence = "`" * ticks
-        elif line.strip() == RUN or RUN_IN_VENV.fullmatch(line.strip()):
+        elif text == RUN or RUN_IN_VENV.fullmatch(text):
             found.append(index)
     return found
 
@@ -105,14 +109,16 @@ def _next_text(lines: list[str], index: int) -> int:
 
 
 def _fence_after(lines: list[str], marker: int, page: str) -> tuple[int, str, str, int]:
-    """The fence that follows the marker line: its first line, language, text and closing line."""
+    """The fence that follows the marker line (indented as the marker is, in a list item): its
+    first line, language, text (the indentation removed) and closing line."""
     start = _next_text(lines, marker + 1)
-    if start >= len(lines) or not lines[start].startswith("```"):
+    if start >= len(lines) or not lines[start].lstrip().startswith("```"):
         raise ValueError(f"{page}:{marker + 1}: {lines[marker].strip()} is not followed by a fenced block")
-    language = lines[start][3:].strip().split(" ")[0]
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    language = lines[start].strip()[3:].strip().split(" ")[0]
     for end in range(start + 1, len(lines)):
-        if lines[end].startswith("```"):
-            return start, language, "\n".join(lines[start + 1 : end]), end
+        if lines[end].strip().startswith("```"):
+            return start, language, "\n".join(line[indent:] for line in lines[start + 1 : end]), end
     raise ValueError(f"{page}:{start + 1}: the fence is never closed")
 
 
@@ -125,7 +131,8 @@ def matches(expected: str, printed: str) -> bool:
     def squeezed(text: str) -> str:
         return " ".join(text.split())
 
-    pattern = ".*?".join(re.escape(part) for part in squeezed(expected).split("..."))
+    # White space beside a `...` is part of what it stands for (it may be none).
+    pattern = ".*?".join(re.escape(part.strip()) for part in squeezed(expected).split("..."))
     return re.fullmatch(pattern, squeezed(printed), re.DOTALL) is not None
 
 
@@ -133,6 +140,7 @@ def matches(expected: str, printed: str) -> bool:
 class DocsServer:
     server: ServerProcess
     ports: dict[int, int]  # the port the docs name: this server's
+    repository: Path  # the example repository it serves
 
     def own_ports(self, text: str) -> str:
         """`text` with the ports the docs name replaced by this server's (an address it prints too)."""
@@ -165,6 +173,7 @@ def docs_server(pipeline_repository: Path, tmp_path_factory: pytest.TempPathFact
             server,
             {8000: server.http_port, 8001: server.grpc_port, 8002: server.metrics_port, 8500: tfserving_grpc,
              8081: management, 8080: sagemaker.http_port},
+            root,
         )  # fmt: skip
 
 
@@ -174,9 +183,39 @@ def test_the_docs_mark_examples_to_run() -> None:
     assert {"README.md", "docs/get-started.md", "docs/call/kserve.md", "docs/call/openai.md"} <= marked, marked
 
 
+class PageFolders:
+    """Each page's folder, made at its first example: a checkout's root as a user has it after
+    `make serve`, its `scripts/` and `examples/` (the example repository built: the one served)."""
+
+    def __init__(self, root: Path, repository: Path) -> None:
+        self._root = root
+        self._repository = repository
+        self._made: dict[str, Path] = {}
+
+    def of(self, page: str) -> Path:
+        if page not in self._made:
+            folder = self._root / page.replace("/", "-")
+            (folder / "examples").mkdir(parents=True)
+            (folder / "scripts").symlink_to(REPO_ROOT / "scripts")
+            for example in (REPO_ROOT / "examples").iterdir():
+                if example.name != "model_repository":  # built by `make example`, not in a checkout
+                    (folder / "examples" / example.name).symlink_to(example)
+            (folder / "examples" / "model_repository").symlink_to(self._repository)
+            self._made[page] = folder
+        return self._made[page]
+
+
+@pytest.fixture(scope="module")
+def page_folders(docs_server: DocsServer, tmp_path_factory: pytest.TempPathFactory) -> PageFolders:
+    return PageFolders(tmp_path_factory.mktemp("pages"), docs_server.repository)
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=str)
 def test_a_runnable_example_runs_and_prints_what_the_page_shows(
-    example: Example, docs_server: DocsServer, tmp_path: Path
+    example: Example,
+    docs_server: DocsServer,
+    page_folders: PageFolders,
+    tmp_path: Path,
 ) -> None:
     code, output = docs_server.own_ports(example.code), example.output
     if example.language == "bash":
@@ -193,7 +232,7 @@ def test_a_runnable_example_runs_and_prints_what_the_page_shows(
     environment |= {"PATH": path, "HOME": str(tmp_path), "AWS_EC2_METADATA_DISABLED": "true"}
     run = subprocess.run(
         command,
-        cwd=REPO_ROOT,
+        cwd=page_folders.of(example.page),
         env=environment,
         capture_output=True,
         text=True,
