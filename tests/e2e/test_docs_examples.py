@@ -16,12 +16,12 @@ and on the site), and the output it prints the same way:
 `bash` examples run with `set -eo pipefail`, `python` ones with this test's interpreter, in a
 folder of their page's own that holds the checkout's `examples/` (the example repository built,
 the one served) and `scripts/` (so `@examples/requests/minilm.json` is found, and what an example
-writes stays there): a page's
-examples run in order there, each finding what the ones before it wrote. The server's ports
-replace the ones the docs name (8000 HTTP, 8001 gRPC, 8002 metrics, 8500 TF Serving gRPC, 8081 TorchServe
-management; 8080, a second server of the repository in `--sagemaker` mode, as a SageMaker
-container). An output is compared with runs of white space made one, and `...` standing for any
-text (a float's last digits, an id).
+writes stays there): a page's examples run in order there, each finding what the ones before it
+wrote. The server's ports replace the ones the docs name (8000 HTTP, 8001 gRPC, 8002 metrics,
+8500 TF Serving gRPC, 8081 TorchServe management; 8080, a second server of the repository in
+`--sagemaker` mode, as a SageMaker container; on the Model control page, a server in explicit
+model-control mode). An output is compared with runs of white space made one, and `...` standing
+for any text (a float's last digits, an id).
 """
 
 from __future__ import annotations
@@ -141,10 +141,13 @@ class DocsServer:
     server: ServerProcess
     ports: dict[int, int]  # the port the docs name: this server's
     repository: Path  # the example repository it serves
+    # A page whose examples need a server started otherwise: its ports (the Model control page's,
+    # a server in explicit model-control mode that loads nothing at start).
+    page_ports: dict[str, dict[int, int]]
 
-    def own_ports(self, text: str) -> str:
+    def own_ports(self, text: str, page: str) -> str:
         """`text` with the ports the docs name replaced by this server's (an address it prints too)."""
-        for named, actual in self.ports.items():
+        for named, actual in (self.ports | self.page_ports.get(page, {})).items():
             text = re.sub(rf"(localhost|127\.0\.0\.1):{named}\b", f"127.0.0.1:{actual}", text)
         return text
 
@@ -168,12 +171,14 @@ def docs_server(pipeline_repository: Path, tmp_path_factory: pytest.TempPathFact
         run_server(root, root.parent / "server.log", *extra) as server,
         # The SageMaker page's examples call a container's port, 8080: the same repository so.
         run_server(root, root.parent / "sagemaker.log", "--sagemaker") as sagemaker,
+        run_server(root, root.parent / "explicit.log", "--model-control-mode", "explicit") as explicit,
     ):
         yield DocsServer(
             server,
             {8000: server.http_port, 8001: server.grpc_port, 8002: server.metrics_port, 8500: tfserving_grpc,
              8081: management, 8080: sagemaker.http_port},
             root,
+            {"docs/serve/model-control.md": {8000: explicit.http_port, 8001: explicit.grpc_port}},
         )  # fmt: skip
 
 
@@ -217,7 +222,7 @@ def test_a_runnable_example_runs_and_prints_what_the_page_shows(
     page_folders: PageFolders,
     tmp_path: Path,
 ) -> None:
-    code, output = docs_server.own_ports(example.code), example.output
+    code, output = docs_server.own_ports(example.code, example.page), example.output
     if example.language == "bash":
         command = ["bash", "-c", "set -eo pipefail\n" + code]
     else:
@@ -241,4 +246,4 @@ def test_a_runnable_example_runs_and_prints_what_the_page_shows(
     assert run.returncode == 0, f"{example} failed:\n{run.stdout}\n{run.stderr}"
     if output is not None:
         shown = f"{example} printed:\n{run.stdout}\nthe page shows:\n{output}"
-        assert matches(docs_server.own_ports(output), run.stdout), shown
+        assert matches(docs_server.own_ports(output, example.page), run.stdout), shown
