@@ -29,7 +29,7 @@ import click
 from inferd.cli.main import cli
 from inferd.config.loader import SUPPORTED_FIELDS, is_repeated
 from inferd.config.parameters import MODEL_PARAMETERS
-from inferd.errors import ErrorCode, InferdError
+from inferd.errors import ErrorCode, error_classes
 from inferd.protocol.status import GRPC_STATUS, HTTP_STATUS, TFSERVING_HTTP_STATUS
 from inferd.server.openapi import document, management_document
 from inferd.server.prometheus import metric_descriptions
@@ -147,7 +147,7 @@ def _envvar(option: click.Option) -> str:
 
 
 def errors_page() -> str:
-    classes = _error_classes()
+    classes = error_classes()
     lines = [
         GENERATED,
         "# Error codes",
@@ -161,31 +161,17 @@ def errors_page() -> str:
         "|---|---|---|---|---|",
     ]
     for code in ErrorCode:
-        names = ", ".join(f"`{cls.__name__}`" for cls in classes.get(code, []))
+        names = ", ".join(f"`{cls.__name__}`" for cls in classes.get(code, ()))
         lines.append(
             f"| `{code.value}` | {HTTP_STATUS[code]} | {GRPC_STATUS[code]} | {TFSERVING_HTTP_STATUS[code]} | {names} |"
         )
     lines += ["", "## What each error means", ""]
     for code in ErrorCode:
-        for cls in classes.get(code, []):
+        for cls in classes.get(code, ()):
             summary = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
             if summary:
                 lines.append(f"- `{cls.__name__}` (`{code.value}`): {summary}")
     return "\n".join(lines).rstrip() + "\n"
-
-
-def _error_classes() -> dict[ErrorCode, list[type[InferdError]]]:
-    found: dict[ErrorCode, list[type[InferdError]]] = {}
-    pending: list[type[InferdError]] = [InferdError]
-    seen: set[type[InferdError]] = set()
-    while pending:
-        cls = pending.pop(0)
-        if cls in seen:
-            continue
-        seen.add(cls)
-        found.setdefault(cls.code, []).append(cls)
-        pending.extend(sorted(cls.__subclasses__(), key=lambda sub: sub.__name__))
-    return found
 
 
 # -- metrics ---------------------------------------------------------------------------------------

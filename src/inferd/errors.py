@@ -393,11 +393,20 @@ def error_from_code(
 
 
 @functools.cache  # the tree is fixed once the module is imported
-def _classes_by_code() -> dict[ErrorCode, type[InferdError]]:
-    classes: dict[ErrorCode, type[InferdError]] = {}
+def error_classes() -> dict[ErrorCode, tuple[type[InferdError], ...]]:
+    """Every class of the error tree, by its code: the most general first (a class before its
+    subclasses), the others by name. The docs' error reference lists them."""
+    classes: dict[ErrorCode, list[type[InferdError]]] = {}
     pending: list[type[InferdError]] = [InferdError]
     while pending:
-        cls = pending.pop()
-        classes.setdefault(cls.code, cls)
-        pending.extend(cls.__subclasses__())
-    return classes
+        cls = pending.pop(0)
+        if cls not in classes.get(cls.code, []):
+            classes.setdefault(cls.code, []).append(cls)
+        pending.extend(sorted(cls.__subclasses__(), key=lambda sub: sub.__name__))
+    return {code: tuple(found) for code, found in classes.items()}
+
+
+@functools.cache
+def _classes_by_code() -> dict[ErrorCode, type[InferdError]]:
+    """The class a code is raised as: its most general one."""
+    return {code: found[0] for code, found in error_classes().items()}

@@ -45,7 +45,6 @@ CONFIG_FILE_NAME = "config.pbtxt"
 DEFAULT_MAX_BATCH_SIZE = 4
 # The model parameter that says whether dynamic_batching's max_queue_size counts executing requests
 # too (inferd's default) or queued ones only ("false": Triton's meaning).
-QUEUE_INCLUDES_EXECUTING_PARAMETER = QUEUE_INCLUDES_EXECUTING.name
 
 # Triton's TYPE_* names → v2 datatypes (`inferd.datatypes`). TYPE_STRING is the BYTES tensor.
 DATATYPES_BY_CONFIG_NAME = {names.config: datatype for datatype, names in NAMES.items()}
@@ -338,7 +337,7 @@ def _dynamic_batching(message: Any, pb: Any, source: str) -> DynamicBatchingConf
             int(level): _queue_policy(policy, pb) for level, policy in batching.priority_queue_policy.items()
         },
         max_queue_size_includes_executing=_boolean_parameter(
-            message, QUEUE_INCLUDES_EXECUTING_PARAMETER, source, default=single_level
+            message, QUEUE_INCLUDES_EXECUTING.name, source, default=single_level
         ),
     )
 

@@ -27,8 +27,6 @@ from inferd.errors import InferdError, ModelConfigError, PermissionDeniedError
 from inferd.runtimes import REMOTE, runtime_kind
 
 UPLOAD_FLAG = "--allow-model-upload (INFERD_ALLOW_MODEL_UPLOAD)"
-# A remote model's parameter naming the server it calls.
-REMOTE_URL_PARAMETER = REMOTE_URL.name
 
 
 def confined_path(folder: Path, relative: str, what: str, model: str) -> Path:
@@ -75,8 +73,8 @@ def check_override(override: ModelConfig, model_dir: Path, versions: Iterable[in
                 f"does not allow it (start it with {UPLOAD_FLAG} and management tokens)"
             )
         if wanted == REMOTE.backend and repository_config is not None:
-            url = override.parameters.get(REMOTE_URL_PARAMETER, "")
-            if url != repository_config.parameters.get(REMOTE_URL_PARAMETER, ""):
+            url = override.parameters.get(REMOTE_URL.name, "")
+            if url != repository_config.parameters.get(REMOTE_URL.name, ""):
                 raise PermissionDeniedError(
                     f"model '{override.name}': a config override that sets a remote model's url makes the server "
                     f"connect where the caller says; this server does not allow it (start it with {UPLOAD_FLAG} "

@@ -91,7 +91,7 @@ def estimate_memory_bytes(model_bytes: int) -> int:
 
 _shared_pool_lock = threading.Lock()
 _shared_pool_made = False
-_OWN_POOL_PARAMETERS = (INTRA_OP_THREAD_COUNT.name, INTER_OP_THREAD_COUNT.name, ALLOW_SPINNING.name)
+_OWN_POOL_PARAMETERS = (INTRA_OP_THREAD_COUNT, INTER_OP_THREAD_COUNT, ALLOW_SPINNING)
 
 
 def _use_shared_pool(config: ModelConfig, options: ort.SessionOptions) -> None:
@@ -103,7 +103,7 @@ def _use_shared_pool(config: ModelConfig, options: ort.SessionOptions) -> None:
             ort.set_global_thread_pool_sizes(cores_available(), 1)
             _shared_pool_made = True
     options.use_per_session_threads = False
-    ignored = [key for key in _OWN_POOL_PARAMETERS if key in config.parameters]
+    ignored = [parameter.name for parameter in _OWN_POOL_PARAMETERS if parameter.name in config.parameters]
     if ignored:
         logger.warning(
             "model %s: parameters %s apply to a pool of its own, and sessions share one; "

@@ -63,7 +63,6 @@ StateT = TypeVar("StateT")
 AnswerT = TypeVar("AnswerT")
 
 # The model config parameter that names versions, as TF Serving's `version_labels` does.
-VERSION_LABELS_PARAMETER = VERSION_LABELS.name
 
 _REQUEST_ID = REQUEST_ID_HEADER.encode()
 _SERVER_TIMING_REQUEST = server_timing.REQUEST_HEADER.encode()
@@ -376,9 +375,9 @@ class InferenceCall:
     async def label_version(self, model: str, label: str) -> str:
         """The version `label` names in the model's `version_labels` parameter ("stable:1,canary:2")."""
         config = await self._service.serving_config(model)
-        labels = parse_version_labels(config.parameters.get(VERSION_LABELS_PARAMETER, ""))
+        labels = parse_version_labels(config.parameters.get(VERSION_LABELS.name, ""))
         if label not in labels:
-            known = ", ".join(sorted(labels)) or f"none (set the '{VERSION_LABELS_PARAMETER}' parameter)"
+            known = ", ".join(sorted(labels)) or f"none (set the '{VERSION_LABELS.name}' parameter)"
             raise InvalidRequestError(f"Unrecognized servable version label: {label} (model '{model}' labels: {known})")
         return labels[label]
 

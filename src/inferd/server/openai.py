@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import time
 
+from inferd.config.parameters import EMBEDDING_INPUT
 from inferd.core.service import InferenceService
 from inferd.errors import InferdError, InvalidRequestError
 from inferd.limits import RequestLimits
 from inferd.protocol import openai_embeddings
-from inferd.protocol.codecs.openai import EMBEDDING_INPUT, OpenAiEmbeddingsCodec, embedding_spec
+from inferd.protocol.codecs.openai import OpenAiEmbeddingsCodec, embedding_spec
 from inferd.server.http import json_response
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.inference_call import InferenceCall
@@ -51,7 +52,9 @@ class OpenAiDoor:
     async def _model(self, request: HttpRequest, params: Params) -> HttpResponse:
         name = params["model"]
         if embedding_spec(self._service.model_config(name)) is None:
-            raise InvalidRequestError(f"model '{name}' does not serve embeddings (no '{EMBEDDING_INPUT}' parameter)")
+            raise InvalidRequestError(
+                f"model '{name}' does not serve embeddings (no '{EMBEDDING_INPUT.name}' parameter)"
+            )
         return json_response(openai_embeddings.models_json([(name, self._started)])["data"][0])
 
     def _serves_embeddings(self, name: str) -> bool:

@@ -22,18 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from inferd.config import parameters as model_parameters
 from inferd.config.model import ModelConfig
+from inferd.config.parameters import EMBEDDING_DIMENSIONS, EMBEDDING_INPUT, EMBEDDING_OUTPUT, EMBEDDING_TOKEN_COUNT
 from inferd.errors import InvalidRequestError, ModelOutputError
 from inferd.limits import RequestLimits
 from inferd.protocol import openai_embeddings
 from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, Signature, Target
 from inferd.types import DataType, Door, InferResponse, RequestContext, RequestedOutput, RequestTiming, Tensor
 
-EMBEDDING_INPUT = model_parameters.EMBEDDING_INPUT.name
-EMBEDDING_OUTPUT = model_parameters.EMBEDDING_OUTPUT.name
-EMBEDDING_TOKEN_COUNT = model_parameters.EMBEDDING_TOKEN_COUNT.name
-EMBEDDING_DIMENSIONS = model_parameters.EMBEDDING_DIMENSIONS.name
 _JSON = b"application/json"
 
 
@@ -51,24 +47,26 @@ class EmbeddingSpec:
 def embedding_spec(config: ModelConfig) -> EmbeddingSpec | None:
     """How `config`'s model serves embeddings; None when it declares no `embedding_input`."""
     parameters = config.parameters
-    name = parameters.get(EMBEDDING_INPUT)
+    name = parameters.get(EMBEDDING_INPUT.name)
     if not name:
         return None
     tensor = config.input(name)
     if tensor is None or tensor.datatype is not DataType.BYTES:
-        raise InvalidRequestError(f"model '{config.name}': {EMBEDDING_INPUT} '{name}' is not one of its BYTES inputs")
-    output = parameters.get(EMBEDDING_OUTPUT) or (config.outputs[0].name if len(config.outputs) == 1 else "")
+        raise InvalidRequestError(
+            f"model '{config.name}': {EMBEDDING_INPUT.name} '{name}' is not one of its BYTES inputs"
+        )
+    output = parameters.get(EMBEDDING_OUTPUT.name) or (config.outputs[0].name if len(config.outputs) == 1 else "")
     if config.output(output) is None:
         raise InvalidRequestError(
-            f"model '{config.name}': set {EMBEDDING_OUTPUT} to the output that holds the vector "
+            f"model '{config.name}': set {EMBEDDING_OUTPUT.name} to the output that holds the vector "
             f"(one of {[t.name for t in config.outputs]})"
         )
     return EmbeddingSpec(
         input=name,
         row_shape=tuple(1 for _ in tensor.dims),
         output=output,
-        token_count=parameters.get(EMBEDDING_TOKEN_COUNT, ""),
-        truncatable=parameters.get(EMBEDDING_DIMENSIONS, "") == "truncate",
+        token_count=parameters.get(EMBEDDING_TOKEN_COUNT.name, ""),
+        truncatable=parameters.get(EMBEDDING_DIMENSIONS.name, "") == "truncate",
         max_batch_size=config.max_batch_size,
     )
 
@@ -105,7 +103,7 @@ class OpenAiEmbeddingsCodec:
         spec = embedding_spec(signature.config)
         if spec is None:
             raise InvalidRequestError(
-                f"model '{body.model}' does not serve embeddings: its config declares no '{EMBEDDING_INPUT}' "
+                f"model '{body.model}' does not serve embeddings: its config declares no '{EMBEDDING_INPUT.name}' "
                 "parameter (GET /openai/v1/models lists the models that do)"
             )
         chunk = spec.max_batch_size if spec.max_batch_size > 0 else 1
@@ -164,7 +162,7 @@ def _dimensions(
     if not spec.truncatable:
         raise InvalidRequestError(
             f"model '{model}' makes {size}-dimension embeddings and cannot shorten them "
-            f'(its config does not set {EMBEDDING_DIMENSIONS}: "truncate")',
+            f'(its config does not set {EMBEDDING_DIMENSIONS.name}: "truncate")',
             tensor="dimensions",
         )
     if wanted > size:

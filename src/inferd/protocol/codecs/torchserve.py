@@ -19,8 +19,6 @@ from inferd.protocol.codecs.base import Decoded, HttpAnswer, HttpBody, Signature
 from inferd.protocol.codecs.kserve import KServeHttpCodec
 from inferd.types import DataType, Door, InferResponse, RequestContext, Tensor
 
-# The model config parameter naming the BYTES input a raw (non-JSON) body goes to.
-BODY_INPUT_PARAMETER = TORCHSERVE_BODY_INPUT.name
 _JSON = b"application/json"
 
 
@@ -64,7 +62,7 @@ class TorchServeCodec:
 def _body_input(config: ModelConfig) -> TensorConfig | None:
     """The BYTES input a raw body goes to: the one the model has, or the one its
     `torchserve_body_input` parameter names; None when that names no single input."""
-    named = config.parameters.get(BODY_INPUT_PARAMETER, "")
+    named = config.parameters.get(TORCHSERVE_BODY_INPUT.name, "")
     candidates = [t for t in config.inputs if t.datatype is DataType.BYTES and (not named or t.name == named)]
     return candidates[0] if len(candidates) == 1 else None
 
@@ -74,7 +72,7 @@ def _raw_body(body: bytes, config: ModelConfig, tensor: TensorConfig | None) -> 
     if tensor is None:
         raise InvalidRequestError(
             f"model '{config.name}' takes no raw body: send application/json, or give the model one BYTES "
-            f"input (or name it in the '{BODY_INPUT_PARAMETER}' parameter)"
+            f"input (or name it in the '{TORCHSERVE_BODY_INPUT.name}' parameter)"
         )
     shape = (*((1,) if config.max_batch_size > 0 else ()), *(1 for _ in tensor.dims))
     data = np.empty(1, dtype=object)
