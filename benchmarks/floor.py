@@ -7,18 +7,18 @@ batching cannot hide it.
 The tiny model (MLP 16 → 64 → 4, dynamic batching, every feature on as `inferd serve` defaults
 it) served by inferd, and by the floor server (benchmarks/baselines/floor_server.py: uvicorn +
 orjson + ONNX Runtime inline, nothing else), both running throughout. At each concurrency wrk
-measures one, then the other, `--rounds` times, the order alternating from round to round so the
-machine's drift falls on both alike; each path's median counts. serving.py reports the best of a
-sweep; this reports every concurrency, as the one-call issue's targets are stated (inferd ≥ 0.95x
-the floor at concurrency 1, 8 and 32). `--plot` draws both throughputs and the ratio (PNG).
+measures one, then the other, `--rounds` times (serving.py's `median_latency`), so the machine's
+drift falls on both alike; each path's median counts. serving.py reports the best of a sweep;
+this reports every concurrency, as the one-call issue's targets are stated (inferd ≥ 0.95x the
+floor at concurrency 1, 8 and 32). `--plot` draws both throughputs and the ratio (PNG).
 Needs wrk (apt-get install wrk).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
-import statistics
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serving import FLOOR_SERVER, Measurement, Setup, baseline_server, build_repository, tiny_model, wrk
+from serving import FLOOR_SERVER, Measurement, Setup, baseline_server, build_repository, median_latency, tiny_model, wrk
 
 from inferd.testing.models import mlp_model
 from inferd.testing.server import run_server
@@ -49,15 +49,6 @@ class Level:
         return self.inferd.throughput / self.floor.throughput
 
 
-def median(measurements: list[Measurement]) -> Measurement:
-    return Measurement(
-        throughput=statistics.median(m.throughput for m in measurements),
-        p50_us=statistics.median(m.p50_us for m in measurements),
-        p99_us=statistics.median(m.p99_us for m in measurements),
-        p90_us=statistics.median(m.p90_us for m in measurements),
-    )
-
-
 def measure(concurrencies: list[int], rounds: int, seconds: float, scratch: Path) -> list[Level]:
     model = tiny_model()
     path = scratch / "tiny.onnx"
@@ -76,13 +67,13 @@ def measure(concurrencies: list[int], rounds: int, seconds: float, scratch: Path
         for url in urls.values():  # warm both
             wrk(url, body, 8, 1.0, scratch)
         for concurrency in concurrencies:
-            got: dict[str, list[Measurement]] = {label: [] for label in urls}
             with console.status(f"concurrency {concurrency}: {rounds} rounds of {seconds:g} s each, in turns"):
-                for round_index in range(rounds):
-                    order = list(urls) if round_index % 2 == 0 else list(urls)[::-1]
-                    for label in order:
-                        got[label].append(wrk(urls[label], body, concurrency, seconds, scratch))
-            levels.append(Level(concurrency, median(got["inferd"]), median(got["floor"])))
+                paths = {
+                    label: functools.partial(wrk, url, body, concurrency, seconds, scratch)
+                    for label, url in urls.items()
+                }
+                medians = dict(median_latency(paths, rounds))
+            levels.append(Level(concurrency, medians["inferd"], medians["floor"]))
     return levels
 
 
