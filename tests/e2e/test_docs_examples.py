@@ -19,19 +19,28 @@ the one served) and `scripts/` (so `@examples/requests/minilm.json` is found, an
 writes stays there): a page's examples run in order there, each finding what the ones before it
 wrote. The server's ports replace the ones the docs name (8000 HTTP, 8001 gRPC, 8002 metrics,
 8500 TF Serving gRPC, 8081 TorchServe management; 8080, a second server of the repository in
-`--sagemaker` mode, as a SageMaker container; on the Model control page, a server in explicit
-model-control mode). An output is compared with runs of white space made one, and `...` standing
-for any text (a float's last digits, an id).
+`--sagemaker` mode, as a SageMaker container). An output is compared with runs of white space
+made one, and `...` standing for any text (a float's last digits, an id).
+
+A page that shows how to start a server marks that block `<!-- serve -->` (one `inferd serve`
+command): the test starts it as written, in the page's folder, on ports of its own that stand for
+8000, 8001 and 8002 in the page's later examples, and stops it at the page's next `serve` or the
+end of the run. A page's examples therefore run in order. A block that shows a file the reader
+writes (a model.py, a config.pbtxt) is marked `<!-- file models/counter/1/model.py -->`: the test
+writes it there, in the page's folder.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,10 +52,11 @@ from tests.e2e.conftest import PIPELINE_MODELS, REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 
-RUN, OUTPUT = "<!-- run -->", "<!-- output -->"
+RUN, OUTPUT, SERVE = "<!-- run -->", "<!-- output -->", "<!-- serve -->"
 # A python example that needs another ecosystem's client runs in that client's own venv, which
 # `make test` installs: `<!-- run with .venv-tfserving -->` (TF Serving's client, with tensorflow).
 RUN_IN_VENV = re.compile(r"<!-- run with (\.venv[\w-]*) -->")
+WRITES_FILE = re.compile(r"<!-- file ([\w.-]+(?:/[\w.-]+)*) -->")
 LANGUAGES = ("bash", "python")
 
 
@@ -58,6 +68,8 @@ class Example:
     code: str
     output: str | None
     venv: str | None = None  # run by this venv's python (python examples)
+    serves: bool = False  # an `inferd serve` command the page's later examples call
+    writes: str | None = None  # a file's text, to write at this path of the page's folder
 
     def __str__(self) -> str:
         return f"{self.page}:{self.line}"
@@ -74,14 +86,21 @@ def collect(path: Path) -> list[Example]:
     examples = []
     for index in _markers(lines):
         in_venv = RUN_IN_VENV.fullmatch(lines[index].strip())
+        serves = lines[index].strip() == SERVE
+        writes = WRITES_FILE.fullmatch(lines[index].strip())
         start, language, code, end = _fence_after(lines, index, page)
-        if language not in LANGUAGES:
+        if writes:
+            if ".." in writes.group(1).split("/"):
+                raise ValueError(f"{page}:{start + 1}: a file is written inside the page's folder")
+            examples.append(Example(page, start + 1, language, code + "\n", None, writes=writes.group(1)))
+            continue
+        if language not in (("bash",) if serves else LANGUAGES):
             raise ValueError(f"{page}:{start + 1}: a runnable example is {LANGUAGES}, not {language!r}")
         output = None
         after = _next_text(lines, end + 1)
         if after < len(lines) and lines[after].strip() == OUTPUT:
             _, _, output, _ = _fence_after(lines, after, page)
-        examples.append(Example(page, start + 1, language, code, output, in_venv.group(1) if in_venv else None))
+        examples.append(Example(page, start + 1, language, code, output, in_venv.group(1) if in_venv else None, serves))
     return examples
 
 
@@ -97,7 +116,7 @@ def _markers(lines: list[str]) -> list[int]:
                 fence = ""
         elif ticks >= 3:
             fence = "`" * ticks
-        elif text == RUN or RUN_IN_VENV.fullmatch(text):
+        elif text in (RUN, SERVE) or RUN_IN_VENV.fullmatch(text) or WRITES_FILE.fullmatch(text):
             found.append(index)
     return found
 
@@ -141,13 +160,11 @@ class DocsServer:
     server: ServerProcess
     ports: dict[int, int]  # the port the docs name: this server's
     repository: Path  # the example repository it serves
-    # A page whose examples need a server started otherwise: its ports (the Model control page's,
-    # a server in explicit model-control mode that loads nothing at start).
-    page_ports: dict[str, dict[int, int]]
 
-    def own_ports(self, text: str, page: str) -> str:
-        """`text` with the ports the docs name replaced by this server's (an address it prints too)."""
-        for named, actual in (self.ports | self.page_ports.get(page, {})).items():
+    def own_ports(self, text: str, started: dict[int, int]) -> str:
+        """`text` with the ports the docs name replaced by this server's (an address it prints too),
+        or by those of a server the page `started` itself."""
+        for named, actual in (self.ports | started).items():
             text = re.sub(rf"(localhost|127\.0\.0\.1):{named}\b", f"127.0.0.1:{actual}", text)
         return text
 
@@ -171,21 +188,22 @@ def docs_server(pipeline_repository: Path, tmp_path_factory: pytest.TempPathFact
         run_server(root, root.parent / "server.log", *extra) as server,
         # The SageMaker page's examples call a container's port, 8080: the same repository so.
         run_server(root, root.parent / "sagemaker.log", "--sagemaker") as sagemaker,
-        run_server(root, root.parent / "explicit.log", "--model-control-mode", "explicit") as explicit,
     ):
         yield DocsServer(
             server,
             {8000: server.http_port, 8001: server.grpc_port, 8002: server.metrics_port, 8500: tfserving_grpc,
              8081: management, 8080: sagemaker.http_port},
             root,
-            {"docs/serve/model-control.md": {8000: explicit.http_port, 8001: explicit.grpc_port}},
         )  # fmt: skip
 
 
 def test_the_docs_mark_examples_to_run() -> None:
     # The pages users start from are proven: a marker lost in an edit shows here.
     marked = {example.page for example in EXAMPLES}
-    assert {"README.md", "docs/get-started.md", "docs/call/kserve.md", "docs/call/openai.md"} <= marked, marked
+    assert {
+        "README.md", "docs/get-started.md", "docs/serve/repository.md", "docs/call/kserve.md", "docs/call/openai.md",
+        "docs/call/sagemaker.md", "docs/deploy/index.md",
+    } <= marked, marked  # fmt: skip
 
 
 class PageFolders:
@@ -210,6 +228,60 @@ class PageFolders:
         return self._made[page]
 
 
+class PageServers:
+    """The servers pages start themselves (`<!-- serve -->`): at most one a page at a time."""
+
+    # The runner chooses the ports; the rest of the command is the page's.
+    PORT_OPTIONS = ("--http-port", "--grpc-port", "--metrics-port")
+
+    def __init__(self, logs: Path) -> None:
+        self._logs = logs
+        self._running: dict[str, tuple[ExitStack, dict[int, int]]] = {}
+
+    def start(self, example: Example, folder: Path) -> None:
+        self.stop(example.page)
+        words = shlex.split(example.code.replace("\\\n", " "), comments=True)
+        if words[:2] != ["inferd", "serve"] or "&" in words or ";" in words:
+            raise ValueError(f"{example}: a `serve` block is one `inferd serve` command")
+        if any(word.split("=")[0] in self.PORT_OPTIONS for word in words):
+            raise ValueError(f"{example}: the test chooses the ports; the page's are 8000, 8001, 8002")
+        if "--tls-client-ca" in words:
+            raise ValueError(f"{example}: the readiness probe presents no client certificate")
+        # The probe only asks whether it is up; the page's own examples check the certificate.
+        probe = None
+        if "--tls-cert" in words:
+            probe = ssl.create_default_context()
+            probe.check_hostname, probe.verify_mode = False, ssl.CERT_NONE
+        index = words.index("--model-repository")
+        repository, others = words[index + 1], words[2:index] + words[index + 2 :]
+        stack = ExitStack()
+        log = self._logs / f"{example.page.replace('/', '-')}-{example.line}.log"
+        try:
+            server = stack.enter_context(run_server(repository, log, *others, tls=probe, cwd=folder))
+        except (RuntimeError, TimeoutError) as error:
+            raise AssertionError(f"{example}: {error}\n{log.read_text(errors='replace')}") from error
+        ports = {8000: server.http_port, 8001: server.grpc_port, 8002: server.metrics_port}
+        self._running[example.page] = (stack, ports)
+
+    def ports(self, page: str) -> dict[int, int]:
+        return self._running[page][1] if page in self._running else {}
+
+    def stop(self, page: str) -> None:
+        if page in self._running:
+            self._running.pop(page)[0].close()
+
+    def stop_all(self) -> None:
+        for page in list(self._running):
+            self.stop(page)
+
+
+@pytest.fixture(scope="module")
+def page_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageServers]:
+    servers = PageServers(tmp_path_factory.mktemp("page-servers"))
+    yield servers
+    servers.stop_all()
+
+
 @pytest.fixture(scope="module")
 def page_folders(docs_server: DocsServer, tmp_path_factory: pytest.TempPathFactory) -> PageFolders:
     return PageFolders(tmp_path_factory.mktemp("pages"), docs_server.repository)
@@ -220,9 +292,19 @@ def test_a_runnable_example_runs_and_prints_what_the_page_shows(
     example: Example,
     docs_server: DocsServer,
     page_folders: PageFolders,
+    page_servers: PageServers,
     tmp_path: Path,
 ) -> None:
-    code, output = docs_server.own_ports(example.code, example.page), example.output
+    if example.writes:
+        path = page_folders.of(example.page) / example.writes
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(example.code, encoding="utf-8")
+        return
+    if example.serves:
+        page_servers.start(example, page_folders.of(example.page))
+        return
+    started = page_servers.ports(example.page)
+    code, output = docs_server.own_ports(example.code, started), example.output
     if example.language == "bash":
         command = ["bash", "-c", "set -eo pipefail\n" + code]
     else:
@@ -246,4 +328,4 @@ def test_a_runnable_example_runs_and_prints_what_the_page_shows(
     assert run.returncode == 0, f"{example} failed:\n{run.stdout}\n{run.stderr}"
     if output is not None:
         shown = f"{example} printed:\n{run.stdout}\nthe page shows:\n{output}"
-        assert matches(docs_server.own_ports(output, example.page), run.stdout), shown
+        assert matches(docs_server.own_ports(output, started), run.stdout), shown

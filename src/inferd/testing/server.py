@@ -83,17 +83,19 @@ def run_server(
     ports: tuple[int, int, int] | None = None,
     env: dict[str, str] | None = None,
     tls: ssl.SSLContext | None = None,
+    cwd: Path | None = None,
 ) -> Iterator[ServerProcess]:
     """Start `inferd serve` on free ports (or `ports`: HTTP, gRPC, metrics), with `env` added to
-    the environment; wait on its own readiness endpoint (over HTTPS with `tls`, a client context
-    for a server given --tls-cert), stop it after."""
+    the environment, in `cwd` (relative paths in the arguments are found there); wait on its own
+    readiness endpoint (over HTTPS with `tls`, a client context for a server given --tls-cert),
+    stop it after."""
     # A port free when picked may be taken (by another socket's ephemeral port) before the server
     # binds it: with ports of its own choosing, a server that could not bind starts again on others.
     attempts = 1 if ports else 3
     for attempt in range(attempts):
         http_port, grpc_port, metrics_port = free_ports(3)  # distinct: picked together
         chosen = ports or (http_port, grpc_port, metrics_port)
-        server = _start(repository, log_path, chosen, extra_args, env)
+        server = _start(repository, log_path, chosen, extra_args, env, cwd)
         try:
             wait_ready(chosen[0], server.process, STARTUP_TIMEOUT_S, tls)
         except RuntimeError:
@@ -113,7 +115,7 @@ def run_server(
 
 def _start(
     repository: Path | str, log_path: Path, ports: tuple[int, int, int], extra_args: tuple[str, ...],
-    env: dict[str, str] | None,
+    env: dict[str, str] | None, cwd: Path | None,
 ) -> ServerProcess:  # fmt: skip
     command = [
         sys.executable,
@@ -134,6 +136,6 @@ def _start(
     ]
     with log_path.open("wb") as log_file:  # the child keeps its own copy of the descriptor
         process = subprocess.Popen(
-            command, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            command, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd
         )
     return ServerProcess(process, *ports, log_path=log_path)
