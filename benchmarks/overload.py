@@ -5,7 +5,11 @@ the admitted requests' rate and latency against the sustainable rate and the tim
 takes to drain, the shed ratio, the health endpoint's worst latency, the server-side split of the
 admitted requests' time, and the server's RSS before, at its peak and after light traffic.
 
-    make example h2load && .venv/bin/python benchmarks/overload.py [--factor 4] [--seconds 20] [--rounds 2]
+    make example h2load && .venv/bin/python benchmarks/overload.py [--factor 4] [--seconds 20] [--rounds 2] \
+        [--plot FILE.png]
+
+`--plot` draws each queue bound's last round second by second: requests admitted and shed against
+the sustainable rate, and the admitted requests' p50 and p99 against the queue-drain time.
 
 Two ways of bounding the queue are measured in turns, each on its own server: inferd's default (the
 bound counts queued and executing requests) and Triton's (`max_queue_size_includes_executing:
@@ -32,7 +36,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +116,36 @@ def open_loop(url: str, body: Path, rate: float, seconds: float, log: Path) -> n
 
 
 @dataclass(frozen=True)
+class Timeline:
+    """The overload second by second, by the second each request started in."""
+
+    admitted: np.ndarray  # requests answered 200
+    shed: np.ndarray  # requests answered 503
+    p50_ms: np.ndarray  # of the admitted ones (NaN: none admitted that second)
+    p99_ms: np.ndarray
+
+    @classmethod
+    def of(cls, rows: np.ndarray) -> Timeline:
+        second = (rows[:, 0] - rows[:, 0].min()) // 1_000_000
+        admitted_rows = rows[:, 1] == 200
+        bins = np.arange(int(second.max()) + 1)
+
+        def percentile(q: float) -> np.ndarray:
+            return np.array([
+                np.percentile(rows[(second == s) & admitted_rows, 2], q) / 1000
+                if ((second == s) & admitted_rows).any() else np.nan
+                for s in bins
+            ])  # fmt: skip
+
+        return cls(
+            admitted=np.bincount(second[admitted_rows], minlength=len(bins)),
+            shed=np.bincount(second[rows[:, 1] == 503], minlength=len(bins)),
+            p50_ms=percentile(50),
+            p99_ms=percentile(99),
+        )
+
+
+@dataclass(frozen=True)
 class Round:
     bound: str
     sustained: float
@@ -126,6 +160,7 @@ class Round:
     rss_before: float
     rss_peak: float
     rss_after: float
+    timeline: Timeline = field(repr=False)
 
     @property
     def drain_ms(self) -> float:
@@ -193,6 +228,7 @@ def one_round(bound: str, args: argparse.Namespace, scratch: Path) -> Round:
         rss_before=rss_before,
         rss_peak=rss_peak,
         rss_after=rss_after,
+        timeline=Timeline.of(rows),
     )
 
 
@@ -261,6 +297,38 @@ def report(rounds: list[Round], factor: float) -> None:
     console.print(summary)
 
 
+def plot(rounds: list[Round], path: Path, factor: float) -> None:
+    """Each bound's last round, a column each: admitted and shed per second over the
+    sustainable rate; the admitted requests' latency over the drain time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    last = {r.bound: r for r in rounds}
+    figure, axes = plt.subplots(2, len(last), figsize=(6 * len(last), 6), sharex=True, squeeze=False)
+    for column, r in enumerate(last.values()):
+        seconds = np.arange(len(r.timeline.admitted))
+        rate, latency = axes[0][column], axes[1][column]
+        rate.plot(seconds, r.timeline.admitted, label="admitted (200)", color="tab:green")
+        rate.plot(seconds, r.timeline.shed, label="shed (503)", color="tab:red")
+        rate.axhline(r.sustained, linestyle="--", color="grey", label=f"sustainable {r.sustained:.0f}/s")
+        rate.set_title(f"queue bound counts {r.bound}")
+        rate.set_ylabel("requests / s")
+        rate.legend(loc="upper right", fontsize="small")
+        latency.plot(seconds, r.timeline.p50_ms, label="admitted p50", color="tab:blue")
+        latency.plot(seconds, r.timeline.p99_ms, label="admitted p99", color="tab:purple")
+        latency.axhline(r.drain_ms, linestyle="--", color="grey", label=f"queue drain {r.drain_ms:.0f} ms")
+        latency.axhline(1.5 * r.drain_ms, linestyle=":", color="grey", label="target: 1.5x drain")
+        latency.set_ylabel("ms")
+        latency.set_xlabel("second of the overload")
+        latency.legend(loc="upper right", fontsize="small")
+    figure.suptitle(f"MiniLM under {factor:g}x overload, max_queue_size {MAX_QUEUE_SIZE}, open loop (h2load)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--factor", type=float, default=4.0, help="offered load / sustainable throughput")
@@ -269,6 +337,7 @@ def main() -> int:
     parser.add_argument("--settle-seconds", type=float, default=12.0, help="light traffic after the load")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each queue bound, in turns")
     parser.add_argument("--bound", choices=list(BOUNDS), action="append", help="measure only these bounds")
+    parser.add_argument("--plot", type=Path, help="write a PNG of each bound's last round, second by second")
     args = parser.parse_args()
     if not MINILM.exists():
         print("run `make example` first", file=sys.stderr)
@@ -284,6 +353,9 @@ def main() -> int:
                     rounds.append(one_round(bound, args, Path(scratch)))
                 console.print(rounds[-1])
     report(rounds, args.factor)
+    if args.plot is not None:
+        plot(rounds, args.plot, args.factor)
+        console.print(f"plot: {args.plot}")
     return 0
 
 
