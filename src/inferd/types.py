@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -145,6 +145,19 @@ class InferRequest:
     context: RequestContext = field(default_factory=lambda: RequestContext())
 
 
+class EndpointRoute(Protocol):
+    """Where a request to an endpoint went (`core.endpoints.Route`): its answer names the variant,
+    and its outcome is counted under the endpoint and variant."""
+
+    @property
+    def endpoint(self) -> str: ...
+
+    @property
+    def variant(self) -> str: ...
+
+    def observe(self, latency_s: float, failed: bool) -> None: ...
+
+
 @dataclass(slots=True)
 class RequestContext:
     """A request's context, as the call that took it resolved it once: carried on the request into
@@ -164,6 +177,8 @@ class RequestContext:
     """The server's handle on this request's trace (`inferd.server.tracing.RequestTrace`) when it
     traces the request, else None. Opaque to core, which hands it back to the tracer with the
     execution that served the request (`inferd.core.tracing`)."""
+    route: EndpointRoute | None = None
+    """Set when the request named an endpoint: the variant it was routed to (`core.endpoints`)."""
 
     def request(
         self,

@@ -40,7 +40,7 @@ from schemathesis.specs.openapi.checks import (
 
 from inferd.protocol import sagemaker
 from inferd.server.openapi import OPENAPI_PATH, document
-from inferd.server.openapi.schemas import EXAMPLE_MODEL, binary_example
+from inferd.server.openapi.schemas import EXAMPLE_ENDPOINT, EXAMPLE_ENDPOINT_NAME, EXAMPLE_MODEL, binary_example
 from inferd.testing.doors import SAGEMAKER_MODEL, EveryDoor
 from inferd.testing.fuzzing import RETRYABLE_CODES, error_code
 
@@ -165,6 +165,8 @@ def prepared(api: Api, label: str) -> Iterator[None]:
         if not label.endswith("/register"):
             body = {"key": api.region_key, "offset": 0, "byte_size": 64}
             assert api.send("POST", f"/v2/systemsharedmemory/region/{REGION}/register", body).status_code == 200
+    if label.startswith(("GET /v2/endpoints/", "DELETE /v2/endpoints/")):  # the example endpoint, set
+        assert api.send("PUT", f"/v2/endpoints/{EXAMPLE_ENDPOINT_NAME}", EXAMPLE_ENDPOINT).status_code in (200, 201)
     loaded = api.send("GET", f"/models/{SAGEMAKER_MODEL}").status_code == 200
     if label == "POST /models" and loaded:
         assert api.send("DELETE", f"/models/{SAGEMAKER_MODEL}").status_code == 200

@@ -384,6 +384,14 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     "tokens are accepted too); INFERD_INFERENCE_TOKENS adds more. Open without either.",
 )
 @click.option(
+    "--state-dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    envvar="INFERD_STATE_DIR",
+    help="A folder where what is set through the API (endpoints) is kept, so it survives a restart; made if "
+    "missing. Without it, endpoints last as long as the process.",
+)
+@click.option(
     "--allow-model-upload/--no-allow-model-upload",
     default=False,
     show_default=True,

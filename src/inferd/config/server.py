@@ -141,6 +141,8 @@ class ServerSettings(BaseModel):
     """Bearer tokens (one a line) for the management API; INFERD_MANAGEMENT_TOKENS adds more."""
     inference_tokens_file: str | None = None
     """Bearer tokens (one a line) for the data plane; INFERD_INFERENCE_TOKENS adds more."""
+    state_dir: str | None = None
+    """Where what users set through the API (endpoints) is kept across restarts; None: in memory only."""
     allow_model_upload: bool = False
     """Let the repository API take model files, and config overrides that change a model's backend
     or platform or a remote model's URL (code the server then runs). Off by default; on, it needs

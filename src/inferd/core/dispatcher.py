@@ -38,7 +38,7 @@ from inferd.core.tracing import RequestTracer
 from inferd.core.validation import answer
 from inferd.errors import InferdError, StreamOnlyModelError
 from inferd.limits import RequestLimits, check_request_size, check_response_size
-from inferd.types import InferRequest, InferResponse, RequestTiming
+from inferd.types import EndpointRoute, InferRequest, InferResponse, RequestTiming
 
 # Loads a model a request names when it is in the repository but not loaded (core.lifecycle).
 OnDemandLoad = Callable[[str], Awaitable[None]]
@@ -104,6 +104,14 @@ class Dispatcher:
         self._metrics.request_finished(
             request.model_name, str(handle.version), context.door, outcome, elapsed_s, timing.rows, timing
         )
+        if context.route is not None:
+            self.routed(context.route, outcome, elapsed_s)
+
+    def routed(self, route: EndpointRoute, outcome: str, elapsed_s: float) -> None:
+        """A request to an endpoint, routed by `route`, ended with `outcome`: counted under the
+        endpoint and variant (their metrics, and the variant's window a judge reads)."""
+        route.observe(elapsed_s, outcome != "success")
+        self._metrics.endpoint_request(route.endpoint, route.variant, outcome, elapsed_s)
 
     def failed(self, request: InferRequest, handle: Handle | None, exc: InferdError, started_s: float) -> None:
         """`request` ended with `exc`; `handle` is None when it resolved to no model version."""
@@ -112,12 +120,14 @@ class Dispatcher:
             # Any client can name models that do not exist: such requests share one bounded
             # series, so they cannot grow the statistics (or /metrics) without limit.
             self._metrics.request_unresolved(request.context.door, exc.code.value)
+            if request.context.route is not None:  # a variant whose model does not serve
+                self.routed(request.context.route, exc.code.value, time.perf_counter() - started_s)
         else:
             self.finished(request, handle, exc.code.value, started_s)
 
     # -- the call ----------------------------------------------------------------------------------
 
-    def shed(self, name: str, version: str, protocol: str) -> None:
+    def shed(self, name: str, version: str, protocol: str, route: EndpointRoute | None = None) -> None:
         """Refuse a request to (name, version) whose model's queue is full, before its body is
         decoded: shedding is what an overloaded server does most, so it must cost the least (the
         decoding, at 4x MiniLM's throughput, was a tenth of the event loop). Counted as the same
@@ -129,6 +139,8 @@ class Dispatcher:
         if refusal is None:
             return
         self._metrics.request_finished(name, str(handle.version), protocol, refusal.code.value, 0.0, 0, RequestTiming())
+        if route is not None:
+            self.routed(route, refusal.code.value, 0.0)
         raise refusal
 
     async def infer(

@@ -30,6 +30,10 @@ class Metrics(Protocol):
         """A response to a request that came by `protocol` (its door) was written in `encode_s`."""
         ...
 
+    def endpoint_request(self, endpoint: str, variant: str, outcome: str, duration_s: float) -> None:
+        """A request to `endpoint`, routed to `variant`, ended with `outcome` after `duration_s`."""
+        ...
+
     def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
         """One execution of the runtime, on a batch of `rows` rows from one or more requests."""
         ...
@@ -68,6 +72,9 @@ class NoMetrics:
         return None
 
     def response_encoded(self, model: str, version: str, protocol: str, encode_s: float) -> None:
+        return None
+
+    def endpoint_request(self, endpoint: str, variant: str, outcome: str, duration_s: float) -> None:
         return None
 
     def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:

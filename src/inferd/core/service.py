@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from inferd import __version__
@@ -12,13 +13,18 @@ from inferd.config.model import ModelConfig, TensorConfig
 from inferd.config.server import ModelControlMode
 from inferd.core.catalogue import ModelState
 from inferd.core.dispatcher import Dispatcher
+from inferd.core.endpoint_control import EndpointControl
+from inferd.core.endpoints import Endpoints
 from inferd.core.metrics import Metrics
 from inferd.core.model_files import UPLOAD_FLAG
 from inferd.core.registry import ModelRegistry
 from inferd.core.repository import LinkedModels
+from inferd.core.state_dir import StateDir
 from inferd.core.statistics import ServingStatistics
 from inferd.core.tracing import RequestTracer
 from inferd.errors import (
+    InferdError,
+    InvalidRequestError,
     LoadRequestError,
     ModelLoadError,
     ModelNotFoundError,
@@ -62,13 +68,14 @@ class InferenceService:
         tracer: RequestTracer | None = None,
         allow_model_upload: bool = False,
         limits: RequestLimits | None = None,
+        state: StateDir | None = None,
     ) -> None:
         """`statistics` and `tracer` must be the registry's (its dispatcher counts and traces every
         request; `statistics` defaults to the registry's); `linked`, part of the registry's
         repository, takes the folders `load_model_folder` loads; `allow_model_upload`:
         loads may bring files, and config overrides that change what code runs (see
         `core.model_files`); `limits`: what one request may hold and one answer carry, whichever
-        door it came by."""
+        door it came by; `state`: where what users set through the API is kept (--state-dir)."""
         dispatcher = registry.dispatcher
         sink = registry.metrics
         if statistics is None:
@@ -86,6 +93,9 @@ class InferenceService:
         self._statistics = statistics
         self._strict_readiness = strict_readiness
         self.shutting_down = False
+        # Endpoints are resolved where a request's model is, in the inference call; their names
+        # answer the metadata, config and readiness routes as a model's do.
+        self.endpoints = EndpointControl(Endpoints(), registry, dispatcher, state)
 
     def live(self) -> bool:
         return True
@@ -108,8 +118,21 @@ class InferenceService:
 
     def check_model_ready(self, name: str, version: str = "") -> None:
         """Raises NotFoundError for unknown models/versions, ModelNotReadyError (with the reason:
-        loading, unloaded, or why its load failed) when known but not ready."""
-        self._dispatcher.ready_handle(name, version)
+        loading, unloaded, or why its load failed) when known but not ready. An endpoint is ready
+        when every variant that takes traffic by weight is."""
+        endpoint = self.endpoints.endpoints.get(name)
+        if endpoint is None:
+            self._dispatcher.ready_handle(name, version)
+            return
+        _no_version(name, version)
+        for variant in endpoint.spec.variants:
+            if variant.weight > 0:
+                try:
+                    self._dispatcher.ready_handle(variant.model, variant.version)
+                except InferdError as exc:
+                    raise ModelNotReadyError(
+                        f"endpoint '{name}': variant '{variant.name}' is not ready: {exc.message}"
+                    ) from None
 
     def model_versions(self, name: str, version: str = "") -> list[tuple[str, ModelState, str]]:
         """(version, state, reason) of each version of `name` inferd knows (only `version`'s when
@@ -123,13 +146,26 @@ class InferenceService:
         return [(str(v), r.state, r.reason or record.reason) for v, r in sorted(record.versions.items())]
 
     def model_config(self, name: str, version: str = "") -> ModelConfig:
+        """The config of (name, version); an endpoint's is its heaviest variant's, under its name
+        (every variant has its signature)."""
+        if self.endpoints.is_endpoint(name):
+            _no_version(name, version)
+            variant = self.endpoints.primary(name)
+            return replace(self._dispatcher.ready_handle(variant.model, variant.version).config, name=name)
         return self._dispatcher.ready_handle(name, version).config
 
     def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
-        handle = self._dispatcher.ready_handle(name, version)
-        record = self._registry.record(name)
-        config = handle.config
-        versions = (str(handle.version),) if version else tuple(str(v) for v in record.ready_versions())
+        """The metadata of (name, version); an endpoint's names no versions (it has variants)."""
+        if self.endpoints.is_endpoint(name):
+            _no_version(name, version)
+            variant = self.endpoints.primary(name)
+            config = self._dispatcher.ready_handle(variant.model, variant.version).config
+            versions: tuple[str, ...] = ()
+        else:
+            handle = self._dispatcher.ready_handle(name, version)
+            record = self._registry.record(name)
+            config = handle.config
+            versions = (str(handle.version),) if version else tuple(str(v) for v in record.ready_versions())
         return ModelMetadata(
             name=name,
             versions=versions,
@@ -141,7 +177,12 @@ class InferenceService:
     async def serving_config(self, name: str, version: str = "") -> ModelConfig:
         """The config of the version a request to (name, version) would reach, loading the model
         first where on-demand loading does: what doors that read bodies by the model's signature
-        (TF Serving, SageMaker's arrays, TorchServe) need before they can decode."""
+        (TF Serving, SageMaker's arrays, TorchServe) need before they can decode. An endpoint's:
+        its heaviest variant's (the call has resolved a request's variant before it asks)."""
+        if self.endpoints.is_endpoint(name):
+            _no_version(name, version)
+            variant = self.endpoints.primary(name)
+            name, version = variant.model, variant.version
         handle = self._dispatcher.lookup(name, version)
         if handle is None:
             handle = await self._dispatcher.lease(name, version)
@@ -200,6 +241,7 @@ class InferenceService:
         """Load or reload `name` (Triton's load_model): with `config_json` replacing its config and
         `files` (relative path -> bytes) its folder. Returns once it serves."""
         self._check_model_control("load")
+        self.endpoints.check_model_name(name)
         if files and not self._allow_model_upload:
             raise PermissionDeniedError(
                 f"model '{name}': this server does not take model files with a load (the server would run them as "
@@ -227,6 +269,7 @@ class InferenceService:
         names both). Whatever the model control mode: it is how that platform manages models."""
         if self._linked is None:
             raise UnsupportedError("loading a model from a folder is not enabled on this server")
+        self.endpoints.check_model_name(name)
         if self._registry.repository.has_model(name) and self._linked.folder(name) is None:
             raise LoadRequestError(f"model '{name}' is a model of the repository; choose another name")
         self._linked.link(name, folder)
@@ -304,6 +347,11 @@ class InferenceService:
             for version, version_record in sorted(record.versions.items()):
                 states.append((record.name, str(version), version_record.state))
         return states
+
+
+def _no_version(endpoint: str, version: str) -> None:
+    if version:
+        raise InvalidRequestError(f"'{endpoint}' is an endpoint: it has variants, not versions")
 
 
 def _tensor_metadata(config: ModelConfig, tensor: TensorConfig) -> TensorMetadata:

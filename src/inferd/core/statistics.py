@@ -135,6 +135,10 @@ class ServingStatistics:
         self.unloads = 0
         self.evictions = 0
         self.on_demand = {"hit": 0, "miss": 0}
+        # Requests to endpoints: (endpoint, variant, outcome) -> count, and (endpoint, variant) ->
+        # the successful ones' durations. Bounded by the endpoints set, not by what clients name.
+        self.endpoint_outcomes: dict[tuple[str, str, str], int] = {}
+        self.endpoint_durations: dict[tuple[str, str], Histogram] = {}
 
     def request_finished(
         self,
@@ -190,6 +194,15 @@ class ServingStatistics:
     def request_unresolved(self, protocol: str, outcome: str) -> None:
         key = (protocol, outcome)
         self.unresolved[key] = self.unresolved.get(key, 0) + 1
+
+    def endpoint_request(self, endpoint: str, variant: str, outcome: str, duration_s: float) -> None:
+        key = (endpoint, variant, outcome)
+        self.endpoint_outcomes[key] = self.endpoint_outcomes.get(key, 0) + 1
+        if outcome == "success":
+            histogram = self.endpoint_durations.get((endpoint, variant))
+            if histogram is None:
+                histogram = self.endpoint_durations[(endpoint, variant)] = _latency()
+            histogram.observe(duration_s)
 
     def response_encoded(self, model: str, version: str, protocol: str, encode_s: float) -> None:
         # Made by `_version` and `phases_of` only when new, as in request_finished.

@@ -68,9 +68,11 @@ def decode_request(
     limits: RequestLimits,
     context: RequestContext | None = None,
     regions: shared_memory.RegionAccess | None = None,
+    target: tuple[str, str] | None = None,
 ) -> InferRequest:
     """A `ModelInferRequest`, of `context` (the call's: a new one, of this door, when None). The
-    context's request id (gRPC metadata) wins over the message's `id`; else one is made."""
+    context's request id (gRPC metadata) wins over the message's `id`; else one is made. `target`:
+    the (model, version) the call resolved the message's to (an endpoint's variant)."""
     check_request_id(message.id, "'id'")
     if context is None:
         context = RequestContext(door=Door.KSERVE_GRPC)
@@ -83,7 +85,8 @@ def decode_request(
     except InferdError as exc:
         exc.request_id = context.request_id or message.id or new_request_id()
         raise
-    return context.request(message.model_name, message.model_version, inputs, outputs, parameters, message.id)
+    model, version = target or (message.model_name, message.model_version)
+    return context.request(model, version, inputs, outputs, parameters, message.id)
 
 
 def encode_response(

@@ -22,6 +22,7 @@ from inferd.config.tracing import EXTRA, TracingSettings
 from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import LinkedModels, open_repositories
 from inferd.core.service import InferenceService
+from inferd.core.state_dir import StateDir
 from inferd.core.statistics import ServingStatistics
 from inferd.protocol.tfserving_batching import read_batching_parameters
 from inferd.runtimes.base import keep_large_blocks_off_the_heap
@@ -126,7 +127,10 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         tracer=tracing,
         allow_model_upload=settings.allow_model_upload,
         limits=settings.request_limits,
+        state=StateDir(Path(settings.state_dir)) if settings.state_dir else None,
     )
+    if restored := service.endpoints.restore():
+        logger.info("endpoints restored from %s: %s", settings.state_dir, ", ".join(restored))
 
     access = access_policy(settings)
     logger.info("management: %s", check_management_exposure(settings, access))

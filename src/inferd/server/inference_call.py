@@ -5,6 +5,9 @@ in this order, the same for all of them:
 
 1. the target: the model and version the route names (a TF Serving label resolved through the
    model's config), or the one the body names (OpenAI's, read before anything else of the body);
+   a target that is an endpoint becomes the model and version of the variant it routes the
+   request to (`core.endpoints`: pinned by a header, sticky by one, else by weight), and the
+   answer names the variant;
 2. shedding: a model whose queue is full refuses the request before its body is decoded (a
    compressed body is not even inflated), counted as the refusal after decoding would be;
 3. the request context: the request id (the transport's, else the body's, else a new one; the
@@ -34,6 +37,7 @@ import grpc
 
 from inferd.config.parameters import VERSION_LABELS
 from inferd.core.dispatcher import Dispatcher
+from inferd.core.endpoints import Endpoints
 from inferd.core.metrics import Metrics
 from inferd.core.service import InferenceService
 from inferd.errors import InferdError, InvalidRequestError, StreamOnlyModelError
@@ -53,6 +57,12 @@ from inferd.protocol.codecs.base import (
 from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
 from inferd.protocol.status import http_status
 from inferd.server.decoded_bytes import DecodedBytesBudget
+from inferd.server.endpoints import (
+    SAGEMAKER_INVOKED_VARIANT_HEADER,
+    SAGEMAKER_TARGET_VARIANT_HEADER,
+    TARGET_VARIANT_HEADER,
+    VARIANT_HEADER,
+)
 from inferd.server.grpc_calls import abort, abort_unexpected
 from inferd.server.http import TIMEOUT_HEADER, deadline
 from inferd.server.http11 import HttpRequest, HttpResponse
@@ -68,6 +78,10 @@ _REQUEST_ID = REQUEST_ID_HEADER.encode()
 _SERVER_TIMING_REQUEST = server_timing.REQUEST_HEADER.encode()
 _SERVER_TIMING_RESPONSE = server_timing.RESPONSE_HEADER.encode()
 _CONTENT_ENCODING = b"content-encoding"
+_VARIANT = VARIANT_HEADER.encode()
+_SAGEMAKER_INVOKED_VARIANT = SAGEMAKER_INVOKED_VARIANT_HEADER.encode()
+# A request's header (HTTP) or metadata entry (gRPC) by its lower-case name, None when absent.
+Header = Callable[[str], bytes | str | None]
 _TIMEOUT = TIMEOUT_HEADER
 
 # How an HTTP door names its target: the route's (a Target), or a function of the body (OpenAI's).
@@ -121,6 +135,10 @@ class InferenceCall:
     def _metrics(self) -> Metrics:
         return self._service.metrics
 
+    @cached_property
+    def _endpoints(self) -> Endpoints:
+        return self._service.endpoints.endpoints
+
     # -- HTTP ------------------------------------------------------------------------------------
 
     async def http(
@@ -140,9 +158,9 @@ class InferenceCall:
         context = RequestContext(current_request_id.get(), deadline_s, codec.door, RequestTiming(), trace)
         encoding = headers.get(_CONTENT_ENCODING)
         if isinstance(target, Target) and (encoding is None or not http_compression.is_compressed(encoding)):
-            if target.label:
-                await self._admit(target, codec.door)
-            else:  # no coroutine where no label needs resolving (most requests)
+            if target.label or target.model in self._endpoints.by_name:
+                await self._admit(target, codec.door, context, _http_header(headers))
+            else:  # no coroutine where nothing needs resolving (most requests)
                 self._dispatcher.shed(target.model, target.version, codec.door)
             try:
                 answer = await self._serve(codec, request, target, context)
@@ -152,6 +170,11 @@ class InferenceCall:
             answer = await self._serve_inflated(codec, request, target, context, encoding)
         answered = answer.headers
         answered.append((_REQUEST_ID, header_value(context.request_id).encode("ascii")))
+        if context.route is not None:
+            variant = context.route.variant.encode()
+            answered.append((_VARIANT, variant))
+            if codec.door is Door.SAGEMAKER:
+                answered.append((_SAGEMAKER_INVOKED_VARIANT, variant))
         timing_asked = headers.get(_SERVER_TIMING_REQUEST)
         if timing_asked is not None and server_timing.wanted(timing_asked):
             answered.append((_SERVER_TIMING_RESPONSE, server_timing.encode(context.timing).encode()))
@@ -195,7 +218,7 @@ class InferenceCall:
     ) -> HttpAnswer:
         """`_serve` for a body that is compressed, or that names its target (read once inflated)."""
         if isinstance(target, Target):  # shed before inflating
-            await self._admit(target, codec.door)
+            await self._admit(target, codec.door, context, _http_header(request.headers))
         # Held from before inflating until the answer is made: the body, and what it decodes to.
         reserved = 0
         try:
@@ -208,7 +231,7 @@ class InferenceCall:
                 raw = InflatedBody(body, request.headers)
             if not isinstance(target, Target):
                 target = target(raw)
-                await self._admit(target, codec.door)
+                await self._admit(target, codec.door, context, _http_header(request.headers))
             return await self._serve(codec, raw, target, context)
         except StreamOnlyModelError as exc:
             raise exc.unary_call("HTTP end point") from None
@@ -245,9 +268,11 @@ class InferenceCall:
         )
         try:
             target = codec.target(message)
-            await self._admit(target, codec.door)
+            await self._admit(target, codec.door, call, metadata.get)
             answer = await self._serve(codec, message, target, call)
             trailers = [(REQUEST_ID_HEADER, header_value(call.request_id))]
+            if call.route is not None:
+                trailers.append((VARIANT_HEADER, call.route.variant))
             if server_timing.wanted(metadata.get(server_timing.REQUEST_HEADER)):
                 trailers.append((server_timing.RESPONSE_HEADER, server_timing.encode(call.timing)))
             context.set_trailing_metadata(tuple(trailers))
@@ -300,12 +325,12 @@ class InferenceCall:
                  "rpc.method": "ModelStreamInfer"},
             )  # fmt: skip
         if tracing is None or trace is None:
-            async for answer in self._stream(codec, message, None):
+            async for answer in self._stream(codec, message, metadata, None):
                 yield answer
             return
         failure = ("", "")
         try:
-            async for answer in self._stream(codec, message, trace):
+            async for answer in self._stream(codec, message, metadata, trace):
                 yield answer
         except InferdError as exc:
             failure = (exc.code.value, exc.message)
@@ -319,10 +344,12 @@ class InferenceCall:
         finally:
             tracing.end(trace, {}, *failure)
 
-    async def _stream(self, codec: StreamCodec[StateT], message: Any, trace: object) -> AsyncIterator[Any]:
+    async def _stream(
+        self, codec: StreamCodec[StateT], message: Any, metadata: Mapping[str, Any], trace: object
+    ) -> AsyncIterator[Any]:
         call = RequestContext("", None, codec.door, RequestTiming(), trace)
         target = codec.target(message)
-        await self._admit(target, codec.door)
+        await self._admit(target, codec.door, call, metadata.get)
         signature = await self._signature(target) if codec.reads_signature else None
         decode_started = time.perf_counter()
         decoded = codec.decode(message, target, call, signature)
@@ -340,11 +367,24 @@ class InferenceCall:
 
     # -- every transport -------------------------------------------------------------------------
 
-    async def _admit(self, target: Target, door: Door) -> None:
-        """Resolve the target's version label (in place), then refuse it when its model's queue is full."""
+    async def _admit(self, target: Target, door: Door, context: RequestContext, header: Header) -> None:
+        """Resolve the target (in place): an endpoint's variant (the route kept on the `context`),
+        a version label; then refuse it when its model's queue is full. `header`: the request's
+        header (HTTP) or metadata (gRPC) of a lower-case name."""
+        endpoint = self._endpoints.get(target.model)
+        if endpoint is not None:
+            if target.version or target.label:
+                raise InvalidRequestError(
+                    f"'{target.model}' is an endpoint: it has variants, not versions "
+                    f"(pin one with the {TARGET_VARIANT_HEADER} header)"
+                )
+            pinned = header(TARGET_VARIANT_HEADER) or header(SAGEMAKER_TARGET_VARIANT_HEADER)
+            sticky = endpoint.spec.sticky
+            route = context.route = endpoint.route(_text(pinned), _text(header(sticky.lower())) if sticky else None)
+            target.model, target.version = route.model, route.version
         if target.label:
             target.version, target.label = await self.label_version(target.model, target.label), ""
-        self._dispatcher.shed(target.model, target.version, door)
+        self._dispatcher.shed(target.model, target.version, door, context.route)
 
     async def _serve(
         self, codec: Codec[Any, StateT, AnswerT], raw: Any, target: Target, context: RequestContext
@@ -398,6 +438,10 @@ def _end_aborted(tracing: CallTracing, trace: Any, context: grpc.aio.ServicerCon
     trailers = dict(context.trailing_metadata() or ())
     error_code = str(trailers.get("inferd-code") or status.name)
     tracing.end(trace, {"rpc.grpc.status_code": status.value[0]}, error_code, str(context.details() or ""))
+
+
+def _http_header(headers: Mapping[bytes, bytes]) -> Header:
+    return lambda name: headers.get(name.encode("latin-1"))
 
 
 def _text(value: bytes | str | None) -> str | None:

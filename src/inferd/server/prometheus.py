@@ -161,6 +161,7 @@ class _Exposition(Collector):
         for (protocol, outcome), count in sorted(dict(self._statistics.unresolved).items()):
             unresolved.add_metric([protocol, outcome], count)
         yield unresolved
+        yield from self._endpoints()
         yield from self._model_management()
         for name, documentation, phase_of in _REQUEST_HISTOGRAMS:
             family = HistogramMetricFamily(name, documentation, labels=["model", "version", "protocol"])
@@ -194,6 +195,27 @@ class _Exposition(Collector):
             depths.add_metric([model, version], float(queued))
         yield in_flight
         yield depths
+
+    def _endpoints(self) -> Iterator[Any]:
+        statistics = self._statistics
+        requests = CounterMetricFamily(
+            "inferd_endpoint_requests",
+            "Inference requests to endpoints, by the variant each was routed to and outcome (success or the "
+            "error code); each is also counted under its variant's model in inferd_requests_total.",
+            labels=["endpoint", "variant", "outcome"],
+        )
+        for (endpoint, variant, outcome), count in sorted(dict(statistics.endpoint_outcomes).items()):
+            requests.add_metric([endpoint, variant, outcome], count)
+        yield requests
+        durations = HistogramMetricFamily(
+            "inferd_endpoint_request_duration_seconds",
+            "Successful requests to endpoints, by variant: from the start of decoding to a result, in seconds.",
+            labels=["endpoint", "variant"],
+        )
+        for (endpoint, variant), histogram in sorted(dict(statistics.endpoint_durations).items()):
+            histogram = histogram.copy()
+            durations.add_metric([endpoint, variant], _cumulative_buckets(histogram), histogram.total)
+        yield durations
 
     def _model_management(self) -> Iterator[Any]:
         statistics = self._statistics

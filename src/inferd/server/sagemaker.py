@@ -1,6 +1,7 @@
 """The SageMaker hosting contract: `GET /ping`, `POST /invocations`; with `--sagemaker`, also the
 multi-model endpoint routes (`/models`, `/models/{m}`, `/models/{m}/invoke`) and
-`POST /endpoints/{name}/invocations` (where boto3's `invoke_endpoint` sends: a local-testing alias).
+`POST /endpoints/{name}/invocations` (where boto3's `invoke_endpoint` sends: the inferd endpoint of
+that name, when there is one; else a local-testing alias of /invocations).
 
 The model of an invocation: the `X-Amzn-SageMaker-Target-Model` header, else the server's default
 model (`SAGEMAKER_TRITON_DEFAULT_MODEL_NAME`, as Triton's SageMaker mode reads it), else the one
@@ -87,6 +88,11 @@ class SageMakerDoor:
         return json_response({"status": "Unhealthy"}, status=503)
 
     async def _invocations(self, request: HttpRequest, params: Params) -> HttpResponse:
+        # boto3's invoke_endpoint names the endpoint in the path: an inferd endpoint of that name
+        # serves it (its variants, by weight or TargetVariant), unless a model is named.
+        endpoint = params.get("endpoint")
+        if endpoint and TARGET_MODEL_HEADER not in request.headers and self._service.endpoints.is_endpoint(endpoint):
+            return await self._infer(request, endpoint)
         return await self._infer(request, self._target_model(request))
 
     async def _invoke(self, request: HttpRequest, params: Params) -> HttpResponse:

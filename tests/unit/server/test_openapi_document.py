@@ -101,7 +101,8 @@ def test_a_server_with_tokens_documents_which_operations_ask_for_them() -> None:
         assert operation["security"] == [{"bearer": []}], path
         assert "401" in operation["responses"], path
         assert ("403" in operation["responses"]) == (access is Access.MANAGEMENT), path
-    # load, unload, and register and the two unregisters of system and of CUDA shared memory
-    assert kinds[Access.MANAGEMENT] == 8 and kinds[Access.PUBLIC] >= 4 and kinds[Access.DATA] > 20
+    # load, unload, and register and the two unregisters of system and of CUDA shared memory; the
+    # endpoints' list, read, set and delete
+    assert kinds[Access.MANAGEMENT] == 12 and kinds[Access.PUBLIC] >= 4 and kinds[Access.DATA] > 20
     # Without tokens, nothing asks for one.
     assert "securitySchemes" not in document(sagemaker_multi_model=False)["components"]

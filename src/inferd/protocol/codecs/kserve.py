@@ -102,7 +102,9 @@ class KServeGrpcCodec:
     reads_signature = False
 
     def decode(self, raw: Any, target: Target, context: RequestContext, signature: Signature | None) -> Decoded[None]:
-        request = grpc_v2.decode_request(raw, limits=self.limits, context=context, regions=self.regions)
+        request = grpc_v2.decode_request(
+            raw, limits=self.limits, context=context, regions=self.regions, target=(target.model, target.version)
+        )
         return Decoded((request,), None)
 
     def encode(self, responses: Sequence[InferResponse], decoded: Decoded[None]) -> Any:
@@ -130,7 +132,9 @@ class KServeStreamCodec:
 
     def decode(self, raw: Any, target: Target, context: RequestContext, signature: Signature | None) -> Decoded[bool]:
         assert signature is not None, "reads_signature"
-        request = grpc_v2.decode_request(raw, limits=self.limits, context=context, regions=self.regions)
+        request = grpc_v2.decode_request(
+            raw, limits=self.limits, context=context, regions=self.regions, target=(target.model, target.version)
+        )
         return Decoded((request,), signature.config.decoupled)
 
     def encode(self, responses: Sequence[InferResponse], decoded: Decoded[bool]) -> Any:

@@ -114,9 +114,10 @@ class OpenAiEmbeddingsCodec:
             chunk_context = context
             if start:
                 chunk_context = RequestContext(
-                    context.request_id, context.deadline_s, context.door, RequestTiming(), context.trace
+                    context.request_id, context.deadline_s, context.door, RequestTiming(), context.trace, context.route
                 )
-            requests.append(chunk_context.request(body.model, target.version, (_texts(spec, texts),), _outputs(spec)))
+            # The target's model: an endpoint named in the body is resolved to its variant's.
+            requests.append(chunk_context.request(target.model, target.version, (_texts(spec, texts),), _outputs(spec)))
         return Decoded(tuple(requests), _Asked(body.model, spec, body.base64, body.dimensions))
 
     def encode(self, responses: Sequence[InferResponse], decoded: Decoded[_Asked]) -> HttpAnswer:

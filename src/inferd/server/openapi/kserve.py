@@ -16,13 +16,20 @@ from inferd.server.openapi.build import (
     path_parameter,
     ref,
 )
-from inferd.server.openapi.schemas import EXAMPLE_MODEL, V2_EXAMPLE, binary_example
+from inferd.server.openapi.schemas import (
+    EXAMPLE_ENDPOINT,
+    EXAMPLE_ENDPOINT_NAME,
+    EXAMPLE_MODEL,
+    V2_EXAMPLE,
+    binary_example,
+)
 
 MODEL = path_parameter("model", "the model's name (its folder in the repository)", EXAMPLE_MODEL)
 # /v2/models/stats is the statistics of every model: the metadata route cannot name a model "stats".
 MODEL_NOT_STATS = path_parameter(
     "model", "the model's name", EXAMPLE_MODEL, {"type": "string", "minLength": 1, "not": {"const": "stats"}}
 )
+ENDPOINT = path_parameter("endpoint", "the endpoint's name (one of its own: no model's)", EXAMPLE_ENDPOINT_NAME)
 VERSION = path_parameter("version", "a version number (a folder of the model's)", "1")
 REGION = path_parameter("region", "the shared memory region's name", "input0_data")
 HEADER_LENGTH = header_parameter(
@@ -199,6 +206,36 @@ def paths() -> dict[str, Json]:
                 parameters=[MODEL],
                 body=json_body(ref("UnloadRequest"), {"parameters": {"unload_dependents": False}}, required=False),
             )
+        },
+        "/v2/endpoints": {
+            "get": operation(
+                KSERVE,
+                "endpointList",
+                "every endpoint, as GET /v2/endpoints/{endpoint} shows it",
+                {200: ok("the endpoints", ref("Endpoints"))},
+            )
+        },
+        "/v2/endpoints/{endpoint}": {
+            "get": operation(
+                KSERVE,
+                "endpointGet",
+                "an endpoint: its variants and weights, and each variant's requests, errors and latency",
+                {200: ok("the endpoint", ref("Endpoint"))},
+                (404,),
+                parameters=[ENDPOINT],
+            ),
+            "put": operation(
+                KSERVE,
+                "endpointSet",
+                "set an endpoint: its variants (models or versions of one signature) and their weights",
+                {200: ok("changed", ref("Endpoint")), 201: ok("made", ref("Endpoint"))},
+                (409,),
+                parameters=[ENDPOINT],
+                body=json_body(ref("EndpointRequest"), EXAMPLE_ENDPOINT),
+            ),
+            "delete": operation(
+                KSERVE, "endpointDelete", "delete an endpoint", {200: _EMPTY_OK}, (404,), parameters=[ENDPOINT]
+            ),
         },
         "/v2/systemsharedmemory/status": {
             "get": operation(

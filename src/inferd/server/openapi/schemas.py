@@ -217,6 +217,58 @@ LOAD_REQUEST = _object(
         }
     }
 )
+_VARIANT_NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"}
+_VARIANT = {
+    "name": _VARIANT_NAME,
+    "model": {"type": "string", "minLength": 1, "description": "a model of the repository (not an endpoint)"},
+    "version": {"type": ["string", "integer"], "description": "one of its versions; none: its newest ready one"},
+    "weight": {"type": "number", "minimum": 0, "description": "relative to the others' (default 1)"},
+}
+ENDPOINT_REQUEST = _object(
+    {
+        "variants": {**_array(_object(_VARIANT, ("name", "model"), closed=True)), "minItems": 1},
+        "sticky": {"type": "string", "description": "a header whose value keeps a client on one variant"},
+    },
+    ("variants",),
+    closed=True,
+)
+_OPTIONAL_MS = {"type": ["number", "null"]}
+ENDPOINT = _object(
+    {
+        "name": _VARIANT_NAME,
+        "sticky": STRING,
+        "variants": _array(
+            _object(
+                {
+                    **_VARIANT,
+                    "version": STRING,
+                    "requests_total": NATURAL,
+                    "errors_total": NATURAL,
+                    "last_minute": _object(
+                        {
+                            "requests": NATURAL,
+                            "errors": NATURAL,
+                            "error_rate": {"type": "number"},
+                            "p50_ms": _OPTIONAL_MS,
+                            "p99_ms": _OPTIONAL_MS,
+                        },
+                        ("requests", "errors", "error_rate", "p50_ms", "p99_ms"),
+                    ),
+                },
+                ("name", "model", "version", "weight", "requests_total", "errors_total", "last_minute"),
+            )
+        ),
+    },
+    ("name", "variants"),
+)
+ENDPOINTS = _object({"endpoints": _array(ENDPOINT)}, ("endpoints",))
+EXAMPLE_ENDPOINT_NAME = "shop"
+EXAMPLE_ENDPOINT = {
+    "variants": [
+        {"name": "blue", "model": EXAMPLE_MODEL, "version": "1", "weight": 90},
+        {"name": "green", "model": EXAMPLE_MODEL, "version": "1", "weight": 10},
+    ]
+}
 UNLOAD_REQUEST = _object({"parameters": _object({"unload_dependents": {"type": "boolean"}})})
 SHM_REGISTER = _object(
     {"key": {"type": "string", "minLength": 1}, "offset": NATURAL, "byte_size": NATURAL}, ("key", "byte_size")
@@ -426,6 +478,9 @@ SCHEMAS: Json = {
     "RepositoryIndexRequest": REPOSITORY_INDEX_REQUEST,
     "LoadRequest": LOAD_REQUEST,
     "UnloadRequest": UNLOAD_REQUEST,
+    "EndpointRequest": ENDPOINT_REQUEST,
+    "Endpoint": ENDPOINT,
+    "Endpoints": ENDPOINTS,
     "SharedMemoryRegister": SHM_REGISTER,
     "SharedMemoryStatus": SHM_STATUS,
     "CudaSharedMemoryRegister": CUDA_SHM_REGISTER,

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""What an endpoint costs over calling its model directly: the tiny model (dynamic batching, every
+feature on) on one server, called by name and through an endpoint of two variants (90/10, both
+versions of it), in turns at each concurrency with wrk (serving.py's `median_latency`).
+
+    .venv/bin/python benchmarks/endpoints.py [--concurrency 1 8 32] [--rounds 5] [--seconds 3]
+
+Target (issue "Endpoints"): an endpoint within 3% of the bare model's throughput. The endpoint's
+work per request is a dict lookup, the round robin's pick, the variant header, and the count
+under its variant (a window entry and two metric series). Needs wrk (apt-get install wrk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import shutil
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serving import Setup, build_repository, median_latency, tiny_model, wrk
+
+from inferd.testing.server import run_server
+
+console = Console()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        print("wrk not found: apt-get install wrk", file=sys.stderr)
+        return 2
+    model = tiny_model()
+    body = model.v2_json()
+    table = Table(title=f"tiny model: by name and through an endpoint, in turns ({args.rounds} rounds of "
+                        f"{args.seconds:g} s, medians)")  # fmt: skip
+    for column in ("concurrency", "model req/s", "endpoint req/s", "endpoint / model", "model p50 us",
+                   "endpoint p50 us"):  # fmt: skip
+        table.add_column(column, justify="right")
+    with tempfile.TemporaryDirectory() as folder:
+        scratch = Path(folder)
+        repository = build_repository(scratch / "repository", model, None, Setup(batching=True))
+        (repository / model.name / "2").mkdir()
+        (repository / model.name / "2" / "model.onnx").symlink_to(repository / model.name / "1" / "model.onnx")
+        config = repository / model.name / "config.pbtxt"
+        config.write_text(config.read_text() + "\nversion_policy: { all { } }\n")
+        with run_server(repository, scratch / "inferd.log") as server:
+            variants = [{"name": "blue", "model": model.name, "version": "1", "weight": 90},
+                        {"name": "green", "model": model.name, "version": "2", "weight": 10}]  # fmt: skip
+            document = json.dumps({"variants": variants}).encode()
+            request = urllib.request.Request(f"http://{server.http_url}/v2/endpoints/bench", document, method="PUT")
+            urllib.request.urlopen(request, timeout=30).close()
+            urls = {
+                "model": f"http://{server.http_url}/v2/models/{model.name}/infer",
+                "endpoint": f"http://{server.http_url}/v2/models/bench/infer",
+            }
+            for url in urls.values():  # warm both
+                wrk(url, body, 8, 1.0, scratch)
+            for concurrency in args.concurrency:
+                with console.status(f"concurrency {concurrency}: {args.rounds} rounds, in turns"):
+                    paths = {
+                        label: functools.partial(wrk, url, body, concurrency, args.seconds, scratch)
+                        for label, url in urls.items()
+                    }
+                    medians = dict(median_latency(paths, args.rounds))
+                bare, routed = medians["model"], medians["endpoint"]
+                table.add_row(
+                    str(concurrency),
+                    f"{bare.throughput:,.0f}",
+                    f"{routed.throughput:,.0f}",
+                    f"{routed.throughput / bare.throughput:.3f}",
+                    f"{bare.p50_us:.0f}",
+                    f"{routed.p50_us:.0f}",
+                )
+    console.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""`EndpointControl`: setting and deleting endpoints, with the checks that make one safe to route
+to, and keeping them in the state directory so they survive a restart.
+
+An endpoint is set only when it can serve what its clients send: every variant's model serves
+(or loads, where models load on demand), no variant is itself an endpoint, and every variant has
+the first one's signature (inputs, outputs, batching), so a request that one variant takes, every
+variant takes. Endpoints and models share one namespace: an endpoint cannot take a model's name,
+nor a model an endpoint's (409 either way).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferd.config.model import ModelConfig, TensorConfig
+from inferd.core.dispatcher import Dispatcher
+from inferd.core.endpoints import Endpoint, Endpoints, EndpointSpec, Variant, spec_document, spec_from_document
+from inferd.core.registry import ModelRegistry
+from inferd.core.state_dir import StateDir
+from inferd.errors import AlreadyExistsError, InferdError, InvalidRequestError, NotFoundError
+
+STATE_NAME = "endpoints"
+
+
+class EndpointControl:
+    def __init__(
+        self, endpoints: Endpoints, registry: ModelRegistry, dispatcher: Dispatcher, state: StateDir | None = None
+    ) -> None:
+        """`state`: where set endpoints are kept (--state-dir); None keeps them in memory only."""
+        self.endpoints = endpoints
+        self._registry = registry
+        self._dispatcher = dispatcher
+        self._state = state
+
+    def restore(self) -> list[str]:
+        """Serve the endpoints the state directory keeps (at startup, before the first request:
+        their variants may still be loading, so they are not checked again). Their names."""
+        if self._state is None:
+            return []
+        document = self._state.read(STATE_NAME)
+        specs = [spec_from_document(entry) for entry in (document or {}).get("endpoints", [])]
+        self.endpoints.replace_all(specs)
+        return [spec.name for spec in specs]
+
+    def is_endpoint(self, name: str) -> bool:
+        return name in self.endpoints.by_name
+
+    def get(self, name: str) -> Endpoint:
+        endpoint = self.endpoints.get(name)
+        if endpoint is None:
+            raise NotFoundError(f"endpoint '{name}' is not found (PUT /v2/endpoints/{name} sets it)")
+        return endpoint
+
+    async def set(self, spec: EndpointSpec) -> tuple[Endpoint, bool]:
+        """Serve `spec` (a new endpoint, or new variants and weights for one); whether it is new."""
+        if self._is_model(spec.name):
+            raise AlreadyExistsError(f"'{spec.name}' is a model's name: an endpoint must have a name of its own")
+        configs = [await self._variant_config(spec, variant) for variant in spec.variants]
+        for variant, config in zip(spec.variants[1:], configs[1:], strict=True):
+            _check_same_signature(spec.variants[0], configs[0], variant, config)
+        created = spec.name not in self.endpoints.by_name
+        endpoint = self.endpoints.set(spec)
+        self._keep()
+        return endpoint, created
+
+    def delete(self, name: str) -> None:
+        self.get(name)
+        self.endpoints.delete(name)
+        self._keep()
+
+    def check_model_name(self, name: str) -> None:
+        """A model may not be loaded under an endpoint's name."""
+        if self.is_endpoint(name):
+            raise AlreadyExistsError(f"'{name}' is an endpoint's name (DELETE /v2/endpoints/{name} first)")
+
+    def primary(self, name: str) -> Variant:
+        """The variant that speaks for the endpoint's metadata and config: the heaviest (the first
+        of equals). Every variant has its signature."""
+        variants = self.get(name).spec.variants
+        return max(variants, key=lambda variant: variant.weight)
+
+    def _is_model(self, name: str) -> bool:
+        return self._registry.repository.has_model(name) or any(r.name == name for r in self._registry.records())
+
+    async def _variant_config(self, spec: EndpointSpec, variant: Variant) -> ModelConfig:
+        if self.is_endpoint(variant.model):
+            raise InvalidRequestError(f"variant '{variant.name}': '{variant.model}' is an endpoint; name a model")
+        try:
+            handle = self._dispatcher.lookup(variant.model, variant.version)
+            if handle is None:
+                handle = await self._dispatcher.lease(variant.model, variant.version)
+        except InferdError as exc:
+            version = f" version {variant.version}" if variant.version else ""
+            raise InvalidRequestError(
+                f"endpoint '{spec.name}', variant '{variant.name}': model '{variant.model}'{version} does not serve: "
+                f"{exc.message}"
+            ) from None
+        return handle.config
+
+    def _keep(self) -> None:
+        if self._state is not None:
+            self._state.write(STATE_NAME, {"endpoints": [spec_document(spec) for spec in self.endpoints.specs()]})
+
+
+def _check_same_signature(first: Variant, first_config: ModelConfig, other: Variant, config: ModelConfig) -> None:
+    def differ(what: str) -> InvalidRequestError:
+        return InvalidRequestError(
+            f"variant '{other.name}' ({other.model}) does not take what variant '{first.name}' ({first.model}) "
+            f"takes: {what}; the variants of an endpoint must have one signature"
+        )
+
+    if (first_config.max_batch_size > 0) != (config.max_batch_size > 0):
+        raise differ(f"one batches (max_batch_size {first_config.max_batch_size} against {config.max_batch_size})")
+    for kind, mine, theirs in (
+        ("input", first_config.inputs, config.inputs),
+        ("output", first_config.outputs, config.outputs),
+    ):
+        by_name = {tensor.name: tensor for tensor in theirs}
+        for tensor in mine:
+            other_tensor = by_name.pop(tensor.name, None)
+            if other_tensor is None:
+                raise differ(f"it has no {kind} '{tensor.name}'")
+            if _shape(other_tensor) != _shape(tensor):
+                raise differ(f"{kind} '{tensor.name}' is {_describe(other_tensor)}, not {_describe(tensor)}")
+        required = [name for name, tensor in by_name.items() if kind == "output" or not tensor.optional]
+        if required:
+            raise differ(f"it has an {kind} '{required[0]}' that variant '{first.name}' has not")
+
+
+def _shape(tensor: TensorConfig) -> tuple[Any, ...]:
+    return (tensor.datatype, tensor.dims)
+
+
+def _describe(tensor: TensorConfig) -> str:
+    return f"{tensor.datatype.value} {list(tensor.dims)}"

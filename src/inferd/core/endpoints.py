@@ -1,0 +1,287 @@
+"""Endpoints: a name like a model's whose requests go to one of its variants, by weight.
+
+An endpoint (SageMaker's word) holds production variants, each a model or a version of one, with
+a weight. A request to it is routed in the inference call's first step, where a TF Serving version
+label is resolved (`server.inference_call`): from then on it is a request to the variant's model,
+shed, decoded, scheduled and counted as any other, and its answer names the variant.
+
+How a variant is chosen, in this order:
+
+- **pinned**: the client names a variant (`Inferd-Target-Variant`, SageMaker's
+  `X-Amzn-SageMaker-Target-Variant`): that one, whatever its weight.
+- **sticky**: the endpoint names a header (`"sticky": "X-User-Id"`) and the request carries it:
+  weighted rendezvous hashing of the key over the variants. The same key reaches the same variant
+  on every replica and after a restart (the hash is of the key and the variant's name, nothing
+  else), and raising one variant's weight only moves keys to that variant: its scores alone grow.
+- otherwise **smooth weighted round robin** (nginx's): exact shares, no clustering, no RNG, so
+  90/10 over 1,000 requests is 900 and 100.
+
+Each variant keeps its requests of the last minute (outcome and latency), which `GET
+/v2/endpoints/{name}` reports and a rollout's judge will read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from inferd.errors import InvalidRequestError
+
+# What an endpoint's and a variant's names may hold: they appear in URLs, headers and metric labels.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+WINDOW_S = 60.0
+# A variant's window holds at most this many requests (the newest): its memory is bounded whatever
+# the rate, and a minute at more than this rate is judged on its last requests.
+WINDOW_MAX_REQUESTS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """A production variant: `model`'s `version` ("": the model's newest ready one) at `weight`."""
+
+    name: str
+    model: str
+    version: str = ""
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSpec:
+    """What a user sets: the variants, and the header whose value keeps a client on one variant."""
+
+    name: str
+    variants: tuple[Variant, ...]
+    sticky: str = ""
+
+    def __post_init__(self) -> None:
+        check_name("endpoint", self.name)
+        if not self.variants:
+            raise InvalidRequestError(f"endpoint '{self.name}' has no variants: give at least one")
+        names = [variant.name for variant in self.variants]
+        for variant in self.variants:
+            check_name("variant", variant.name)
+            if not variant.model:
+                raise InvalidRequestError(f"variant '{variant.name}' names no model")
+            if variant.version and not (variant.version.isascii() and variant.version.isdigit()):
+                raise InvalidRequestError(f"variant '{variant.name}': version '{variant.version}' is not a number")
+            if not (math.isfinite(variant.weight) and variant.weight >= 0):
+                raise InvalidRequestError(f"variant '{variant.name}': weight {variant.weight} is not a number >= 0")
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise InvalidRequestError(f"endpoint '{self.name}' names variant '{repeated[0]}' more than once")
+        if not any(variant.weight > 0 for variant in self.variants):
+            raise InvalidRequestError(f"endpoint '{self.name}': every weight is 0, so no request could be served")
+        if self.sticky and not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", self.sticky):
+            raise InvalidRequestError(f"endpoint '{self.name}': sticky '{self.sticky}' is not a header name")
+
+    def variant(self, name: str) -> Variant:
+        for variant in self.variants:
+            if variant.name == name:
+                return variant
+        known = ", ".join(v.name for v in self.variants)
+        raise InvalidRequestError(f"endpoint '{self.name}' has no variant '{name}' (its variants: {known})")
+
+
+def spec_document(spec: EndpointSpec) -> dict[str, Any]:
+    """The spec as JSON takes it, with its name: what `PUT /v2/endpoints/{name}` takes (less the
+    name) and what the state directory keeps."""
+    document: dict[str, Any] = {
+        "name": spec.name,
+        "variants": [
+            {"name": v.name, "model": v.model, "version": v.version, "weight": v.weight} for v in spec.variants
+        ],
+    }
+    if spec.sticky:
+        document["sticky"] = spec.sticky
+    return document
+
+
+def spec_from_document(document: Any) -> EndpointSpec:
+    """`spec_document`'s inverse, for the state directory's own documents (the API's bodies are
+    read by `server.endpoints`, strictly)."""
+    try:
+        variants = tuple(
+            Variant(str(v["name"]), str(v["model"]), str(v.get("version", "")), float(v.get("weight", 1.0)))
+            for v in document["variants"]
+        )
+        return EndpointSpec(str(document["name"]), variants, str(document.get("sticky", "")))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"an endpoint kept in the state directory cannot be read: {exc!r}") from None
+
+
+def check_name(kind: str, name: str) -> None:
+    if not NAME_PATTERN.fullmatch(name):
+        raise InvalidRequestError(
+            f"{kind} name {name!r} is not 1 to 63 letters, digits, '_', '.' or '-' starting with a letter or digit"
+        )
+
+
+class RoundRobin:
+    """Smooth weighted round robin: each pick adds every weight to its counter, takes the largest
+    counter and takes the total off it. Over any run of picks each variant's share is within one
+    pick of its weight's, and picks of one variant are spread out, never bunched."""
+
+    def __init__(self, weights: Sequence[float]) -> None:
+        self._weights = list(weights)
+        self._total = sum(weights)
+        self._current = [0.0] * len(weights)
+
+    def pick(self) -> int:
+        current, weights = self._current, self._weights
+        best = 0
+        for index, weight in enumerate(weights):
+            current[index] += weight
+            if current[index] > current[best]:
+                best = index
+        current[best] -= self._total
+        return best
+
+
+def rendezvous(key: str, variants: Sequence[Variant]) -> int:
+    """The index of the variant `key` sticks to: weighted rendezvous hashing, the highest of
+    weight / -ln(u), u uniform in (0, 1) from a hash of the variant's name and the key."""
+    best, best_score = 0, -1.0
+    for index, variant in enumerate(variants):
+        if variant.weight <= 0:
+            continue
+        digest = hashlib.blake2b(f"{variant.name}\0{key}".encode(), digest_size=8).digest()
+        uniform = (int.from_bytes(digest, "big") + 0.5) / 2**64
+        score = variant.weight / -math.log(uniform)
+        if score > best_score:
+            best, best_score = index, score
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSummary:
+    """A variant's requests over the window: counts, the share that failed, latency percentiles."""
+
+    requests: int
+    errors: int
+    p50_ms: float | None
+    p99_ms: float | None
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
+
+
+class VariantWindow:
+    """The last minute of one variant's requests: when each ended, how long it took, whether it failed."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._entries: deque[tuple[float, float, bool]] = deque(maxlen=WINDOW_MAX_REQUESTS)
+        self.requests_total = 0
+        self.errors_total = 0
+
+    def observe(self, latency_s: float, failed: bool) -> None:
+        self._entries.append((self._clock(), latency_s, failed))
+        self.requests_total += 1
+        self.errors_total += failed
+
+    def summary(self, window_s: float = WINDOW_S) -> WindowSummary:
+        since = self._clock() - window_s
+        entries = self._entries
+        while entries and entries[0][0] < since:
+            entries.popleft()
+        if not entries:
+            return WindowSummary(0, 0, None, None)
+        latencies = np.fromiter((entry[1] for entry in entries), dtype=np.float64, count=len(entries))
+        errors = sum(entry[2] for entry in entries)
+        p50, p99 = np.percentile(latencies, (50, 99)) * 1000
+        return WindowSummary(len(entries), errors, float(p50), float(p99))
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where one request to an endpoint went: carried on its context (`RequestContext.route`), so
+    that its answer names the variant and its outcome is counted there."""
+
+    endpoint: str
+    variant: str
+    model: str
+    version: str
+    window: VariantWindow
+
+    def observe(self, latency_s: float, failed: bool) -> None:
+        self.window.observe(latency_s, failed)
+
+
+@dataclass
+class Endpoint:
+    """An endpoint as it serves: its spec, the round robin over its weights, each variant's window."""
+
+    spec: EndpointSpec
+    clock: Callable[[], float] = time.monotonic
+    windows: dict[str, VariantWindow] = field(init=False)
+    _round_robin: RoundRobin = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.windows = {variant.name: VariantWindow(self.clock) for variant in self.spec.variants}
+        self._round_robin = RoundRobin([variant.weight for variant in self.spec.variants])
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def choose(self, pinned: str | None = None, key: str | None = None) -> Variant:
+        """The variant of one request: the `pinned` one, else the one `key` sticks to (when the
+        endpoint is sticky and the request carried its header), else the round robin's next."""
+        if pinned:
+            return self.spec.variant(pinned)
+        variants = self.spec.variants
+        if key is not None and self.spec.sticky:
+            return variants[rendezvous(key, variants)]
+        return variants[self._round_robin.pick()]
+
+    def route(self, pinned: str | None = None, key: str | None = None) -> Route:
+        """`choose`'s variant, as the request's route."""
+        variant = self.choose(pinned, key)
+        return Route(self.spec.name, variant.name, variant.model, variant.version, self.windows[variant.name])
+
+
+class Endpoints:
+    """The endpoints the server serves, by name: what the inference call reads on every request
+    (one dict lookup), and what the management API sets."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.by_name: dict[str, Endpoint] = {}
+
+    def get(self, name: str) -> Endpoint | None:
+        return self.by_name.get(name)
+
+    def set(self, spec: EndpointSpec) -> Endpoint:
+        """Serve `spec` from now on. A changed endpoint keeps the windows of the variants it keeps
+        (same name, model and version): a weight change is not a new variant."""
+        endpoint = Endpoint(spec, self._clock)
+        old = self.by_name.get(spec.name)
+        if old is not None:
+            kept = {(v.name, v.model, v.version) for v in old.spec.variants}
+            for variant in spec.variants:
+                if (variant.name, variant.model, variant.version) in kept:
+                    endpoint.windows[variant.name] = old.windows[variant.name]
+        self.by_name[spec.name] = endpoint
+        return endpoint
+
+    def delete(self, name: str) -> None:
+        self.by_name.pop(name, None)
+
+    def replace_all(self, specs: Iterable[EndpointSpec]) -> None:
+        wanted = {spec.name: spec for spec in specs}
+        for name in set(self.by_name) - set(wanted):
+            self.delete(name)
+        for spec in wanted.values():
+            self.set(spec)
+
+    def specs(self) -> list[EndpointSpec]:
+        return [endpoint.spec for _, endpoint in sorted(self.by_name.items())]

@@ -1,0 +1,126 @@
+"""The endpoints API (`/v2/endpoints...`) and its JSON: what `PUT /v2/endpoints/{name}` takes (and
+the state directory keeps), and what `GET /v2/endpoints[/{name}]` answers.
+
+    {"variants": [{"name": "blue", "model": "m", "version": "1", "weight": 90},
+                  {"name": "green", "model": "m", "version": "2", "weight": 10}],
+     "sticky": "X-User-Id"}
+
+Read with pydantic, strictly: an unknown field is a 400 naming it, as is a weight that is not a
+number (a typo must not be a silently ignored setting).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from inferd.core.endpoint_control import EndpointControl
+from inferd.core.endpoints import Endpoint, EndpointSpec, Variant, spec_document
+from inferd.core.service import InferenceService
+from inferd.errors import MalformedRequestError
+from inferd.protocol import json_v2
+from inferd.server.auth import Access
+from inferd.server.http import json_response
+from inferd.server.http11 import HttpRequest, HttpResponse
+from inferd.server.routes import READ, Params, Route
+
+# The header a client pins a variant with, and the one every answer names its variant in (gRPC:
+# metadata and trailing metadata of these names); SageMaker's, which boto3's TargetVariant sends
+# and its answers carry.
+TARGET_VARIANT_HEADER = "inferd-target-variant"
+VARIANT_HEADER = "inferd-variant"
+SAGEMAKER_TARGET_VARIANT_HEADER = "x-amzn-sagemaker-target-variant"
+SAGEMAKER_INVOKED_VARIANT_HEADER = "x-amzn-invoked-production-variant"
+
+
+class _VariantBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str
+    model: str
+    version: str = ""
+    weight: float = Field(default=1.0)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_text(cls, value: Any) -> Any:
+        # "2" and 2 alike, as Triton's own APIs take a version.
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("weight", mode="before")
+    @classmethod
+    def _weight_number(cls, value: Any) -> Any:
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class _EndpointBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    variants: list[_VariantBody]
+    sticky: str = ""
+
+
+def decode_endpoint(name: str, body: bytes) -> EndpointSpec:
+    """The endpoint a PUT body sets; a 400 saying which field is wrong."""
+    document = json_v2.load_json(body)
+    try:
+        parsed = _EndpointBody.model_validate(document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the body"
+        raise MalformedRequestError(f"endpoint '{name}': {where}: {first['msg']}") from None
+    variants = tuple(Variant(v.name, v.model, v.version, v.weight) for v in parsed.variants)
+    return EndpointSpec(name, variants, parsed.sticky)
+
+
+def endpoint_json(endpoint: Endpoint) -> dict[str, Any]:
+    """`GET /v2/endpoints/{name}`: the spec, and each variant's requests since it was set and over
+    the last minute (count, errors, error rate, p50/p99 in milliseconds)."""
+    document = spec_document(endpoint.spec)
+    for variant in document["variants"]:
+        window = endpoint.windows[variant["name"]]
+        summary = window.summary()
+        variant["requests_total"] = window.requests_total
+        variant["errors_total"] = window.errors_total
+        variant["last_minute"] = {
+            "requests": summary.requests,
+            "errors": summary.errors,
+            "error_rate": summary.error_rate,
+            "p50_ms": summary.p50_ms,
+            "p99_ms": summary.p99_ms,
+        }
+    return document
+
+
+class EndpointsApi:
+    """`/v2/endpoints`: list, read, set (`PUT`, 201 when new) and delete endpoints: the management
+    API's, as the repository API is (a management token when tokens are on). Setting and deleting
+    change where clients' requests go; reading shows every variant's traffic and errors, which is
+    the operator's to see (SageMaker's DescribeEndpoint is a control-plane call too)."""
+
+    def __init__(self, service: InferenceService) -> None:
+        self._service = service
+
+    @property
+    def _control(self) -> EndpointControl:
+        return self._service.endpoints
+
+    def routes(self) -> tuple[Route, ...]:
+        return (
+            Route("/v2/endpoints", READ, self._list, Access.MANAGEMENT),
+            Route("/v2/endpoints/{endpoint}", (*READ, "PUT", "DELETE"), self._one, Access.MANAGEMENT),
+        )
+
+    async def _list(self, request: HttpRequest, params: Params) -> HttpResponse:
+        return json_response({"endpoints": [endpoint_json(e) for e in self._control.endpoints.by_name.values()]})
+
+    async def _one(self, request: HttpRequest, params: Params) -> HttpResponse:
+        name = params["endpoint"]
+        if request.method in READ:
+            return json_response(endpoint_json(self._control.get(name)))
+        if request.method == "DELETE":
+            self._control.delete(name)
+            return HttpResponse(200)
+        endpoint, created = await self._control.set(decode_endpoint(name, request.body))
+        return json_response(endpoint_json(endpoint), status=201 if created else 200)

@@ -1,0 +1,251 @@
+"""Endpoints through the public interface: `/v2/endpoints` over HTTP, requests to an endpoint by
+every client, weights, pins and sticky keys, and endpoints kept across a restart (--state-dir)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from inferd.testing.models import add_sub_model, mlp_model, write_config
+from inferd.testing.server import ServerProcess, run_server
+from tests.e2e.conftest import http_request
+from tests.e2e.test_sagemaker import runtime
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+BODY = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16], "data": [0.5] * 16}]}).encode()
+CANARY = {
+    "variants": [
+        {"name": "blue", "model": "m", "version": "1", "weight": 90},
+        {"name": "green", "model": "m", "version": "2", "weight": 10},
+    ]
+}
+
+
+def build_repository(root: Path) -> Path:
+    """`m` in two versions of one signature (other weights), `other` of another signature."""
+    for version, seed in (("1", 1), ("2", 2)):
+        (root / "m" / version).mkdir(parents=True)
+        mlp_model(root / "m" / version / "model.onnx", seed=seed)
+    write_config(root / "m", "max_batch_size: 8\nversion_policy: { all { } }")
+    (root / "other" / "1").mkdir(parents=True)
+    add_sub_model(root / "other" / "1" / "model.onnx")
+    return root
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_repository(tmp_path_factory.mktemp("endpoints") / "repository")
+
+
+@pytest.fixture(scope="module")
+def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("state")
+
+
+@pytest.fixture(scope="module")
+def server(repository: Path, state_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    log = tmp_path_factory.mktemp("logs") / "server.log"
+    arguments = ("--model-control-mode", "explicit", "--load-model", "*", "--state-dir", str(state_dir))
+    with run_server(repository, log, *arguments) as server:
+        yield server
+
+
+def put(server: ServerProcess, name: str, document: object) -> tuple[int, dict[str, object]]:
+    reply = http_request(server, "PUT", f"/v2/endpoints/{name}", json.dumps(document).encode())
+    return reply.status, json.loads(reply.body or b"{}")
+
+
+class Caller:
+    """Requests on one kept-alive connection: a few thousand of them stay cheap for the client."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        self._connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+
+    def infer(self, endpoint: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+        """Status and the variant the answer names."""
+        self._connection.request("POST", f"/v2/models/{endpoint}/infer", BODY, headers or {})
+        response = self._connection.getresponse()
+        response.read()
+        return response.status, response.getheader("inferd-variant") or ""
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+@pytest.fixture
+def caller(server: ServerProcess) -> Iterator[Caller]:
+    caller = Caller(server)
+    yield caller
+    caller.close()
+
+
+def test_an_endpoint_is_set_read_listed_and_deleted(server: ServerProcess) -> None:
+    status, body = put(server, "crud", CANARY)
+    assert status == 201, body
+    assert [(v["name"], v["weight"]) for v in body["variants"]] == [("blue", 90.0), ("green", 10.0)]  # type: ignore[index]
+    status, body = put(server, "crud", {"variants": [{"name": "blue", "model": "m", "version": "1"}]})
+    assert status == 200 and len(body["variants"]) == 1  # type: ignore[arg-type]
+    listed = json.loads(http_request(server, "GET", "/v2/endpoints").body)
+    assert "crud" in [e["name"] for e in listed["endpoints"]]
+    assert http_request(server, "DELETE", "/v2/endpoints/crud").status == 200
+    reply = http_request(server, "GET", "/v2/endpoints/crud")
+    assert reply.status == 404 and b"PUT /v2/endpoints/crud sets it" in reply.body
+
+
+@pytest.mark.parametrize(
+    ("name", "document", "status", "says"),
+    [
+        ("m", CANARY, 409, "is a model's name"),
+        ("bad", {"variants": [{"name": "a", "model": "m", "version": "1"}, {"name": "b", "model": "other"}]}, 400,
+         "does not take what variant 'a' (m) takes: it has no input 'x'"),
+        ("bad", {"variants": [{"name": "a", "model": "nope"}]}, 400, "model 'nope' does not serve"),
+        ("bad", {"variants": [{"name": "a", "model": "m", "weigth": 3}]}, 400, "variants.0.weigth: Extra inputs"),
+        ("bad", {"variants": [{"name": "a", "model": "m", "weight": "ten"}]}, 400, "variants.0.weight"),
+        ("bad", {"variants": []}, 400, "has no variants"),
+        ("bad", [], 400, "Input should be"),
+    ],
+)  # fmt: skip
+def test_an_endpoint_that_could_not_serve_is_refused_saying_why(
+    server: ServerProcess, name: str, document: object, status: int, says: str
+) -> None:
+    reply = http_request(server, "PUT", f"/v2/endpoints/{name}", json.dumps(document).encode())
+    assert reply.status == status, reply.body
+    assert says in json.loads(reply.body)["error"]
+    assert http_request(server, "GET", "/v2/endpoints/bad").status == 404
+
+
+def test_a_model_cannot_be_loaded_under_an_endpoints_name(server: ServerProcess) -> None:
+    assert put(server, "taken", CANARY)[0] == 201
+    reply = http_request(server, "POST", "/v2/repository/models/taken/load")
+    assert reply.status == 409 and b"is an endpoint's name" in reply.body
+
+
+def test_weights_split_requests_and_every_answer_names_its_variant(server: ServerProcess, caller: Caller) -> None:
+    assert put(server, "split", CANARY)[0] == 201
+    answers = Counter(caller.infer("split") for _ in range(5000))
+    assert set(answers) == {(200, "blue"), (200, "green")}
+    assert abs(answers[(200, "green")] / 5000 - 0.10) <= 0.02, answers
+    body = json.loads(http_request(server, "GET", "/v2/endpoints/split").body)
+    counted = {
+        v["name"]: (v["requests_total"], v["last_minute"]["requests"], v["errors_total"]) for v in body["variants"]
+    }
+    assert counted == {
+        "blue": (answers[(200, "blue")],) * 2 + (0,),
+        "green": (answers[(200, "green")],) * 2 + (0,),
+    }
+    assert all(v["last_minute"]["p99_ms"] > 0 for v in body["variants"])
+
+
+def test_a_pinned_variant_is_served_and_an_unknown_one_is_a_400(server: ServerProcess, caller: Caller) -> None:
+    assert put(server, "pin", CANARY)[0] == 201
+    for header in ("Inferd-Target-Variant", "X-Amzn-SageMaker-Target-Variant"):
+        assert {caller.infer("pin", {header: "green"}) for _ in range(20)} == {(200, "green")}
+    reply = http_request(server, "POST", "/v2/models/pin/infer", BODY, {"Inferd-Target-Variant": "purple"})
+    assert reply.status == 400 and b"has no variant 'purple' (its variants: blue, green)" in reply.body
+    versioned = http_request(server, "POST", "/v2/models/pin/versions/1/infer", BODY)
+    assert versioned.status == 400 and b"it has variants, not versions" in versioned.body
+
+
+def test_an_endpoint_answers_as_a_model_to_tritonclient_over_http_and_grpc(server: ServerProcess) -> None:
+    assert put(server, "clients", CANARY)[0] == 201
+    x = np.full((1, 16), 0.5, dtype=np.float32)
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        assert client.is_model_ready("clients")
+        metadata = client.get_model_metadata("clients")
+        assert metadata["name"] == "clients" and [i["name"] for i in metadata["inputs"]] == ["x"]
+        assert client.get_model_config("clients")["max_batch_size"] == 8
+        tensor = httpclient.InferInput("x", [1, 16], "FP32")
+        tensor.set_data_from_numpy(x)
+        result = client.infer("clients", [tensor], headers={"Inferd-Target-Variant": "green"})
+        assert result.as_numpy("y").shape == (1, 4)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        tensor = grpcclient.InferInput("x", [1, 16], "FP32")
+        tensor.set_data_from_numpy(x)
+        pinned = grpc.infer("clients", [tensor], headers={"inferd-target-variant": "green"})
+        # The same answer as the green version's own.
+        direct = grpc.infer("m", [tensor], model_version="2")
+        np.testing.assert_array_equal(pinned.as_numpy("y"), direct.as_numpy("y"))
+    finally:
+        grpc.close()
+
+
+def test_endpoint_metrics_carry_the_endpoint_and_variant(server: ServerProcess, caller: Caller) -> None:
+    assert put(server, "counted", CANARY)[0] == 201
+    for _ in range(10):
+        caller.infer("counted")
+    caller.infer("counted", {"Inferd-Target-Variant": "green"})
+    metrics = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=30)
+    metrics.request("GET", "/metrics")
+    text = metrics.getresponse().read().decode()
+    metrics.close()
+    assert 'inferd_endpoint_requests_total{endpoint="counted",outcome="success",variant="blue"} 9.0' in text
+    assert 'inferd_endpoint_requests_total{endpoint="counted",outcome="success",variant="green"} 2.0' in text
+    assert 'inferd_endpoint_request_duration_seconds_count{endpoint="counted",variant="green"} 2.0' in text
+
+
+def test_sticky_keys_keep_their_variant_across_requests_and_a_restart_and_move_only_to_a_gaining_variant(
+    repository: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    arguments = ("--state-dir", str(state))
+    sticky = {**CANARY, "sticky": "X-User-Id"}
+    keys = [f"user-{i}" for i in range(1000)]
+
+    def variants(server: ServerProcess, repeats: int) -> dict[str, str]:
+        caller = Caller(server)
+        try:
+            seen: dict[str, set[str]] = {key: set() for key in keys}
+            for _ in range(repeats):
+                for key in keys:
+                    status, variant = caller.infer("sticky", {"X-User-Id": key})
+                    assert status == 200
+                    seen[key].add(variant)
+        finally:
+            caller.close()
+        assert all(len(found) == 1 for found in seen.values()), "a key reached two variants"
+        return {key: found.pop() for key, found in seen.items()}
+
+    with run_server(repository, tmp_path / "first.log", *arguments) as server:
+        assert put(server, "sticky", sticky)[0] == 201
+        first = variants(server, 20)
+    assert abs(Counter(first.values())["green"] / len(keys) - 0.10) < 0.04
+    with run_server(repository, tmp_path / "second.log", *arguments) as server:
+        assert "endpoints restored from" in server.log()
+        assert variants(server, 1) == first
+        blue, green = CANARY["variants"]
+        raised = {**sticky, "variants": [{**blue, "weight": 80}, {**green, "weight": 20}]}
+        assert put(server, "sticky", raised)[0] == 200
+        second = variants(server, 1)
+    moved = {(first[key], second[key]) for key in keys if first[key] != second[key]}
+    assert moved == {("blue", "green")}
+
+
+def test_boto3_invokes_an_endpoint_by_name_and_pins_a_variant_with_target_variant(
+    repository: Path, tmp_path: Path
+) -> None:
+    with run_server(repository, tmp_path / "sagemaker.log", "--sagemaker") as server:
+        assert put(server, "shop", CANARY)[0] == 201
+        client = runtime(server)
+        answers = Counter(
+            client.invoke_endpoint(EndpointName="shop", Body=BODY, ContentType="application/json")[
+                "InvokedProductionVariant"
+            ]
+            for _ in range(50)
+        )
+        assert answers == {"blue": 45, "green": 5}
+        pinned = client.invoke_endpoint(
+            EndpointName="shop", Body=BODY, ContentType="application/json", TargetVariant="green"
+        )
+        assert pinned["InvokedProductionVariant"] == "green"
+        outputs = json.loads(pinned["Body"].read())["outputs"]
+        assert [o["name"] for o in outputs] == ["y"]

@@ -1,0 +1,167 @@
+"""Endpoints' routing: weights, pins and sticky keys, and each variant's window of requests."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from inferd.core.endpoints import (
+    WINDOW_S,
+    Endpoint,
+    Endpoints,
+    EndpointSpec,
+    RoundRobin,
+    Variant,
+    VariantWindow,
+    rendezvous,
+    spec_document,
+    spec_from_document,
+)
+from inferd.core.state_dir import StateDir
+from inferd.errors import InvalidRequestError
+from inferd.testing.fakes import FakeClock
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def spec(*weights: float, sticky: str = "") -> EndpointSpec:
+    names = ("blue", "green", "red", "gold")
+    return EndpointSpec(
+        "e", tuple(Variant(names[i], f"m{i}", "", weight) for i, weight in enumerate(weights)), sticky=sticky
+    )
+
+
+def test_weights_split_requests_exactly_and_spread_out() -> None:
+    endpoint = Endpoint(spec(90, 10))
+    picks = [endpoint.choose().name for _ in range(5000)]
+    assert Counter(picks) == {"blue": 4500, "green": 500}
+    # Spread: no run of blue is longer than the weights allow (9 blues between greens).
+    runs = "".join("b" if p == "blue" else "g" for p in picks).split("g")
+    assert max(len(run) for run in runs) <= 9
+
+
+def test_round_robin_keeps_fractional_weights_shares() -> None:
+    rr = RoundRobin([1.5, 0.5, 0.0])
+    picks = Counter(rr.pick() for _ in range(4000))
+    assert picks == {0: 3000, 1: 1000}
+
+
+def test_a_pinned_variant_is_served_whatever_its_weight() -> None:
+    endpoint = Endpoint(spec(100, 0))
+    assert {endpoint.choose(pinned="green").name for _ in range(10)} == {"green"}
+    with pytest.raises(InvalidRequestError, match="has no variant 'nope' \\(its variants: blue, green\\)"):
+        endpoint.choose(pinned="nope")
+
+
+def test_a_sticky_key_keeps_its_variant_and_the_shares_hold() -> None:
+    endpoint = Endpoint(spec(80, 20, sticky="X-User-Id"))
+    keys = [f"user-{i}" for i in range(2000)]
+    first = {key: endpoint.choose(key=key).name for key in keys}
+    for _ in range(3):
+        assert {key: endpoint.choose(key=key).name for key in keys} == first
+    share = Counter(first.values())["green"] / len(keys)
+    assert abs(share - 0.2) < 0.03, share
+    # Another process, another replica: the same keys reach the same variants (nothing but the key
+    # and the variants' names and weights decides).
+    assert {key: Endpoint(spec(80, 20, sticky="X-User-Id")).choose(key=key).name for key in keys} == first
+
+
+def test_without_sticky_a_key_is_ignored() -> None:
+    endpoint = Endpoint(spec(50, 50))
+    assert [endpoint.choose(key="same").name for _ in range(4)] == ["blue", "green", "blue", "green"]
+
+
+def moves(before: EndpointSpec, after: EndpointSpec, keys: list[str]) -> list[tuple[str, str]]:
+    """(old variant, new variant) of each key whose variant changed."""
+    pairs = [
+        (before.variants[rendezvous(key, before.variants)].name, after.variants[rendezvous(key, after.variants)].name)
+        for key in keys
+    ]
+    return [(old, new) for old, new in pairs if old != new]
+
+
+KEYS = [f"user-{i}" for i in range(3000)]
+
+
+def test_raising_a_canary_from_10_to_20_percent_moves_only_keys_to_it() -> None:
+    changed = moves(spec(90, 10, sticky="k"), spec(80, 20, sticky="k"), KEYS)
+    assert changed and set(changed) == {("blue", "green")}
+    # The share green gained (a tenth of the keys), not a reshuffle.
+    assert abs(len(changed) / len(KEYS) - 0.10) < 0.02, len(changed)
+
+
+def test_weights_are_relative_so_raising_one_moves_keys_only_to_it() -> None:
+    # Three variants: raising green alone (the others' weights as they were) moves keys only to green.
+    changed = moves(spec(80, 10, 10, sticky="k"), spec(80, 20, 10, sticky="k"), KEYS)
+    assert changed and {new for _, new in changed} == {"green"}
+
+
+def test_a_key_moves_only_off_a_variant_that_lost_or_onto_one_that_gained() -> None:
+    changed = moves(spec(80, 10, 10, sticky="k"), spec(70, 20, 10, sticky="k"), KEYS)
+    assert changed and all(old == "blue" or new == "green" for old, new in changed)
+
+
+def test_a_zero_weight_variant_gets_no_sticky_keys() -> None:
+    variants = spec(1, 0, sticky="k").variants
+    assert {rendezvous(f"k{i}", variants) for i in range(500)} == {0}
+
+
+@pytest.mark.parametrize(
+    ("variants", "sticky", "message"),
+    [
+        ((), "", "has no variants"),
+        ((Variant("a", "m"), Variant("a", "m2")), "", "names variant 'a' more than once"),
+        ((Variant("a", "m", weight=0),), "", "every weight is 0"),
+        ((Variant("a", "m", weight=-1),), "", "is not a number >= 0"),
+        ((Variant("a", "m", weight=math.nan),), "", "is not a number >= 0"),
+        ((Variant("a", "m", version="x"),), "", "version 'x' is not a number"),
+        ((Variant("a/b", "m"),), "", "variant name 'a/b'"),
+        ((Variant("a", ""),), "", "names no model"),
+        ((Variant("a", "m"),), "bad header", "is not a header name"),
+    ],
+)
+def test_a_spec_that_cannot_serve_is_refused_saying_why(
+    variants: tuple[Variant, ...], sticky: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequestError, match=message):
+        EndpointSpec("e", variants, sticky)
+
+
+def test_a_window_reports_the_last_minute_only() -> None:
+    clock = FakeClock()
+    window = VariantWindow(clock)
+    for i in range(100):
+        window.observe(i / 1000, failed=i % 10 == 0)
+    clock.advance(WINDOW_S / 2)
+    for _ in range(50):
+        window.observe(0.5, failed=False)
+    summary = window.summary()
+    assert (summary.requests, summary.errors) == (150, 10)
+    clock.advance(WINDOW_S / 2 + 1)
+    summary = window.summary()
+    assert (summary.requests, summary.errors, summary.p50_ms, summary.p99_ms) == (50, 0, 500.0, 500.0)
+    assert (window.requests_total, window.errors_total) == (150, 10)
+    clock.advance(WINDOW_S)
+    assert window.summary().requests == 0 and window.summary().p99_ms is None
+
+
+def test_a_changed_endpoint_keeps_the_windows_of_the_variants_it_keeps() -> None:
+    endpoints = Endpoints()
+    endpoints.set(spec(90, 10)).windows["blue"].observe(0.01, False)
+    changed = endpoints.set(spec(50, 50))
+    assert changed.windows["blue"].requests_total == 1
+    moved = endpoints.set(EndpointSpec("e", (Variant("blue", "other-model"),)))
+    assert moved.windows["blue"].requests_total == 0
+
+
+def test_specs_survive_the_state_directory(tmp_path: Path) -> None:
+    state = StateDir(tmp_path / "state")
+    kept = [spec(90, 10, sticky="X-User-Id"), EndpointSpec("f", (Variant("only", "m", "2", 1.0),))]
+    state.write("endpoints", {"endpoints": [spec_document(s) for s in kept]})
+    again = StateDir(tmp_path / "state").read("endpoints")
+    assert [spec_from_document(entry) for entry in again["endpoints"]] == kept
+    assert not list((tmp_path / "state").glob(".*partial"))
+    assert StateDir(tmp_path / "other").read("endpoints") is None
