@@ -96,7 +96,9 @@ class Door(enum.StrEnum):
 
 # The `protocol` label of an ensemble's step: the ensemble's own request counts under its door.
 ENSEMBLE_STEP = "ensemble"
-PROTOCOLS = (*(door.value for door in Door), ENSEMBLE_STEP)
+# The `protocol` label of an endpoint's shadow copy: counted apart from the client's own request.
+SHADOW_COPY = "shadow"
+PROTOCOLS = (*(door.value for door in Door), ENSEMBLE_STEP, SHADOW_COPY)
 
 
 _REQUEST_ID_PREFIX = os.urandom(4).hex()
@@ -170,7 +172,7 @@ class RequestContext:
     # When the client stops waiting, on time.monotonic()'s clock; None when it did not say.
     # Resolved once, from whichever header or field the door carries.
     deadline_s: float | None = None
-    # The door it came in by (a Door, or ENSEMBLE_STEP): a label of its metrics.
+    # The door it came in by (a Door, ENSEMBLE_STEP or SHADOW_COPY): a label of its metrics.
     door: str = Door.KSERVE_HTTP
     timing: RequestTiming = field(default_factory=lambda: RequestTiming())
     trace: object = None

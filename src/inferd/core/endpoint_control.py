@@ -14,8 +14,9 @@ from typing import Any
 
 from inferd.config.model import ModelConfig, TensorConfig
 from inferd.core.dispatcher import Dispatcher
-from inferd.core.endpoints import Endpoint, Endpoints, EndpointSpec, Variant, spec_document, spec_from_document
+from inferd.core.endpoints import Endpoint, Endpoints, EndpointSpec, Shadow, Variant, spec_document, spec_from_document
 from inferd.core.registry import ModelRegistry
+from inferd.core.shadow import ShadowInfer, ShadowTraffic
 from inferd.core.state_dir import StateDir
 from inferd.errors import AlreadyExistsError, InferdError, InvalidRequestError, NotFoundError
 
@@ -24,10 +25,17 @@ STATE_NAME = "endpoints"
 
 class EndpointControl:
     def __init__(
-        self, endpoints: Endpoints, registry: ModelRegistry, dispatcher: Dispatcher, state: StateDir | None = None
+        self,
+        registry: ModelRegistry,
+        dispatcher: Dispatcher,
+        shadow_infer: ShadowInfer,
+        state: StateDir | None = None,
     ) -> None:
-        """`state`: where set endpoints are kept (--state-dir); None keeps them in memory only."""
-        self.endpoints = endpoints
+        """`shadow_infer`: how a shadow's copy is served (the dispatcher, in the background admission
+        class); `state`: where set endpoints are kept (--state-dir), and shadows' logs; None keeps
+        endpoints in memory only, and no logs."""
+        self.endpoints = Endpoints(shadow_logs=state.folder("shadow") if state is not None else None)
+        self.shadows = ShadowTraffic(shadow_infer, registry.metrics)
         self._registry = registry
         self._dispatcher = dispatcher
         self._state = state
@@ -55,9 +63,15 @@ class EndpointControl:
         """Serve `spec` (a new endpoint, or new variants and weights for one); whether it is new."""
         if self._is_model(spec.name):
             raise AlreadyExistsError(f"'{spec.name}' is a model's name: an endpoint must have a name of its own")
-        configs = [await self._variant_config(spec, variant) for variant in spec.variants]
-        for variant, config in zip(spec.variants[1:], configs[1:], strict=True):
-            _check_same_signature(spec.variants[0], configs[0], variant, config)
+        if any(shadow.log for shadow in spec.shadows) and self._state is None:
+            raise InvalidRequestError(
+                f"endpoint '{spec.name}': a shadow's log is kept in the state directory; "
+                "start the server with --state-dir"
+            )
+        everything: list[Variant | Shadow] = [*spec.variants, *spec.shadows]
+        configs = [await self._variant_config(spec, variant) for variant in everything]
+        for variant, config in zip(everything[1:], configs[1:], strict=True):
+            _check_same_signature(everything[0], configs[0], variant, config)
         created = spec.name not in self.endpoints.by_name
         endpoint = self.endpoints.set(spec)
         self._keep()
@@ -82,7 +96,7 @@ class EndpointControl:
     def _is_model(self, name: str) -> bool:
         return self._registry.repository.has_model(name) or any(r.name == name for r in self._registry.records())
 
-    async def _variant_config(self, spec: EndpointSpec, variant: Variant) -> ModelConfig:
+    async def _variant_config(self, spec: EndpointSpec, variant: Variant | Shadow) -> ModelConfig:
         if self.is_endpoint(variant.model):
             raise InvalidRequestError(f"variant '{variant.name}': '{variant.model}' is an endpoint; name a model")
         try:
@@ -102,7 +116,9 @@ class EndpointControl:
             self._state.write(STATE_NAME, {"endpoints": [spec_document(spec) for spec in self.endpoints.specs()]})
 
 
-def _check_same_signature(first: Variant, first_config: ModelConfig, other: Variant, config: ModelConfig) -> None:
+def _check_same_signature(
+    first: Variant | Shadow, first_config: ModelConfig, other: Variant | Shadow, config: ModelConfig
+) -> None:
     def differ(what: str) -> InvalidRequestError:
         return InvalidRequestError(
             f"variant '{other.name}' ({other.model}) does not take what variant '{first.name}' ({first.model}) "

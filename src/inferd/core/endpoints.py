@@ -26,21 +26,17 @@ import hashlib
 import math
 import re
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from inferd.core.request_window import RequestWindow
+from inferd.core.shadow import ShadowState
 from inferd.errors import InvalidRequestError
 
 # What an endpoint's and a variant's names may hold: they appear in URLs, headers and metric labels.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
-WINDOW_S = 60.0
-# A variant's window holds at most this many requests (the newest): its memory is bounded whatever
-# the rate, and a minute at more than this rate is judged on its last requests.
-WINDOW_MAX_REQUESTS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,26 +50,46 @@ class Variant:
 
 
 @dataclass(frozen=True, slots=True)
+class Shadow:
+    """A shadow variant: `model`'s `version` gets a copy of `sample` (a share, 0 to 1) of the
+    endpoint's requests, after the client's answer; its answers are compared, never sent.
+    `log`: each compared pair is kept as a line of JSON in the state directory."""
+
+    name: str
+    model: str
+    version: str = ""
+    sample: float = 1.0
+    log: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class EndpointSpec:
-    """What a user sets: the variants, and the header whose value keeps a client on one variant."""
+    """What a user sets: the variants, the header whose value keeps a client on one variant, and
+    the shadows."""
 
     name: str
     variants: tuple[Variant, ...]
     sticky: str = ""
+    shadows: tuple[Shadow, ...] = ()
 
     def __post_init__(self) -> None:
         check_name("endpoint", self.name)
         if not self.variants:
             raise InvalidRequestError(f"endpoint '{self.name}' has no variants: give at least one")
-        names = [variant.name for variant in self.variants]
+        everything: list[Variant | Shadow] = [*self.variants, *self.shadows]
+        names = [each.name for each in everything]
+        for each in everything:
+            check_name("variant", each.name)
+            if not each.model:
+                raise InvalidRequestError(f"variant '{each.name}' names no model")
+            if each.version and not (each.version.isascii() and each.version.isdigit()):
+                raise InvalidRequestError(f"variant '{each.name}': version '{each.version}' is not a number")
         for variant in self.variants:
-            check_name("variant", variant.name)
-            if not variant.model:
-                raise InvalidRequestError(f"variant '{variant.name}' names no model")
-            if variant.version and not (variant.version.isascii() and variant.version.isdigit()):
-                raise InvalidRequestError(f"variant '{variant.name}': version '{variant.version}' is not a number")
             if not (math.isfinite(variant.weight) and variant.weight >= 0):
                 raise InvalidRequestError(f"variant '{variant.name}': weight {variant.weight} is not a number >= 0")
+        for shadow in self.shadows:
+            if not (math.isfinite(shadow.sample) and 0 < shadow.sample <= 1):
+                raise InvalidRequestError(f"shadow '{shadow.name}': sample {shadow.sample} is not a share in (0, 1]")
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
             raise InvalidRequestError(f"endpoint '{self.name}' names variant '{repeated[0]}' more than once")
@@ -101,6 +117,11 @@ def spec_document(spec: EndpointSpec) -> dict[str, Any]:
     }
     if spec.sticky:
         document["sticky"] = spec.sticky
+    if spec.shadows:
+        document["shadow"] = [
+            {"name": s.name, "model": s.model, "version": s.version, "sample": s.sample, "log": s.log}
+            for s in spec.shadows
+        ]
     return document
 
 
@@ -112,7 +133,12 @@ def spec_from_document(document: Any) -> EndpointSpec:
             Variant(str(v["name"]), str(v["model"]), str(v.get("version", "")), float(v.get("weight", 1.0)))
             for v in document["variants"]
         )
-        return EndpointSpec(str(document["name"]), variants, str(document.get("sticky", "")))
+        shadows = tuple(
+            Shadow(str(s["name"]), str(s["model"]), str(s.get("version", "")), float(s.get("sample", 1.0)),
+                   bool(s.get("log", False)))
+            for s in document.get("shadow", [])
+        )  # fmt: skip
+        return EndpointSpec(str(document["name"]), variants, str(document.get("sticky", "")), shadows)
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidRequestError(f"an endpoint kept in the state directory cannot be read: {exc!r}") from None
 
@@ -161,47 +187,6 @@ def rendezvous(key: str, variants: Sequence[Variant]) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class WindowSummary:
-    """A variant's requests over the window: counts, the share that failed, latency percentiles."""
-
-    requests: int
-    errors: int
-    p50_ms: float | None
-    p99_ms: float | None
-
-    @property
-    def error_rate(self) -> float:
-        return self.errors / self.requests if self.requests else 0.0
-
-
-class VariantWindow:
-    """The last minute of one variant's requests: when each ended, how long it took, whether it failed."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._entries: deque[tuple[float, float, bool]] = deque(maxlen=WINDOW_MAX_REQUESTS)
-        self.requests_total = 0
-        self.errors_total = 0
-
-    def observe(self, latency_s: float, failed: bool) -> None:
-        self._entries.append((self._clock(), latency_s, failed))
-        self.requests_total += 1
-        self.errors_total += failed
-
-    def summary(self, window_s: float = WINDOW_S) -> WindowSummary:
-        since = self._clock() - window_s
-        entries = self._entries
-        while entries and entries[0][0] < since:
-            entries.popleft()
-        if not entries:
-            return WindowSummary(0, 0, None, None)
-        latencies = np.fromiter((entry[1] for entry in entries), dtype=np.float64, count=len(entries))
-        errors = sum(entry[2] for entry in entries)
-        p50, p99 = np.percentile(latencies, (50, 99)) * 1000
-        return WindowSummary(len(entries), errors, float(p50), float(p99))
-
-
-@dataclass(frozen=True, slots=True)
 class Route:
     """Where one request to an endpoint went: carried on its context (`RequestContext.route`), so
     that its answer names the variant and its outcome is counted there."""
@@ -210,7 +195,7 @@ class Route:
     variant: str
     model: str
     version: str
-    window: VariantWindow
+    window: RequestWindow
 
     def observe(self, latency_s: float, failed: bool) -> None:
         self.window.observe(latency_s, failed)
@@ -218,16 +203,27 @@ class Route:
 
 @dataclass
 class Endpoint:
-    """An endpoint as it serves: its spec, the round robin over its weights, each variant's window."""
+    """An endpoint as it serves: its spec, the round robin over its weights, each variant's window,
+    its shadows' state. `shadow_logs`: the folder shadows with `log` write their pairs in."""
 
     spec: EndpointSpec
     clock: Callable[[], float] = time.monotonic
-    windows: dict[str, VariantWindow] = field(init=False)
+    shadow_logs: Path | None = None
+    windows: dict[str, RequestWindow] = field(init=False)
+    shadows: list[ShadowState] = field(init=False)
     _round_robin: RoundRobin = field(init=False)
 
     def __post_init__(self) -> None:
-        self.windows = {variant.name: VariantWindow(self.clock) for variant in self.spec.variants}
+        self.windows = {variant.name: RequestWindow(self.clock) for variant in self.spec.variants}
         self._round_robin = RoundRobin([variant.weight for variant in self.spec.variants])
+        self.shadows = [
+            ShadowState(
+                self.spec.name, s.name, s.model, s.version, s.sample,
+                self.shadow_logs / f"{self.spec.name}.{s.name}.jsonl" if s.log and self.shadow_logs else None,
+                self.clock,
+            )
+            for s in self.spec.shadows
+        ]  # fmt: skip
 
     @property
     def name(self) -> str:
@@ -253,8 +249,9 @@ class Endpoints:
     """The endpoints the server serves, by name: what the inference call reads on every request
     (one dict lookup), and what the management API sets."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, shadow_logs: Path | None = None) -> None:
         self._clock = clock
+        self.shadow_logs = shadow_logs
         self.by_name: dict[str, Endpoint] = {}
 
     def get(self, name: str) -> Endpoint | None:
@@ -262,8 +259,9 @@ class Endpoints:
 
     def set(self, spec: EndpointSpec) -> Endpoint:
         """Serve `spec` from now on. A changed endpoint keeps the windows of the variants it keeps
-        (same name, model and version): a weight change is not a new variant."""
-        endpoint = Endpoint(spec, self._clock)
+        (same name, model and version): a weight change is not a new variant. Shadows start anew
+        (one that turned itself off is on again)."""
+        endpoint = Endpoint(spec, self._clock, self.shadow_logs)
         old = self.by_name.get(spec.name)
         if old is not None:
             kept = {(v.name, v.model, v.version) for v in old.spec.variants}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from inferd.types import LoadTimings, RequestTiming
@@ -32,6 +33,18 @@ class Metrics(Protocol):
 
     def endpoint_request(self, endpoint: str, variant: str, outcome: str, duration_s: float) -> None:
         """A request to `endpoint`, routed to `variant`, ended with `outcome` after `duration_s`."""
+        ...
+
+    def shadow_finished(self, endpoint: str, shadow: str, outcome: str, duration_s: float) -> None:
+        """A copy of a request to `endpoint` sent to its `shadow` ended with `outcome`."""
+        ...
+
+    def shadow_dropped(self, endpoint: str, shadow: str) -> None:
+        """A copy was not sent: the shadow had as many copies waiting and running as it may."""
+        ...
+
+    def shadow_compared(self, endpoint: str, shadow: str, agreed: bool, diffs: Mapping[str, float]) -> None:
+        """A shadow's answer was compared with the primary's: whether they agreed, |diff| max by output."""
         ...
 
     def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
@@ -75,6 +88,15 @@ class NoMetrics:
         return None
 
     def endpoint_request(self, endpoint: str, variant: str, outcome: str, duration_s: float) -> None:
+        return None
+
+    def shadow_finished(self, endpoint: str, shadow: str, outcome: str, duration_s: float) -> None:
+        return None
+
+    def shadow_dropped(self, endpoint: str, shadow: str) -> None:
+        return None
+
+    def shadow_compared(self, endpoint: str, shadow: str, agreed: bool, diffs: Mapping[str, float]) -> None:
         return None
 
     def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:

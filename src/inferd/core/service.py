@@ -14,11 +14,11 @@ from inferd.config.server import ModelControlMode
 from inferd.core.catalogue import ModelState
 from inferd.core.dispatcher import Dispatcher
 from inferd.core.endpoint_control import EndpointControl
-from inferd.core.endpoints import Endpoints
 from inferd.core.metrics import Metrics
 from inferd.core.model_files import UPLOAD_FLAG
 from inferd.core.registry import ModelRegistry
 from inferd.core.repository import LinkedModels
+from inferd.core.scheduler import Admission
 from inferd.core.state_dir import StateDir
 from inferd.core.statistics import ServingStatistics
 from inferd.core.tracing import RequestTracer
@@ -95,7 +95,7 @@ class InferenceService:
         self.shutting_down = False
         # Endpoints are resolved where a request's model is, in the inference call; their names
         # answer the metadata, config and readiness routes as a model's do.
-        self.endpoints = EndpointControl(Endpoints(), registry, dispatcher, state)
+        self.endpoints = EndpointControl(registry, dispatcher, self._shadow_copy, state)
 
     def live(self) -> bool:
         return True
@@ -192,6 +192,11 @@ class InferenceService:
         """`model_metadata` of the version a request would reach (loaded on demand, as `serving_config`)."""
         await self.serving_config(name, version)
         return self.model_metadata(name, version)
+
+    async def _shadow_copy(self, request: InferRequest) -> InferResponse:
+        """A shadow's copy of a client's request: held to the same limits and classification, run
+        only in the room clients' requests leave."""
+        return await self._dispatcher.infer(request, self._limits, Admission.BACKGROUND)
 
     @property
     def dispatcher(self) -> Dispatcher:

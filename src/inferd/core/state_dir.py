@@ -20,6 +20,12 @@ class StateDir:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
 
+    def folder(self, name: str) -> Path:
+        """A folder of the state directory's for files of one kind (shadows' logs), made if missing."""
+        path = self.path / name
+        path.mkdir(exist_ok=True)
+        return path
+
     def read(self, name: str) -> Any | None:
         """The document kept as `name`, or None when none is."""
         try:

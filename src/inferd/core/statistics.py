@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from inferd.types import BatchStatistics, DurationStatistic, LoadTimings, ModelStatistics, RequestTiming
@@ -139,6 +140,12 @@ class ServingStatistics:
         # the successful ones' durations. Bounded by the endpoints set, not by what clients name.
         self.endpoint_outcomes: dict[tuple[str, str, str], int] = {}
         self.endpoint_durations: dict[tuple[str, str], Histogram] = {}
+        # Shadows' copies: (endpoint, shadow, outcome) -> count; (endpoint, shadow) -> dropped; (endpoint,
+        # shadow, "agree" or "differ") -> count; (endpoint, shadow, output) -> the largest |diff| seen.
+        self.shadow_outcomes: dict[tuple[str, str, str], int] = {}
+        self.shadow_drops: dict[tuple[str, str], int] = {}
+        self.shadow_comparisons: dict[tuple[str, str, str], int] = {}
+        self.shadow_max_abs_diff: dict[tuple[str, str, str], float] = {}
 
     def request_finished(
         self,
@@ -203,6 +210,21 @@ class ServingStatistics:
             if histogram is None:
                 histogram = self.endpoint_durations[(endpoint, variant)] = _latency()
             histogram.observe(duration_s)
+
+    def shadow_finished(self, endpoint: str, shadow: str, outcome: str, duration_s: float) -> None:
+        key = (endpoint, shadow, outcome)
+        self.shadow_outcomes[key] = self.shadow_outcomes.get(key, 0) + 1
+
+    def shadow_dropped(self, endpoint: str, shadow: str) -> None:
+        self.shadow_drops[(endpoint, shadow)] = self.shadow_drops.get((endpoint, shadow), 0) + 1
+
+    def shadow_compared(self, endpoint: str, shadow: str, agreed: bool, diffs: Mapping[str, float]) -> None:
+        key = (endpoint, shadow, "agree" if agreed else "differ")
+        self.shadow_comparisons[key] = self.shadow_comparisons.get(key, 0) + 1
+        for output, diff in diffs.items():
+            self.shadow_max_abs_diff[(endpoint, shadow, output)] = max(
+                diff, self.shadow_max_abs_diff.get((endpoint, shadow, output), 0.0)
+            )
 
     def response_encoded(self, model: str, version: str, protocol: str, encode_s: float) -> None:
         # Made by `_version` and `phases_of` only when new, as in request_finished.

@@ -235,6 +235,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     )
     metrics_server.shutdown()
     regions.close()
+    await service.endpoints.shadows.close()  # copies no client waits for
     await registry.close()
     logger.info("stopped")
 

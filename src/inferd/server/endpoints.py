@@ -11,13 +11,15 @@ number (a typo must not be a silently ignored setting).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from inferd.core.endpoint_control import EndpointControl
-from inferd.core.endpoints import Endpoint, EndpointSpec, Variant, spec_document
+from inferd.core.endpoints import Endpoint, EndpointSpec, Shadow, Variant, spec_document
+from inferd.core.request_window import WindowSummary, combined_summary
 from inferd.core.service import InferenceService
+from inferd.core.shadow import ShadowState
 from inferd.errors import MalformedRequestError
 from inferd.protocol import json_v2
 from inferd.server.auth import Access
@@ -34,24 +36,32 @@ SAGEMAKER_TARGET_VARIANT_HEADER = "x-amzn-sagemaker-target-variant"
 SAGEMAKER_INVOKED_VARIANT_HEADER = "x-amzn-invoked-production-variant"
 
 
+def _integer_as_text(value: Any) -> Any:
+    # "2" and 2 alike, as Triton's own APIs take a version.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _integer_as_number(value: Any) -> Any:
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 class _VariantBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str
     model: str
-    version: str = ""
-    weight: float = Field(default=1.0)
+    version: Annotated[str, BeforeValidator(_integer_as_text)] = ""
+    weight: Annotated[float, BeforeValidator(_integer_as_number)] = 1.0
 
-    @field_validator("version", mode="before")
-    @classmethod
-    def _version_text(cls, value: Any) -> Any:
-        # "2" and 2 alike, as Triton's own APIs take a version.
-        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
-    @field_validator("weight", mode="before")
-    @classmethod
-    def _weight_number(cls, value: Any) -> Any:
-        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+class _ShadowBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str
+    model: str
+    version: Annotated[str, BeforeValidator(_integer_as_text)] = ""
+    sample: Annotated[float, BeforeValidator(_integer_as_number)] = 1.0
+    log: bool = False
 
 
 class _EndpointBody(BaseModel):
@@ -59,6 +69,7 @@ class _EndpointBody(BaseModel):
 
     variants: list[_VariantBody]
     sticky: str = ""
+    shadow: list[_ShadowBody] = []
 
 
 def decode_endpoint(name: str, body: bytes) -> EndpointSpec:
@@ -71,26 +82,62 @@ def decode_endpoint(name: str, body: bytes) -> EndpointSpec:
         where = ".".join(str(part) for part in first["loc"]) or "the body"
         raise MalformedRequestError(f"endpoint '{name}': {where}: {first['msg']}") from None
     variants = tuple(Variant(v.name, v.model, v.version, v.weight) for v in parsed.variants)
-    return EndpointSpec(name, variants, parsed.sticky)
+    shadows = tuple(Shadow(s.name, s.model, s.version, s.sample, s.log) for s in parsed.shadow)
+    return EndpointSpec(name, variants, parsed.sticky, shadows)
 
 
 def endpoint_json(endpoint: Endpoint) -> dict[str, Any]:
-    """`GET /v2/endpoints/{name}`: the spec, and each variant's requests since it was set and over
-    the last minute (count, errors, error rate, p50/p99 in milliseconds)."""
+    """`GET /v2/endpoints/{name}`: the spec; each variant's requests since it was set and over the
+    last minute (count, errors, error rate, p50/p99 in milliseconds); each shadow's likewise, with
+    its comparisons with the primary answers and its last minute against the variants'."""
     document = spec_document(endpoint.spec)
     for variant in document["variants"]:
         window = endpoint.windows[variant["name"]]
-        summary = window.summary()
         variant["requests_total"] = window.requests_total
         variant["errors_total"] = window.errors_total
-        variant["last_minute"] = {
-            "requests": summary.requests,
-            "errors": summary.errors,
-            "error_rate": summary.error_rate,
-            "p50_ms": summary.p50_ms,
-            "p99_ms": summary.p99_ms,
-        }
+        variant["last_minute"] = _summary_json(window.summary())
+    if endpoint.shadows:
+        primary = combined_summary(endpoint.windows.values())
+        pairs = zip(document["shadow"], endpoint.shadows, strict=True)
+        document["shadow"] = [_shadow_json(shadow, state, primary) for shadow, state in pairs]
     return document
+
+
+def _summary_json(summary: WindowSummary) -> dict[str, Any]:
+    return {
+        "requests": summary.requests,
+        "errors": summary.errors,
+        "error_rate": summary.error_rate,
+        "p50_ms": summary.p50_ms,
+        "p99_ms": summary.p99_ms,
+    }
+
+
+def _shadow_json(document: dict[str, Any], state: ShadowState, primary: WindowSummary) -> dict[str, Any]:
+    mine = state.window.summary()
+
+    def delta(a: float | None, b: float | None) -> float | None:
+        return a - b if a is not None and b is not None else None
+
+    return {
+        **document,
+        "state": "off" if state.off_reason else "on",
+        "reason": state.off_reason,
+        "requests_total": state.window.requests_total,
+        "errors_total": state.window.errors_total,
+        "dropped_total": state.dropped,
+        "compared": state.compared,
+        "agreed": state.agreed,
+        "agreement": state.agreed / state.compared if state.compared else None,
+        "max_abs_diff": dict(state.max_abs_diff),
+        "last_minute": _summary_json(mine),
+        "against_variants": {
+            "error_rate_delta": mine.error_rate - primary.error_rate if mine.requests and primary.requests else None,
+            "p50_ms_delta": delta(mine.p50_ms, primary.p50_ms),
+            "p99_ms_delta": delta(mine.p99_ms, primary.p99_ms),
+        },
+        "log": str(state.log.name) if state.log is not None else None,
+    }
 
 
 class EndpointsApi:

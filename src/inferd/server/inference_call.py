@@ -67,7 +67,7 @@ from inferd.server.grpc_calls import abort, abort_unexpected
 from inferd.server.http import TIMEOUT_HEADER, deadline
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.logging import current_request_id
-from inferd.types import Door, InferResponse, RequestContext, RequestTiming, new_request_id
+from inferd.types import Door, InferRequest, InferResponse, RequestContext, RequestTiming, new_request_id
 
 StateT = TypeVar("StateT")
 AnswerT = TypeVar("AnswerT")
@@ -406,7 +406,17 @@ class InferenceCall:
         context.timing.encode_s = encode_s = time.perf_counter() - encode_started
         response = responses[0]
         self._metrics.response_encoded(response.model_name, response.model_version, context.door, encode_s)
+        if context.route is not None:
+            self._shadow(context.route.endpoint, requests, responses)
         return answer
+
+    def _shadow(self, name: str, requests: Sequence[InferRequest], responses: Sequence[InferResponse]) -> None:
+        """Copy an endpoint's answered requests to its shadows (core.shadow): their tasks run once
+        this call has handed its answer to the transport."""
+        endpoint = self._endpoints.get(name)
+        if endpoint is not None and endpoint.shadows:
+            for request, response in zip(requests, responses, strict=True):
+                self._service.endpoints.shadows.offer(endpoint.shadows, request, response)
 
     async def _signature(self, target: Target) -> Signature:
         config = await self._service.serving_config(target.model, target.version)

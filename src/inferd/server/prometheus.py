@@ -216,6 +216,39 @@ class _Exposition(Collector):
             histogram = histogram.copy()
             durations.add_metric([endpoint, variant], _cumulative_buckets(histogram), histogram.total)
         yield durations
+        shadows = CounterMetricFamily(
+            "inferd_shadow_requests",
+            "Copies of endpoints' requests sent to their shadow variants, by outcome (success or the error code).",
+            labels=["endpoint", "shadow", "outcome"],
+        )
+        for (endpoint, shadow, outcome), count in sorted(dict(statistics.shadow_outcomes).items()):
+            shadows.add_metric([endpoint, shadow, outcome], count)
+        yield shadows
+        dropped = CounterMetricFamily(
+            "inferd_shadow_dropped",
+            "Copies not sent because the shadow had as many copies waiting and running as it may.",
+            labels=["endpoint", "shadow"],
+        )
+        for (endpoint, shadow), count in sorted(dict(statistics.shadow_drops).items()):
+            dropped.add_metric([endpoint, shadow], count)
+        yield dropped
+        comparisons = CounterMetricFamily(
+            "inferd_shadow_comparisons",
+            "Shadow answers compared with the primary's, by result: agree (every output within inferd validate's "
+            "default tolerances) or differ.",
+            labels=["endpoint", "shadow", "result"],
+        )
+        for (endpoint, shadow, result), count in sorted(dict(statistics.shadow_comparisons).items()):
+            comparisons.add_metric([endpoint, shadow, result], count)
+        yield comparisons
+        largest = GaugeMetricFamily(
+            "inferd_shadow_max_abs_diff",
+            "The largest |diff| between a shadow's output and the primary's seen so far, by output.",
+            labels=["endpoint", "shadow", "output"],
+        )
+        for (endpoint, shadow, output), value in sorted(dict(statistics.shadow_max_abs_diff).items()):
+            largest.add_metric([endpoint, shadow, output], value)
+        yield largest
 
     def _model_management(self) -> Iterator[Any]:
         statistics = self._statistics

@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 
 from inferd.core.endpoints import (
-    WINDOW_S,
     Endpoint,
     Endpoints,
     EndpointSpec,
     RoundRobin,
+    Shadow,
     Variant,
-    VariantWindow,
     rendezvous,
     spec_document,
     spec_from_document,
 )
+from inferd.core.request_window import WINDOW_S, RequestWindow, combined_summary
 from inferd.core.state_dir import StateDir
 from inferd.errors import InvalidRequestError
 from inferd.testing.fakes import FakeClock
@@ -132,7 +132,7 @@ def test_a_spec_that_cannot_serve_is_refused_saying_why(
 
 def test_a_window_reports_the_last_minute_only() -> None:
     clock = FakeClock()
-    window = VariantWindow(clock)
+    window = RequestWindow(clock)
     for i in range(100):
         window.observe(i / 1000, failed=i % 10 == 0)
     clock.advance(WINDOW_S / 2)
@@ -165,3 +165,22 @@ def test_specs_survive_the_state_directory(tmp_path: Path) -> None:
     assert [spec_from_document(entry) for entry in again["endpoints"]] == kept
     assert not list((tmp_path / "state").glob(".*partial"))
     assert StateDir(tmp_path / "other").read("endpoints") is None
+
+
+def test_shadows_are_checked_and_kept_with_the_spec() -> None:
+    with pytest.raises(InvalidRequestError, match="sample 0 is not a share"):
+        EndpointSpec("e", (Variant("a", "m"),), shadows=(Shadow("s", "m2", sample=0),))
+    with pytest.raises(InvalidRequestError, match="names variant 'a' more than once"):
+        EndpointSpec("e", (Variant("a", "m"),), shadows=(Shadow("a", "m2"),))
+    kept = EndpointSpec("e", (Variant("a", "m"),), shadows=(Shadow("s", "m2", "3", 0.25, log=True),))
+    assert spec_from_document(spec_document(kept)) == kept
+
+
+def test_variants_windows_sum_up_as_one() -> None:
+    clock = FakeClock()
+    first, second = RequestWindow(clock), RequestWindow(clock)
+    for latency in (0.001, 0.002):
+        first.observe(latency, failed=False)
+    second.observe(0.003, failed=True)
+    summary = combined_summary([first, second])
+    assert (summary.requests, summary.errors, summary.p50_ms) == (3, 1, pytest.approx(2.0))

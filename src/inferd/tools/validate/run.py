@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from inferd.comparison import OutputComparison, Tolerances, compare_output
 from inferd.tools.inputs import file_samples, request_shapes, synthetic_samples
-from inferd.tools.validate.compare import OutputComparison, Tolerances, compare_output
 from inferd.tools.validate.models import Arrays, ModelUnderTest, open_model
 from inferd.tools.validate.pairs import Embedder, read_pairs, similarities
 from inferd.types import DataType

@@ -1,7 +1,11 @@
 """How a candidate's outputs are judged against the reference's, output by output: |diff| max, min,
 mean and std over every element; cosine similarity per sample; for score outputs the decisions
 that flip at a threshold, and for class outputs the rows whose top-1 class differs. Each figure
-has its tolerance, and an output that breaks one says which."""
+has its tolerance, and an output that breaks one says which.
+
+One judgment for every comparison inferd makes: `inferd validate` and `inferd optimize` (a port or
+a server against a reference) and an endpoint's shadow variants (`core.shadow`: each copied
+request's answer against the primary's), so "agrees" means the same everywhere."""
 
 from __future__ import annotations
 
