@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """What an endpoint costs over calling its model directly: the tiny model (dynamic batching, every
-feature on) on one server, called by name and through an endpoint of two variants (90/10, both
-versions of it), in turns at each concurrency with wrk (serving.py's `median_latency`).
+feature on) on one server, called by name, through an endpoint of one variant (the model: what
+routing costs), and through an endpoint of two variants (90/10 over two versions of it: routing,
+and the batches the split makes smaller), in turns at each concurrency with wrk (serving.py's
+`median_latency`).
 
     .venv/bin/python benchmarks/endpoints.py [--concurrency 1 8 32] [--rounds 5] [--seconds 3]
 
@@ -29,7 +31,7 @@ from serving import Setup, build_repository, median_latency, tiny_model, wrk
 
 from inferd.testing.server import run_server
 
-console = Console()
+console = Console(width=160)
 
 
 def main() -> int:
@@ -45,8 +47,8 @@ def main() -> int:
     body = model.v2_json()
     table = Table(title=f"tiny model: by name and through an endpoint, in turns ({args.rounds} rounds of "
                         f"{args.seconds:g} s, medians)")  # fmt: skip
-    for column in ("concurrency", "model req/s", "endpoint req/s", "endpoint / model", "model p50 us",
-                   "endpoint p50 us"):  # fmt: skip
+    for column in ("concurrency", "model req/s", "one variant req/s", "one / model", "90/10 req/s", "90/10 / model",
+                   "p50 us: model, one, 90/10"):  # fmt: skip
         table.add_column(column, justify="right")
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
@@ -56,14 +58,19 @@ def main() -> int:
         config = repository / model.name / "config.pbtxt"
         config.write_text(config.read_text() + "\nversion_policy: { all { } }\n")
         with run_server(repository, scratch / "inferd.log") as server:
-            variants = [{"name": "blue", "model": model.name, "version": "1", "weight": 90},
-                        {"name": "green", "model": model.name, "version": "2", "weight": 10}]  # fmt: skip
-            document = json.dumps({"variants": variants}).encode()
-            request = urllib.request.Request(f"http://{server.http_url}/v2/endpoints/bench", document, method="PUT")
-            urllib.request.urlopen(request, timeout=30).close()
+            endpoints = {
+                "one": [{"name": "only", "model": model.name, "version": "1"}],
+                "split": [{"name": "blue", "model": model.name, "version": "1", "weight": 90},
+                          {"name": "green", "model": model.name, "version": "2", "weight": 10}],
+            }  # fmt: skip
+            for name, variants in endpoints.items():
+                document = json.dumps({"variants": variants}).encode()
+                url = f"http://{server.http_url}/v2/endpoints/{name}"
+                urllib.request.urlopen(urllib.request.Request(url, document, method="PUT"), timeout=30).close()
             urls = {
-                "model": f"http://{server.http_url}/v2/models/{model.name}/infer",
-                "endpoint": f"http://{server.http_url}/v2/models/bench/infer",
+                "model": f"http://{server.http_url}/v2/models/{model.name}/versions/1/infer",
+                "one": f"http://{server.http_url}/v2/models/one/infer",
+                "split": f"http://{server.http_url}/v2/models/split/infer",
             }
             for url in urls.values():  # warm both
                 wrk(url, body, 8, 1.0, scratch)
@@ -74,14 +81,15 @@ def main() -> int:
                         for label, url in urls.items()
                     }
                     medians = dict(median_latency(paths, args.rounds))
-                bare, routed = medians["model"], medians["endpoint"]
+                bare, one, split = medians["model"], medians["one"], medians["split"]
                 table.add_row(
                     str(concurrency),
                     f"{bare.throughput:,.0f}",
-                    f"{routed.throughput:,.0f}",
-                    f"{routed.throughput / bare.throughput:.3f}",
-                    f"{bare.p50_us:.0f}",
-                    f"{routed.p50_us:.0f}",
+                    f"{one.throughput:,.0f}",
+                    f"{one.throughput / bare.throughput:.3f}",
+                    f"{split.throughput:,.0f}",
+                    f"{split.throughput / bare.throughput:.3f}",
+                    f"{bare.p50_us:.0f}, {one.p50_us:.0f}, {split.p50_us:.0f}",
                 )
     console.print(table)
     return 0

@@ -188,34 +188,53 @@ def rendezvous(key: str, variants: Sequence[Variant]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """Where one request to an endpoint went: carried on its context (`RequestContext.route`), so
-    that its answer names the variant and its outcome is counted there."""
+    """Where a request to an endpoint went: carried on its context (`RequestContext.route`), so
+    that its answer names the variant and its outcome is counted there. One for each variant, made
+    when the endpoint is set: routing a request makes nothing."""
 
     endpoint: str
     variant: str
     model: str
     version: str
     window: RequestWindow
+    # Whether the endpoint has shadows (the inference call offers them the answered request).
+    shadowed: bool = False
+    # The variant's name as the answer's header carries it.
+    variant_header: bytes = field(init=False)
+    # A request's outcome, into the variant's window: the window's own method (no hop between).
+    observe: Callable[[float, bool], None] = field(init=False)
 
-    def observe(self, latency_s: float, failed: bool) -> None:
-        self.window.observe(latency_s, failed)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "variant_header", self.variant.encode())
+        object.__setattr__(self, "observe", self.window.observe)
 
 
 @dataclass
 class Endpoint:
-    """An endpoint as it serves: its spec, the round robin over its weights, each variant's window,
-    its shadows' state. `shadow_logs`: the folder shadows with `log` write their pairs in."""
+    """An endpoint as it serves: its spec, the round robin over its weights, each variant's window
+    and route, its shadows' state. `shadow_logs`: the folder shadows with `log` write their pairs
+    in; `previous`: the endpoint this one replaces, whose windows it keeps for the variants it
+    keeps (same name, model and version: a weight change is not a new variant)."""
 
     spec: EndpointSpec
     clock: Callable[[], float] = time.monotonic
     shadow_logs: Path | None = None
+    previous: Endpoint | None = field(default=None, repr=False)
     windows: dict[str, RequestWindow] = field(init=False)
     shadows: list[ShadowState] = field(init=False)
+    # The sticky header's name as HTTP headers are keyed (lower-case bytes); b"" when not sticky.
+    sticky_header: bytes = field(init=False)
+    _routes: list[Route] = field(init=False)
     _round_robin: RoundRobin = field(init=False)
 
     def __post_init__(self) -> None:
-        self.windows = {variant.name: RequestWindow(self.clock) for variant in self.spec.variants}
-        self._round_robin = RoundRobin([variant.weight for variant in self.spec.variants])
+        kept: dict[tuple[str, str, str], RequestWindow] = {}
+        if self.previous is not None:
+            kept = {(v.name, v.model, v.version): self.previous.windows[v.name] for v in self.previous.spec.variants}
+        self.previous = None  # not kept alive
+        self.windows = {
+            v.name: kept.get((v.name, v.model, v.version)) or RequestWindow(self.clock) for v in self.spec.variants
+        }
         self.shadows = [
             ShadowState(
                 self.spec.name, s.name, s.model, s.version, s.sample,
@@ -224,6 +243,12 @@ class Endpoint:
             )
             for s in self.spec.shadows
         ]  # fmt: skip
+        self._routes = [
+            Route(self.spec.name, v.name, v.model, v.version, self.windows[v.name], bool(self.shadows))
+            for v in self.spec.variants
+        ]
+        self._round_robin = RoundRobin([variant.weight for variant in self.spec.variants])
+        self.sticky_header = self.spec.sticky.lower().encode()
 
     @property
     def name(self) -> str:
@@ -232,17 +257,21 @@ class Endpoint:
     def choose(self, pinned: str | None = None, key: str | None = None) -> Variant:
         """The variant of one request: the `pinned` one, else the one `key` sticks to (when the
         endpoint is sticky and the request carried its header), else the round robin's next."""
-        if pinned:
-            return self.spec.variant(pinned)
-        variants = self.spec.variants
-        if key is not None and self.spec.sticky:
-            return variants[rendezvous(key, variants)]
-        return variants[self._round_robin.pick()]
+        return self.spec.variants[self._index(pinned, key)]
 
     def route(self, pinned: str | None = None, key: str | None = None) -> Route:
         """`choose`'s variant, as the request's route."""
-        variant = self.choose(pinned, key)
-        return Route(self.spec.name, variant.name, variant.model, variant.version, self.windows[variant.name])
+        if pinned is None and key is None:  # most requests: by weight
+            return self._routes[self._round_robin.pick()] if len(self._routes) > 1 else self._routes[0]
+        return self._routes[self._index(pinned, key)]
+
+    def _index(self, pinned: str | None, key: str | None) -> int:
+        if pinned:
+            return self.spec.variants.index(self.spec.variant(pinned))
+        variants = self.spec.variants
+        if key is not None and self.spec.sticky:
+            return rendezvous(key, variants)
+        return self._round_robin.pick() if len(variants) > 1 else 0
 
 
 class Endpoints:
@@ -261,13 +290,7 @@ class Endpoints:
         """Serve `spec` from now on. A changed endpoint keeps the windows of the variants it keeps
         (same name, model and version): a weight change is not a new variant. Shadows start anew
         (one that turned itself off is on again)."""
-        endpoint = Endpoint(spec, self._clock, self.shadow_logs)
-        old = self.by_name.get(spec.name)
-        if old is not None:
-            kept = {(v.name, v.model, v.version) for v in old.spec.variants}
-            for variant in spec.variants:
-                if (variant.name, variant.model, variant.version) in kept:
-                    endpoint.windows[variant.name] = old.windows[variant.name]
+        endpoint = Endpoint(spec, self._clock, self.shadow_logs, self.by_name.get(spec.name))
         self.by_name[spec.name] = endpoint
         return endpoint
 

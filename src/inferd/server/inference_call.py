@@ -37,7 +37,7 @@ import grpc
 
 from inferd.config.parameters import VERSION_LABELS
 from inferd.core.dispatcher import Dispatcher
-from inferd.core.endpoints import Endpoints
+from inferd.core.endpoints import Endpoint, Endpoints
 from inferd.core.metrics import Metrics
 from inferd.core.service import InferenceService
 from inferd.errors import InferdError, InvalidRequestError, StreamOnlyModelError
@@ -79,6 +79,8 @@ _SERVER_TIMING_REQUEST = server_timing.REQUEST_HEADER.encode()
 _SERVER_TIMING_RESPONSE = server_timing.RESPONSE_HEADER.encode()
 _CONTENT_ENCODING = b"content-encoding"
 _VARIANT = VARIANT_HEADER.encode()
+_TARGET_VARIANT = TARGET_VARIANT_HEADER.encode()
+_SAGEMAKER_TARGET_VARIANT = SAGEMAKER_TARGET_VARIANT_HEADER.encode()
 _SAGEMAKER_INVOKED_VARIANT = SAGEMAKER_INVOKED_VARIANT_HEADER.encode()
 # A request's header (HTTP) or metadata entry (gRPC) by its lower-case name, None when absent.
 Header = Callable[[str], bytes | str | None]
@@ -158,10 +160,15 @@ class InferenceCall:
         context = RequestContext(current_request_id.get(), deadline_s, codec.door, RequestTiming(), trace)
         encoding = headers.get(_CONTENT_ENCODING)
         if isinstance(target, Target) and (encoding is None or not http_compression.is_compressed(encoding)):
-            if target.label or target.model in self._endpoints.by_name:
+            if target.label:
                 await self._admit(target, codec.door, context, _http_header(headers))
-            else:  # no coroutine where nothing needs resolving (most requests)
-                self._dispatcher.shed(target.model, target.version, codec.door)
+            else:  # no coroutine where no label needs resolving (most requests)
+                endpoint = self._endpoints.get(target.model)
+                if endpoint is not None:
+                    pinned = headers.get(_TARGET_VARIANT) or headers.get(_SAGEMAKER_TARGET_VARIANT)
+                    key = headers.get(endpoint.sticky_header) if endpoint.sticky_header else None
+                    self._route(endpoint, target, context, pinned, key)
+                self._dispatcher.shed(target.model, target.version, codec.door, context.route)
             try:
                 answer = await self._serve(codec, request, target, context)
             except StreamOnlyModelError as exc:
@@ -171,10 +178,9 @@ class InferenceCall:
         answered = answer.headers
         answered.append((_REQUEST_ID, header_value(context.request_id).encode("ascii")))
         if context.route is not None:
-            variant = context.route.variant.encode()
-            answered.append((_VARIANT, variant))
+            answered.append((_VARIANT, context.route.variant_header))
             if codec.door is Door.SAGEMAKER:
-                answered.append((_SAGEMAKER_INVOKED_VARIANT, variant))
+                answered.append((_SAGEMAKER_INVOKED_VARIANT, context.route.variant_header))
         timing_asked = headers.get(_SERVER_TIMING_REQUEST)
         if timing_asked is not None and server_timing.wanted(timing_asked):
             answered.append((_SERVER_TIMING_RESPONSE, server_timing.encode(context.timing).encode()))
@@ -373,18 +379,30 @@ class InferenceCall:
         header (HTTP) or metadata (gRPC) of a lower-case name."""
         endpoint = self._endpoints.get(target.model)
         if endpoint is not None:
-            if target.version or target.label:
-                raise InvalidRequestError(
-                    f"'{target.model}' is an endpoint: it has variants, not versions "
-                    f"(pin one with the {TARGET_VARIANT_HEADER} header)"
-                )
             pinned = header(TARGET_VARIANT_HEADER) or header(SAGEMAKER_TARGET_VARIANT_HEADER)
             sticky = endpoint.spec.sticky
-            route = context.route = endpoint.route(_text(pinned), _text(header(sticky.lower())) if sticky else None)
-            target.model, target.version = route.model, route.version
+            self._route(endpoint, target, context, pinned, header(sticky.lower()) if sticky else None)
         if target.label:
             target.version, target.label = await self.label_version(target.model, target.label), ""
         self._dispatcher.shed(target.model, target.version, door, context.route)
+
+    @staticmethod
+    def _route(
+        endpoint: Endpoint, target: Target, context: RequestContext, pinned: bytes | str | None, key: bytes | str | None
+    ) -> None:
+        """The endpoint's variant for this request (core.endpoints), `pinned` by the client or
+        kept by its sticky `key` (header values): the target becomes the variant's model and
+        version (in place), and the context keeps the route."""
+        if target.version or target.label:
+            raise InvalidRequestError(
+                f"'{target.model}' is an endpoint: it has variants, not versions "
+                f"(pin one with the {TARGET_VARIANT_HEADER} header)"
+            )
+        if pinned is None and key is None:
+            route = context.route = endpoint.route()
+        else:
+            route = context.route = endpoint.route(_text(pinned) if pinned else None, _text(key))
+        target.model, target.version = route.model, route.version
 
     async def _serve(
         self, codec: Codec[Any, StateT, AnswerT], raw: Any, target: Target, context: RequestContext
@@ -406,7 +424,7 @@ class InferenceCall:
         context.timing.encode_s = encode_s = time.perf_counter() - encode_started
         response = responses[0]
         self._metrics.response_encoded(response.model_name, response.model_version, context.door, encode_s)
-        if context.route is not None:
+        if context.route is not None and context.route.shadowed:
             self._shadow(context.route.endpoint, requests, responses)
         return answer
 
@@ -414,7 +432,7 @@ class InferenceCall:
         """Copy an endpoint's answered requests to its shadows (core.shadow): their tasks run once
         this call has handed its answer to the transport."""
         endpoint = self._endpoints.get(name)
-        if endpoint is not None and endpoint.shadows:
+        if endpoint is not None:
             for request, response in zip(requests, responses, strict=True):
                 self._service.endpoints.shadows.offer(endpoint.shadows, request, response)
 

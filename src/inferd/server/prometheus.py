@@ -204,17 +204,18 @@ class _Exposition(Collector):
             "error code); each is also counted under its variant's model in inferd_requests_total.",
             labels=["endpoint", "variant", "outcome"],
         )
-        for (endpoint, variant, outcome), count in sorted(dict(statistics.endpoint_outcomes).items()):
-            requests.add_metric([endpoint, variant, outcome], count)
+        variants = sorted((key, stats.copy()) for key, stats in list(statistics.endpoints.items()))
+        for (endpoint, variant), stats in variants:
+            for outcome, count in sorted(stats.outcomes.items()):
+                requests.add_metric([endpoint, variant, outcome], count)
         yield requests
         durations = HistogramMetricFamily(
             "inferd_endpoint_request_duration_seconds",
             "Successful requests to endpoints, by variant: from the start of decoding to a result, in seconds.",
             labels=["endpoint", "variant"],
         )
-        for (endpoint, variant), histogram in sorted(dict(statistics.endpoint_durations).items()):
-            histogram = histogram.copy()
-            durations.add_metric([endpoint, variant], _cumulative_buckets(histogram), histogram.total)
+        for (endpoint, variant), stats in variants:
+            durations.add_metric([endpoint, variant], _cumulative_buckets(stats.duration), stats.duration.total)
         yield durations
         shadows = CounterMetricFamily(
             "inferd_shadow_requests",
