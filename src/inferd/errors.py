@@ -108,6 +108,9 @@ class InferdError(Exception):
         self.server_message = server_message
         # Set by whichever layer knows it, so the wire can report it even for undecodable requests.
         self.request_id: str | None = None
+        # Set by the inference call when the request went to an endpoint's variant: the error
+        # answer names it, as a successful one does.
+        self.variant: str | None = None
 
     @property
     def logged(self) -> str:

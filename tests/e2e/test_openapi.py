@@ -40,7 +40,13 @@ from schemathesis.specs.openapi.checks import (
 
 from inferd.protocol import sagemaker
 from inferd.server.openapi import OPENAPI_PATH, document
-from inferd.server.openapi.schemas import EXAMPLE_ENDPOINT, EXAMPLE_ENDPOINT_NAME, EXAMPLE_MODEL, binary_example
+from inferd.server.openapi.schemas import (
+    EXAMPLE_ENDPOINT,
+    EXAMPLE_ENDPOINT_NAME,
+    EXAMPLE_MODEL,
+    EXAMPLE_ROLLOUT,
+    binary_example,
+)
 from inferd.testing.doors import SAGEMAKER_MODEL, EveryDoor
 from inferd.testing.fuzzing import RETRYABLE_CODES, error_code
 
@@ -165,8 +171,12 @@ def prepared(api: Api, label: str) -> Iterator[None]:
         if not label.endswith("/register"):
             body = {"key": api.region_key, "offset": 0, "byte_size": 64}
             assert api.send("POST", f"/v2/systemsharedmemory/region/{REGION}/register", body).status_code == 200
-    if label.startswith(("GET /v2/endpoints/", "DELETE /v2/endpoints/")):  # the example endpoint, set
-        assert api.send("PUT", f"/v2/endpoints/{EXAMPLE_ENDPOINT_NAME}", EXAMPLE_ENDPOINT).status_code in (200, 201)
+    endpoint = f"/v2/endpoints/{EXAMPLE_ENDPOINT_NAME}"
+    if label.startswith(("GET /v2/endpoints/", "DELETE /v2/endpoints/", "POST /v2/endpoints/")):
+        api.send("POST", f"{endpoint}/rollout/abort")  # none running: the endpoint may be set
+        assert api.send("PUT", endpoint, EXAMPLE_ENDPOINT).status_code in (200, 201)  # the example endpoint, set
+    if "/rollout" in label and label != "POST /v2/endpoints/{endpoint}/rollout":  # a rollout to read or end
+        assert api.send("POST", f"{endpoint}/rollout", EXAMPLE_ROLLOUT).status_code == 200
     loaded = api.send("GET", f"/models/{SAGEMAKER_MODEL}").status_code == 200
     if label == "POST /models" and loaded:
         assert api.send("DELETE", f"/models/{SAGEMAKER_MODEL}").status_code == 200
@@ -178,6 +188,8 @@ def prepared(api: Api, label: str) -> Iterator[None]:
     finally:
         if label.startswith("POST /v2/repository/models/"):  # the examples unload and load add_sub
             assert api.send("POST", f"/v2/repository/models/{EXAMPLE_MODEL}/load").status_code == 200
+        if "/rollout" in label:  # no rollout left running to hold the example endpoint's weights
+            api.send("POST", f"{endpoint}/rollout/abort")
 
 
 def run_cases(api: Api, strategy: Any, checks: list[Callable[..., None]], count: int) -> None:

@@ -13,6 +13,7 @@ from inferd.cli.optimize import optimize
 from inferd.cli.perf import perf
 from inferd.cli.plan import plan
 from inferd.cli.profile import profile
+from inferd.cli.rollout import rollout
 from inferd.cli.serve import serve
 from inferd.cli.validate import validate
 
@@ -33,6 +34,7 @@ cli.add_command(plan)
 cli.add_command(health)
 cli.add_command(deploy)
 cli.add_command(fleet)
+cli.add_command(rollout)
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ import numpy as np
 from inferd.client.retry import RetryPolicy, call_with_retries
 from inferd.client.security import ClientTls, bearer
 from inferd.client.transport import Transport
+from inferd.errors import UnsupportedError
 from inferd.types import (
     DataType,
     InferRequest,
@@ -184,6 +185,17 @@ class AsyncClient:
     ) -> None:
         await self._retrying(
             lambda left: self._transport.unload_model(model, unload_dependents, timeout_s=left), timeout_s
+        )
+
+    async def call_json(self, method: str, path: str, document: Any = None, *, timeout_s: float | None = None) -> Any:
+        """A JSON call over HTTP of an API the typed methods do not cover (`/v2/endpoints/...`):
+        its answer as JSON. Not retried: such calls change the server's state."""
+        from inferd.client.http import HttpInferenceClient
+
+        if not isinstance(self._transport, HttpInferenceClient):
+            raise UnsupportedError(f"{method} {path} is an HTTP API: call the server with an http:// URL")
+        return await self._transport.call_json(
+            method, path, document, timeout_s=self.timeout_s if timeout_s is None else timeout_s
         )
 
     async def close(self) -> None:

@@ -17,6 +17,7 @@ sentence-similarity pipeline at one client went to grpc.aio's call machinery).
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 import time
 import urllib.parse
@@ -125,6 +126,13 @@ class HttpInferenceClient:
     async def unload_model(self, name: str, unload_dependents: bool = False, *, timeout_s: float) -> None:
         body = json_v2.encode_unload_request(unload_dependents)
         await self._json("POST", f"/v2/repository/models/{_quote(name)}/unload", body, timeout_s)
+
+    async def call_json(self, method: str, path: str, document: Any, *, timeout_s: float) -> Any:
+        """A JSON call of an API the typed methods do not cover (endpoints, rollouts): its answer
+        read as JSON (None when empty); an error answer raised typed, as the others are."""
+        body = json.dumps(document).encode() if document is not None else b""
+        payload = await self._json(method, path, body, timeout_s)
+        return json.loads(payload) if payload else None
 
     async def close(self) -> None:
         idle, self._idle = self._idle, []

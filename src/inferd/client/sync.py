@@ -96,6 +96,9 @@ class Client:
     def unload_model(self, model: str, *, unload_dependents: bool = False, timeout_s: float | None = None) -> None:
         self._run(self._client.unload_model(model, unload_dependents=unload_dependents, timeout_s=timeout_s))
 
+    def call_json(self, method: str, path: str, document: Any = None, *, timeout_s: float | None = None) -> Any:
+        return self._run(self._client.call_json(method, path, document, timeout_s=timeout_s))
+
     def close(self) -> None:
         if self._loop.is_closed():
             return

@@ -10,17 +10,21 @@ nor a model an endpoint's (409 either way).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from inferd.config.model import ModelConfig, TensorConfig
 from inferd.core.dispatcher import Dispatcher
 from inferd.core.endpoints import Endpoint, Endpoints, EndpointSpec, Shadow, Variant, spec_document, spec_from_document
 from inferd.core.registry import ModelRegistry
+from inferd.core.request_window import WindowSummary
+from inferd.core.rollout import Guards, Rollout, RolloutController
 from inferd.core.shadow import ShadowInfer, ShadowTraffic
 from inferd.core.state_dir import StateDir
 from inferd.errors import AlreadyExistsError, InferdError, InvalidRequestError, NotFoundError
 
 STATE_NAME = "endpoints"
+ROLLOUTS_NAME = "rollouts"
 
 
 class EndpointControl:
@@ -36,6 +40,7 @@ class EndpointControl:
         endpoints in memory only, and no logs."""
         self.endpoints = Endpoints(shadow_logs=state.folder("shadow") if state is not None else None)
         self.shadows = ShadowTraffic(shadow_infer, registry.metrics)
+        self.rollouts = RolloutController(self, self._keep_rollouts)
         self._registry = registry
         self._dispatcher = dispatcher
         self._state = state
@@ -50,6 +55,51 @@ class EndpointControl:
         self.endpoints.replace_all(specs)
         return [spec.name for spec in specs]
 
+    async def restore_rollouts(self) -> list[str]:
+        """Take up the rollouts the state directory keeps (once the models serve): running ones go
+        on. The endpoints whose rollout resumed."""
+        if self._state is None:
+            return []
+        documents = (self._state.read(ROLLOUTS_NAME) or {}).get("rollouts", [])
+        await self.rollouts.restore([d for d in documents if d.get("endpoint") in self.endpoints.by_name])
+        return [d["endpoint"] for d in documents if d.get("state") in ("running", "paused")]
+
+    # -- rollouts ----------------------------------------------------------------------------------
+
+    async def start_rollout(self, name: str, candidate: str, strategy: str, bake_s: float, guards: Guards) -> Rollout:
+        """Move `name`'s traffic to its variant `candidate` by `strategy`, from its heaviest other
+        variant (the baseline). The candidate must serve now (its warm-up done)."""
+        spec = self.get(name).spec
+        variant = spec.variant(candidate)
+        others = [v for v in spec.variants if v.name != candidate]
+        if not others:
+            raise InvalidRequestError(f"endpoint '{name}' has no variant but '{candidate}' to roll out from")
+        baseline = max(others, key=lambda v: v.weight)
+        try:
+            self._dispatcher.ready_handle(variant.model, variant.version)
+        except InferdError as exc:
+            raise InvalidRequestError(
+                f"variant '{candidate}' does not serve yet ({exc.message}): it takes traffic only once loaded and warm"
+            ) from None
+        weights = {v.name: v.weight for v in spec.variants}
+        return await self.rollouts.start(name, candidate, baseline.name, weights, strategy, bake_s, guards)
+
+    async def set_weights(self, endpoint: str, weights: dict[str, float]) -> None:
+        spec = self.get(endpoint).spec
+        variants = tuple(replace(v, weight=weights.get(v.name, v.weight)) for v in spec.variants)
+        self.endpoints.set(replace(spec, variants=variants))
+        self._keep()
+
+    def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
+        return self.get(endpoint).windows[variant].summary(window_s)
+
+    def unpinned_requests(self, endpoint: str, variant: str) -> int:
+        return self.get(endpoint).windows[variant].requests_total
+
+    def _keep_rollouts(self, documents: list[dict[str, Any]]) -> None:
+        if self._state is not None:
+            self._state.write(ROLLOUTS_NAME, {"rollouts": documents})
+
     def is_endpoint(self, name: str) -> bool:
         return name in self.endpoints.by_name
 
@@ -61,6 +111,7 @@ class EndpointControl:
 
     async def set(self, spec: EndpointSpec) -> tuple[Endpoint, bool]:
         """Serve `spec` (a new endpoint, or new variants and weights for one); whether it is new."""
+        self._check_no_rollout(spec.name)
         if self._is_model(spec.name):
             raise AlreadyExistsError(f"'{spec.name}' is a model's name: an endpoint must have a name of its own")
         if any(shadow.log for shadow in spec.shadows) and self._state is None:
@@ -79,6 +130,7 @@ class EndpointControl:
 
     def delete(self, name: str) -> None:
         self.get(name)
+        self._check_no_rollout(name)
         self.endpoints.delete(name)
         self._keep()
 
@@ -92,6 +144,13 @@ class EndpointControl:
         of equals). Every variant has its signature."""
         variants = self.get(name).spec.variants
         return max(variants, key=lambda variant: variant.weight)
+
+    def _check_no_rollout(self, name: str) -> None:
+        if self.rollouts.is_running(name):
+            raise AlreadyExistsError(
+                f"endpoint '{name}' has a rollout running: it sets the weights until it ends "
+                f"(POST /v2/endpoints/{name}/rollout/promote or /abort)"
+            )
 
     def _is_model(self, name: str) -> bool:
         return self._registry.repository.has_model(name) or any(r.name == name for r in self._registry.records())

@@ -221,20 +221,31 @@ class Endpoint:
     shadow_logs: Path | None = None
     previous: Endpoint | None = field(default=None, repr=False)
     windows: dict[str, RequestWindow] = field(init=False)
+    # Requests that pinned their variant: counted apart, as they are not routed by weight (a
+    # rollout judges only the others).
+    pinned_windows: dict[str, RequestWindow] = field(init=False)
     shadows: list[ShadowState] = field(init=False)
     # The sticky header's name as HTTP headers are keyed (lower-case bytes); b"" when not sticky.
     sticky_header: bytes = field(init=False)
     _routes: list[Route] = field(init=False)
+    _pinned_routes: list[Route] = field(init=False)
     _round_robin: RoundRobin = field(init=False)
 
     def __post_init__(self) -> None:
-        kept: dict[tuple[str, str, str], RequestWindow] = {}
+        kept: dict[tuple[str, str, str], tuple[RequestWindow, RequestWindow]] = {}
         if self.previous is not None:
-            kept = {(v.name, v.model, v.version): self.previous.windows[v.name] for v in self.previous.spec.variants}
+            previous = self.previous
+            kept = {
+                (v.name, v.model, v.version): (previous.windows[v.name], previous.pinned_windows[v.name])
+                for v in previous.spec.variants
+            }
         self.previous = None  # not kept alive
-        self.windows = {
-            v.name: kept.get((v.name, v.model, v.version)) or RequestWindow(self.clock) for v in self.spec.variants
+        windows = {
+            v.name: kept.get((v.name, v.model, v.version)) or (RequestWindow(self.clock), RequestWindow(self.clock))
+            for v in self.spec.variants
         }
+        self.windows = {name: pair[0] for name, pair in windows.items()}
+        self.pinned_windows = {name: pair[1] for name, pair in windows.items()}
         self.shadows = [
             ShadowState(
                 self.spec.name, s.name, s.model, s.version, s.sample,
@@ -245,6 +256,10 @@ class Endpoint:
         ]  # fmt: skip
         self._routes = [
             Route(self.spec.name, v.name, v.model, v.version, self.windows[v.name], bool(self.shadows))
+            for v in self.spec.variants
+        ]
+        self._pinned_routes = [
+            Route(self.spec.name, v.name, v.model, v.version, self.pinned_windows[v.name], bool(self.shadows))
             for v in self.spec.variants
         ]
         self._round_robin = RoundRobin([variant.weight for variant in self.spec.variants])
@@ -263,7 +278,7 @@ class Endpoint:
         """`choose`'s variant, as the request's route."""
         if pinned is None and key is None:  # most requests: by weight
             return self._routes[self._round_robin.pick()] if len(self._routes) > 1 else self._routes[0]
-        return self._routes[self._index(pinned, key)]
+        return (self._pinned_routes if pinned else self._routes)[self._index(pinned, key)]
 
     def _index(self, pinned: str | None, key: str | None) -> int:
         if pinned:

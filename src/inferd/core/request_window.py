@@ -49,12 +49,16 @@ class RequestWindow:
         return _summarize(self.entries(window_s))
 
     def entries(self, window_s: float = WINDOW_S) -> list[tuple[float, float, bool]]:
-        """(ended at, seconds, failed) of each request of the last `window_s` seconds."""
-        since = self._clock() - window_s
+        """(ended at, seconds, failed) of each request of the last `window_s` seconds (at most
+        WINDOW_S: what is older is dropped)."""
+        now = self._clock()
         entries = self._entries
-        while entries and entries[0][0] < since:
+        while entries and entries[0][0] < now - WINDOW_S:
             entries.popleft()
-        return list(entries)
+        if window_s >= WINDOW_S:
+            return list(entries)
+        since = now - window_s
+        return [entry for entry in entries if entry[0] >= since]
 
 
 def combined_summary(windows: Iterable[RequestWindow], window_s: float = WINDOW_S) -> WindowSummary:

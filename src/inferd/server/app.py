@@ -219,6 +219,8 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     logger.info("models ready: %s", ", ".join(ready) or "none", extra={"ready": len(ready), "failed": len(failed)})
     if failed:
         logger.warning("models not ready: %s", "; ".join(failed))
+    if resumed := await service.endpoints.restore_rollouts():
+        logger.info("rollouts resumed: %s", ", ".join(resumed))
     _freeze_startup_objects()
 
     poller = loop.create_task(_poll(registry, settings.repository_poll_s)) if mode is ModelControlMode.POLL else None
@@ -236,6 +238,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     metrics_server.shutdown()
     regions.close()
     await service.endpoints.shadows.close()  # copies no client waits for
+    await service.endpoints.rollouts.close()  # kept in the state directory: resumed at the next start
     await registry.close()
     logger.info("stopped")
 

@@ -11,29 +11,23 @@ number (a typo must not be a silently ignored setting).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from datetime import UTC, datetime
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from inferd.core.endpoint_control import EndpointControl
 from inferd.core.endpoints import Endpoint, EndpointSpec, Shadow, Variant, spec_document
 from inferd.core.request_window import WindowSummary, combined_summary
+from inferd.core.rollout import Guards, Rollout, parse_duration
 from inferd.core.service import InferenceService
 from inferd.core.shadow import ShadowState
-from inferd.errors import MalformedRequestError
+from inferd.errors import MalformedRequestError, NotFoundError
 from inferd.protocol import json_v2
 from inferd.server.auth import Access
 from inferd.server.http import json_response
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.routes import READ, Params, Route
-
-# The header a client pins a variant with, and the one every answer names its variant in (gRPC:
-# metadata and trailing metadata of these names); SageMaker's, which boto3's TargetVariant sends
-# and its answers carry.
-TARGET_VARIANT_HEADER = "inferd-target-variant"
-VARIANT_HEADER = "inferd-variant"
-SAGEMAKER_TARGET_VARIANT_HEADER = "x-amzn-sagemaker-target-variant"
-SAGEMAKER_INVOKED_VARIANT_HEADER = "x-amzn-invoked-production-variant"
 
 
 def _integer_as_text(value: Any) -> Any:
@@ -72,15 +66,22 @@ class _EndpointBody(BaseModel):
     shadow: list[_ShadowBody] = []
 
 
-def decode_endpoint(name: str, body: bytes) -> EndpointSpec:
-    """The endpoint a PUT body sets; a 400 saying which field is wrong."""
-    document = json_v2.load_json(body)
+Body = TypeVar("Body", bound=BaseModel)
+
+
+def _decode(model: type[Body], name: str, body: bytes) -> Body:
+    """A body read strictly; a 400 saying which field is wrong."""
     try:
-        parsed = _EndpointBody.model_validate(document)
+        return model.model_validate(json_v2.load_json(body))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "the body"
         raise MalformedRequestError(f"endpoint '{name}': {where}: {first['msg']}") from None
+
+
+def decode_endpoint(name: str, body: bytes) -> EndpointSpec:
+    """The endpoint a PUT body sets; a 400 saying which field is wrong."""
+    parsed = _decode(_EndpointBody, name, body)
     variants = tuple(Variant(v.name, v.model, v.version, v.weight) for v in parsed.variants)
     shadows = tuple(Shadow(s.name, s.model, s.version, s.sample, s.log) for s in parsed.shadow)
     return EndpointSpec(name, variants, parsed.sticky, shadows)
@@ -171,3 +172,71 @@ class EndpointsApi:
             return HttpResponse(200)
         endpoint, created = await self._control.set(decode_endpoint(name, request.body))
         return json_response(endpoint_json(endpoint), status=201 if created else 200)
+
+
+class _RolloutBody(BaseModel):
+    """`POST /v2/endpoints/{e}/rollout`; durations as seconds or "5m", "90s", "20ms"."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    to: str
+    strategy: str = "canary:10"
+    bake: str | Annotated[float, BeforeValidator(_integer_as_number)] = 300.0
+    min_requests: int = 100
+    max_error_rate_delta: Annotated[float, BeforeValidator(_integer_as_number)] = 0.05
+    max_p99_ratio: Annotated[float, BeforeValidator(_integer_as_number)] = 1.5
+    min_p99_delta: str | Annotated[float, BeforeValidator(_integer_as_number)] = "20ms"
+
+
+def rollout_json(rollout: Rollout) -> dict[str, Any]:
+    """A rollout as the API shows it: its decisions' times in UTC (ISO 8601)."""
+    document = rollout.document()
+    for decision in document["decisions"]:
+        decision["at"] = datetime.fromtimestamp(decision["at"], UTC).isoformat(timespec="milliseconds")
+    document["step"] += 1  # 1-based, as the decisions say it
+    document["step_started"] = datetime.fromtimestamp(rollout.step_started, UTC).isoformat(timespec="milliseconds")
+    return document
+
+
+class RolloutsApi:
+    """`/v2/endpoints/{e}/rollout...`: start, read, promote, abort, history (the management API's)."""
+
+    def __init__(self, service: InferenceService) -> None:
+        self._service = service
+
+    def routes(self) -> tuple[Route, ...]:
+        return (
+            Route("/v2/endpoints/{endpoint}/rollout", (*READ, "POST"), self._rollout, Access.MANAGEMENT),
+            Route("/v2/endpoints/{endpoint}/rollout/promote", ("POST",), self._promote, Access.MANAGEMENT),
+            Route("/v2/endpoints/{endpoint}/rollout/abort", ("POST",), self._abort, Access.MANAGEMENT),
+            Route("/v2/endpoints/{endpoint}/rollout/history", READ, self._history, Access.MANAGEMENT),
+        )
+
+    async def _rollout(self, request: HttpRequest, params: Params) -> HttpResponse:
+        control = self._service.endpoints
+        name = params["endpoint"]
+        control.get(name)
+        if request.method in READ:
+            current = control.rollouts.current(name)
+            if current is None:
+                raise NotFoundError(
+                    f"endpoint '{name}' has had no rollout (POST /v2/endpoints/{name}/rollout starts one)"
+                )
+            return json_response(rollout_json(current))
+        body = _decode(_RolloutBody, name, request.body)
+        delta = body.min_p99_delta
+        delta_ms = parse_duration(delta) * 1000 if isinstance(delta, str) else delta
+        guards = Guards(body.min_requests, body.max_error_rate_delta, body.max_p99_ratio, delta_ms)
+        rollout = await control.start_rollout(name, body.to, body.strategy, parse_duration(body.bake), guards)
+        return json_response(rollout_json(rollout))
+
+    async def _promote(self, request: HttpRequest, params: Params) -> HttpResponse:
+        return json_response(rollout_json(await self._service.endpoints.rollouts.promote(params["endpoint"])))
+
+    async def _abort(self, request: HttpRequest, params: Params) -> HttpResponse:
+        return json_response(rollout_json(await self._service.endpoints.rollouts.abort(params["endpoint"])))
+
+    async def _history(self, request: HttpRequest, params: Params) -> HttpResponse:
+        name = params["endpoint"]
+        self._service.endpoints.get(name)
+        return json_response({"rollouts": [rollout_json(r) for r in self._service.endpoints.rollouts.history(name)]})

@@ -12,6 +12,7 @@ from typing import TypeVar
 import grpc
 
 from inferd.errors import InferdError, InternalError, UnavailableError
+from inferd.protocol.endpoint_headers import VARIANT_HEADER
 from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
 from inferd.protocol.status import grpc_status
 from inferd.server.logging import RequestErrorLog
@@ -59,7 +60,8 @@ async def abort(context: grpc.aio.ServicerContext, method: str, error: InferdErr
     retry_after: tuple[tuple[str, str], ...] = ()
     if isinstance(error, UnavailableError) and error.retry_after_s is not None:
         retry_after = (("retry-after", str(max(1, math.ceil(error.retry_after_s)))),)
-    context.set_trailing_metadata(((REQUEST_ID_HEADER, header_value(request_id)), *details, *retry_after))
+    variant = ((VARIANT_HEADER, header_value(error.variant)),) if error.variant is not None else ()
+    context.set_trailing_metadata(((REQUEST_ID_HEADER, header_value(request_id)), *details, *retry_after, *variant))
     await context.abort(status, error.message)
 
 

@@ -26,6 +26,7 @@ from inferd.errors import (
     UnsupportedEncodingError,
 )
 from inferd.protocol import json_v2, server_timing
+from inferd.protocol.endpoint_headers import VARIANT_HEADER
 from inferd.protocol.request_id import REQUEST_ID_HEADER as _REQUEST_ID_HEADER
 from inferd.protocol.request_id import check_request_id, header_value
 from inferd.protocol.status import HTTP_STATUS
@@ -105,6 +106,8 @@ class HttpApp:
             extra={"request_id": request_id, "status": status, "protocol": group.protocol},
         )
         headers = [(b"content-type", content_type), (REQUEST_ID_HEADER, header_value(request_id).encode("ascii"))]
+        if error.variant is not None:
+            headers.append((VARIANT_HEADER.encode(), error.variant.encode()))
         if isinstance(error, UnavailableError) and error.retry_after_s is not None:
             headers.append((b"retry-after", str(max(1, math.ceil(error.retry_after_s))).encode()))
         elif isinstance(error, MethodNotAllowedError):

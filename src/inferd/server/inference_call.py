@@ -54,15 +54,15 @@ from inferd.protocol.codecs.base import (
     StreamCodec,
     Target,
 )
-from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
-from inferd.protocol.status import http_status
-from inferd.server.decoded_bytes import DecodedBytesBudget
-from inferd.server.endpoints import (
+from inferd.protocol.endpoint_headers import (
     SAGEMAKER_INVOKED_VARIANT_HEADER,
     SAGEMAKER_TARGET_VARIANT_HEADER,
     TARGET_VARIANT_HEADER,
     VARIANT_HEADER,
 )
+from inferd.protocol.request_id import REQUEST_ID_HEADER, header_value
+from inferd.protocol.status import http_status
+from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.grpc_calls import abort, abort_unexpected
 from inferd.server.http import TIMEOUT_HEADER, deadline
 from inferd.server.http11 import HttpRequest, HttpResponse
@@ -158,6 +158,17 @@ class InferenceCall:
         # `deadline` and `is_compressed` asked only when their header came (most requests send neither).
         deadline_s = deadline(headers) if _TIMEOUT in headers else None
         context = RequestContext(current_request_id.get(), deadline_s, codec.door, RequestTiming(), trace)
+        try:
+            return await self._http(codec, request, target, context)
+        except InferdError as exc:
+            if context.route is not None:  # the error answer names the variant too
+                exc.variant = context.route.variant
+            raise
+
+    async def _http(
+        self, codec: HttpCodec[StateT], request: HttpRequest, target: HttpTarget, context: RequestContext
+    ) -> HttpResponse:
+        headers = request.headers
         encoding = headers.get(_CONTENT_ENCODING)
         if isinstance(target, Target) and (encoding is None or not http_compression.is_compressed(encoding)):
             if target.label:
@@ -286,6 +297,8 @@ class InferenceCall:
         except InferdError as exc:
             if isinstance(exc, StreamOnlyModelError):
                 exc = exc.unary_call(f"{method} RPC")
+            if call.route is not None:  # the error names the variant too
+                exc.variant = call.route.variant
             await abort(context, method, exc, exc.request_id or call.request_id or new_request_id())
         except Exception:
             await abort_unexpected(context, method, call.request_id)

@@ -14,7 +14,7 @@ from inferd.protocol.codecs.base import Target
 from inferd.protocol.codecs.kserve import KServeHttpCodec
 from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy, check_local_client
 from inferd.server.cuda_shared_memory import CudaSharedMemory
-from inferd.server.endpoints import EndpointsApi
+from inferd.server.endpoints import EndpointsApi, RolloutsApi
 from inferd.server.http import json_response, kserve_error
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.inference_call import InferenceCall
@@ -82,6 +82,7 @@ class KServeDoor:
                 Route("/v2/repository/models/{model}/load", ("POST",), self._load, Access.MANAGEMENT),
                 Route("/v2/repository/models/{model}/unload", ("POST",), self._unload, Access.MANAGEMENT),
                 *EndpointsApi(service).routes(),
+                *RolloutsApi(service).routes(),
                 Route("/v2/systemsharedmemory/status", READ, self._shm_status),
                 Route("/v2/systemsharedmemory/region/{region}/status", READ, self._shm_status),
                 Route(

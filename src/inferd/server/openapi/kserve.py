@@ -20,6 +20,7 @@ from inferd.server.openapi.schemas import (
     EXAMPLE_ENDPOINT,
     EXAMPLE_ENDPOINT_NAME,
     EXAMPLE_MODEL,
+    EXAMPLE_ROLLOUT,
     V2_EXAMPLE,
     binary_example,
 )
@@ -236,6 +237,55 @@ def paths() -> dict[str, Json]:
             "delete": operation(
                 KSERVE, "endpointDelete", "delete an endpoint", {200: _EMPTY_OK}, (404,), parameters=[ENDPOINT]
             ),
+        },
+        "/v2/endpoints/{endpoint}/rollout": {
+            "get": operation(
+                KSERVE,
+                "rolloutGet",
+                "the endpoint's running rollout, else its last: step, state, every decision with its numbers",
+                {200: ok("the rollout", ref("Rollout"))},
+                (404,),
+                parameters=[ENDPOINT],
+            ),
+            "post": operation(
+                KSERVE,
+                "rolloutStart",
+                "start moving the endpoint's traffic to a variant by steps, judged against the baseline",
+                {200: ok("started", ref("Rollout"))},
+                (404,),
+                parameters=[ENDPOINT],
+                body=json_body(ref("RolloutRequest"), EXAMPLE_ROLLOUT),
+            ),
+        },
+        "/v2/endpoints/{endpoint}/rollout/promote": {
+            "post": operation(
+                KSERVE,
+                "rolloutPromote",
+                "give the candidate all the traffic now",
+                {200: ok("promoted", ref("Rollout"))},
+                (404,),
+                parameters=[ENDPOINT],
+            )
+        },
+        "/v2/endpoints/{endpoint}/rollout/abort": {
+            "post": operation(
+                KSERVE,
+                "rolloutAbort",
+                "roll back now, to the weights before the rollout",
+                {200: ok("rolled back", ref("Rollout"))},
+                (404,),
+                parameters=[ENDPOINT],
+            )
+        },
+        "/v2/endpoints/{endpoint}/rollout/history": {
+            "get": operation(
+                KSERVE,
+                "rolloutHistory",
+                "the endpoint's ended rollouts, with their decisions",
+                {200: ok("the rollouts", ref("Rollouts"))},
+                (404,),
+                parameters=[ENDPOINT],
+            )
         },
         "/v2/systemsharedmemory/status": {
             "get": operation(

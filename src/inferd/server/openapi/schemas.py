@@ -224,10 +224,18 @@ _VARIANT = {
     "version": {"type": ["string", "integer"], "description": "one of its versions; none: its newest ready one"},
     "weight": {"type": "number", "minimum": 0, "description": "relative to the others' (default 1)"},
 }
+_SHADOW = {
+    "name": _VARIANT_NAME,
+    "model": _VARIANT["model"],
+    "version": _VARIANT["version"],
+    "sample": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "description": "the share copied (default 1)"},
+    "log": {"type": "boolean", "description": "keep compared pairs in --state-dir (JSON lines)"},
+}
 ENDPOINT_REQUEST = _object(
     {
         "variants": {**_array(_object(_VARIANT, ("name", "model"), closed=True)), "minItems": 1},
         "sticky": {"type": "string", "description": "a header whose value keeps a client on one variant"},
+        "shadow": _array(_object(_SHADOW, ("name", "model"), closed=True)),
     },
     ("variants",),
     closed=True,
@@ -262,6 +270,41 @@ ENDPOINT = _object(
     ("name", "variants"),
 )
 ENDPOINTS = _object({"endpoints": _array(ENDPOINT)}, ("endpoints",))
+_DURATION = {"type": ["string", "number"], "description": 'seconds, or "90s", "5m", "20ms"'}
+ROLLOUT_REQUEST = _object(
+    {
+        "to": {"type": "string", "description": "the variant that takes the traffic"},
+        "strategy": {"type": "string", "description": "all-at-once, canary:P or linear:K (default canary:10)"},
+        "bake": _DURATION,
+        "min_requests": {"type": "integer", "minimum": 1},
+        "max_error_rate_delta": {"type": "number", "minimum": 0, "maximum": 1},
+        "max_p99_ratio": {"type": "number", "minimum": 1},
+        "min_p99_delta": _DURATION,
+    },
+    ("to",),
+    closed=True,
+)
+ROLLOUT = _object(
+    {
+        "endpoint": STRING,
+        "candidate": STRING,
+        "baseline": STRING,
+        "strategy": STRING,
+        "state": {"enum": ["running", "paused", "promoted", "rolled-back", "aborted"]},
+        "step": NATURAL,
+        "steps": _array({"type": "number"}),
+        "share": {"type": ["number", "null"]},
+        "decisions": _array(
+            _object(
+                {"at": STRING, "step": NATURAL, "action": STRING, "message": STRING},
+                ("at", "step", "action", "message"),
+            )
+        ),
+    },
+    ("endpoint", "candidate", "baseline", "strategy", "state", "step", "steps", "decisions"),
+)
+ROLLOUTS = _object({"rollouts": _array(ROLLOUT)}, ("rollouts",))
+EXAMPLE_ROLLOUT = {"to": "green", "strategy": "canary:10", "bake": "5m"}
 EXAMPLE_ENDPOINT_NAME = "shop"
 EXAMPLE_ENDPOINT = {
     "variants": [
@@ -481,6 +524,9 @@ SCHEMAS: Json = {
     "EndpointRequest": ENDPOINT_REQUEST,
     "Endpoint": ENDPOINT,
     "Endpoints": ENDPOINTS,
+    "RolloutRequest": ROLLOUT_REQUEST,
+    "Rollout": ROLLOUT,
+    "Rollouts": ROLLOUTS,
     "SharedMemoryRegister": SHM_REGISTER,
     "SharedMemoryStatus": SHM_STATUS,
     "CudaSharedMemoryRegister": CUDA_SHM_REGISTER,

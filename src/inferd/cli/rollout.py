@@ -1,0 +1,115 @@
+"""`inferd rollout`: start, follow, promote, abort and list an endpoint's guarded rollouts on a
+running server (its `/v2/endpoints/{e}/rollout` API), with every decision and the numbers behind it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from inferd.cli.client_options import client_security_options, client_tls
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def _server_options(command: Command) -> Command:
+    command = client_security_options(command)
+    return click.option("--url", default="http://localhost:8000", show_default=True, help="The server.")(command)
+
+
+@click.group()
+def rollout() -> None:
+    """Move an endpoint's traffic to a candidate variant step by step, judged against the baseline
+    variant and rolled back by itself when a guard fails."""
+
+
+@rollout.command()
+@click.argument("endpoint")
+@click.option("--to", "candidate", required=True, help="The variant that takes the traffic.")
+@click.option(
+    "--strategy", default="canary:10", show_default=True, help="all-at-once, canary:P (P% first) or linear:K."
+)
+@click.option("--bake", default="5m", show_default=True, help="Each step's bake time: 90s, 5m, 1h.")
+@click.option("--min-requests", type=click.IntRange(min=1), default=100, show_default=True,
+              help="The candidate's requests a step needs before it is judged.")  # fmt: skip
+@click.option("--max-error-rate-delta", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+              help="Roll back when the candidate's error rate is this much above the baseline's.")  # fmt: skip
+@click.option("--max-p99-ratio", type=click.FloatRange(min=1), default=1.5, show_default=True,
+              help="Roll back when the candidate's p99 is this many times the baseline's "
+                   "and --min-p99-delta above it.")  # fmt: skip
+@click.option("--min-p99-delta", default="20ms", show_default=True,
+              help="See --max-p99-ratio: so that noise cannot fail an A/A rollout.")  # fmt: skip
+@_server_options
+def start(endpoint: str, candidate: str, strategy: str, bake: str, min_requests: int, max_error_rate_delta: float,
+          max_p99_ratio: float, min_p99_delta: str, **server: Any) -> None:  # fmt: skip
+    """Start a rollout of ENDPOINT's traffic to its variant --to."""
+    body = {
+        "to": candidate, "strategy": strategy, "bake": bake, "min_requests": min_requests,
+        "max_error_rate_delta": max_error_rate_delta, "max_p99_ratio": max_p99_ratio, "min_p99_delta": min_p99_delta,
+    }  # fmt: skip
+    _show(_call(server, "POST", f"/v2/endpoints/{endpoint}/rollout", body))
+
+
+@rollout.command()
+@click.argument("endpoint")
+@_server_options
+def status(endpoint: str, **server: Any) -> None:
+    """The running rollout of ENDPOINT, else its last: its step, state and decisions."""
+    _show(_call(server, "GET", f"/v2/endpoints/{endpoint}/rollout"))
+
+
+@rollout.command()
+@click.argument("endpoint")
+@_server_options
+def promote(endpoint: str, **server: Any) -> None:
+    """Give the candidate all the traffic now, ending the rollout."""
+    _show(_call(server, "POST", f"/v2/endpoints/{endpoint}/rollout/promote"))
+
+
+@rollout.command()
+@click.argument("endpoint")
+@_server_options
+def abort(endpoint: str, **server: Any) -> None:
+    """Roll back now: the traffic goes back to the weights before the rollout."""
+    _show(_call(server, "POST", f"/v2/endpoints/{endpoint}/rollout/abort"))
+
+
+@rollout.command()
+@click.argument("endpoint")
+@_server_options
+def history(endpoint: str, **server: Any) -> None:
+    """ENDPOINT's ended rollouts, each with its decisions."""
+    for ended in _call(server, "GET", f"/v2/endpoints/{endpoint}/rollout/history")["rollouts"]:
+        _show(ended)
+
+
+def _call(server: dict[str, Any], method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    from inferd.client import NO_RETRIES, Client
+    from inferd.errors import InferdError
+
+    ca_cert: Path | None = server["ca_cert"]
+    tls = client_tls(ca_cert, server["client_cert"], server["client_key"])
+    try:
+        with Client(server["url"], retry=NO_RETRIES, tls=tls, token=server["token"]) as client:
+            return client.call_json(method, path, body)
+    except (InferdError, OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _show(rollout: dict[str, Any]) -> None:
+    console = Console()
+    share = f", '{rollout['candidate']}' at {rollout['share']:g}%" if rollout["share"] is not None else ""
+    console.print(
+        f"[bold]{rollout['endpoint']}[/bold]: {rollout['state']} — from '{rollout['baseline']}' to "
+        f"'{rollout['candidate']}' by {rollout['strategy']}, step {rollout['step']} of {len(rollout['steps'])}{share}"
+    )
+    # A line a decision, whole: the numbers behind it are the point, and a line is greppable.
+    for decision in rollout["decisions"]:
+        console.print(
+            f"  {decision['at']}  step {decision['step']}  {decision['action']:<11} {decision['message']}",
+            soft_wrap=True,
+            highlight=False,
+        )

@@ -1,0 +1,397 @@
+"""Guarded rollouts: an endpoint's traffic moves from its baseline variant to a candidate in steps,
+each step baked and judged against the baseline over the same window, and rolls back by itself
+when a guard fails (SageMaker's deployment guardrails; Argo Rollouts' analysis).
+
+A strategy is a list of the candidate's shares: `all-at-once` [100], `canary:10` [10, 100],
+`linear:4` [25, 50, 75, 100]. Each step sets the weights, then is judged every `TICK_S`:
+
+- no judgment before the candidate has `min_requests` requests in the step (pinned requests do
+  not count: they are not routed by weight); a step whose bake time is over without them is
+  *paused* and says so, and waits for traffic: a rollout never promotes on no data;
+- the error guard: the candidate's error rate over the window minus the baseline's over the same
+  window above `max_error_rate_delta` rolls back;
+- the latency guard: the candidate's p99 above `max_p99_ratio` times the baseline's *and* more than
+  `min_p99_delta_ms` above it rolls back (both: an A/A rollout cannot flap on noise, and a fast
+  model is not failed for a few milliseconds);
+- a step passes once its bake time is over with enough requests and no guard failed; the last
+  step passing promotes the candidate (it keeps all the traffic).
+
+The window is the last minute of the step (the step's whole time when shorter). At 100% the
+baseline has no traffic of its own: the candidate is judged against the baseline's figures from
+the step before (or from the minute before the rollout, for all-at-once).
+
+A rollback restores the weights the endpoint had before the rollout at once: no new request
+reaches the candidate, and those it holds finish. Every decision is recorded with the numbers
+behind it. The rollout is kept in the state directory after each decision: a restarted server
+resumes the bake of the step it was in (the time already baked counts; the requests are counted
+again) or finishes a rollback, so traffic is never left split with nobody judging.
+
+`judge` is pure (figures in, verdict out) and the controller runs on an injected clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from inferd.core.request_window import WINDOW_S, WindowSummary
+from inferd.errors import InvalidRequestError
+
+logger = logging.getLogger(__name__)
+
+TICK_S = 0.5
+HISTORY = 50  # ended rollouts kept per endpoint
+
+
+def parse_strategy(text: str) -> tuple[float, ...]:
+    """`all-at-once`, `canary:P` (P% then all) or `linear:K` (K equal steps) → the candidate's shares."""
+    if text == "all-at-once":
+        return (100.0,)
+    kind, _, number = text.partition(":")
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1
+    if kind == "canary" and 0 < value < 100:
+        return (value, 100.0)
+    if kind == "linear" and value == int(value) and 1 <= value <= 20:
+        steps = int(value)
+        return tuple(round(100 * (i + 1) / steps, 6) for i in range(steps))
+    raise InvalidRequestError(
+        f"strategy {text!r} is not all-at-once, canary:P (0 < P < 100) or linear:K (K steps, 1 to 20)"
+    )
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds of "90", "90s", "5m", "1h" (or a number)."""
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
+        if match is None:
+            raise InvalidRequestError(f"duration {text!r} is not a number of seconds, or N followed by ms, s, m or h")
+        seconds = float(match.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+    if not 0 <= seconds <= 7 * 24 * 3600:
+        raise InvalidRequestError(f"duration {text!r} must be between 0 and 7 days")
+    return seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Guards:
+    min_requests: int = 100
+    max_error_rate_delta: float = 0.05
+    max_p99_ratio: float = 1.5
+    min_p99_delta_ms: float = 20.0
+
+    def __post_init__(self) -> None:
+        if self.min_requests < 1:
+            raise InvalidRequestError("min_requests must be at least 1: a rollout never promotes on no data")
+        if not 0 <= self.max_error_rate_delta <= 1:
+            raise InvalidRequestError("max_error_rate_delta must be a share, 0 to 1")
+        if self.max_p99_ratio < 1 or self.min_p99_delta_ms < 0:
+            raise InvalidRequestError("max_p99_ratio must be at least 1 and min_p99_delta_ms at least 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """`action`: "wait" (too early), "pause" (the bake is over without enough requests), "pass"
+    (the step holds) or "fail" (a guard failed); `reason` says it with the numbers."""
+
+    action: str
+    reason: str
+
+
+def judge(
+    candidate: WindowSummary,
+    baseline: WindowSummary,
+    step_requests: int,
+    baked: bool,
+    guards: Guards,
+) -> Verdict:
+    """The step's verdict from the candidate's and the baseline's figures over the same window,
+    the candidate's requests in the step so far, and whether the bake time is over."""
+    if step_requests < guards.min_requests:
+        if baked:
+            return Verdict(
+                "pause",
+                f"too little traffic: the candidate has {step_requests} of the {guards.min_requests} requests "
+                "this step needs before it is judged",
+            )
+        return Verdict("wait", "")
+    delta = candidate.error_rate - baseline.error_rate
+    if delta > guards.max_error_rate_delta:
+        return Verdict(
+            "fail",
+            f"candidate error rate {candidate.error_rate:.1%} vs baseline {baseline.error_rate:.1%} over "
+            f"{candidate.requests} requests (more than {guards.max_error_rate_delta:.1%} above)",
+        )
+    if candidate.p99_ms is not None and baseline.p99_ms is not None:
+        slower = candidate.p99_ms - baseline.p99_ms
+        if candidate.p99_ms > guards.max_p99_ratio * baseline.p99_ms and slower > guards.min_p99_delta_ms:
+            return Verdict(
+                "fail",
+                f"candidate p99 {candidate.p99_ms:.1f} ms vs baseline {baseline.p99_ms:.1f} ms over "
+                f"{candidate.requests} requests (more than {guards.max_p99_ratio:g}x and "
+                f"{guards.min_p99_delta_ms:g} ms above)",
+            )
+    if baked:
+        return Verdict(
+            "pass",
+            f"candidate error rate {candidate.error_rate:.1%} vs baseline {baseline.error_rate:.1%}, p99 "
+            f"{_ms(candidate.p99_ms)} vs {_ms(baseline.p99_ms)}, over {step_requests} requests",
+        )
+    return Verdict("wait", "")
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} ms"
+
+
+@dataclass
+class Decision:
+    at: float  # wall clock, seconds since the epoch
+    step: int  # 1-based; 0 before the first
+    action: str  # started, step, paused, passed, promoted, rolled-back, aborted
+    message: str
+
+
+@dataclass
+class Rollout:
+    """One rollout as the state directory keeps it."""
+
+    endpoint: str
+    candidate: str
+    baseline: str
+    strategy: str
+    steps: tuple[float, ...]
+    bake_s: float
+    guards: Guards
+    original_weights: dict[str, float]
+    state: str = "running"  # running, paused, promoted, rolled-back, aborted
+    step: int = 0  # index into steps
+    step_started: float = 0.0  # wall clock
+    baseline_reference: dict[str, Any] | None = None  # the baseline's figures, for a step it has none
+    decisions: list[Decision] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.state in ("running", "paused")
+
+    def document(self) -> dict[str, Any]:
+        document = asdict(self)
+        document["steps"] = list(self.steps)
+        document["share"] = self.steps[self.step] if self.active else None
+        return document
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> Rollout:
+        fields = {k: v for k, v in document.items() if k in cls.__dataclass_fields__}
+        fields["steps"] = tuple(fields["steps"])
+        fields["guards"] = Guards(**fields["guards"])
+        fields["decisions"] = [Decision(**d) for d in fields.get("decisions", [])]
+        return cls(**fields)
+
+
+class RolloutTarget(Protocol):
+    """What a rollout acts on: the endpoint's weights, and its variants' figures (`EndpointControl`)."""
+
+    async def set_weights(self, endpoint: str, weights: dict[str, float]) -> None: ...
+
+    def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary: ...
+
+    def unpinned_requests(self, endpoint: str, variant: str) -> int: ...
+
+
+@dataclass
+class _Running:
+    rollout: Rollout
+    # The candidate's unpinned requests when the step (or this process's view of it) began.
+    step_requests_at: int
+
+
+class RolloutController:
+    """Runs the rollouts: one task each, a tick every `TICK_S`; keeps them through `keep`."""
+
+    def __init__(
+        self,
+        target: RolloutTarget,
+        keep: Callable[[list[dict[str, Any]]], None],
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._target = target
+        self._keep = keep
+        self._clock = clock
+        self._sleep = sleep
+        self._running: dict[str, _Running] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._history: dict[str, list[Rollout]] = {}
+
+    # -- what users ask --------------------------------------------------------------------------
+
+    async def start(
+        self, endpoint: str, candidate: str, baseline: str, weights: dict[str, float], strategy: str, bake_s: float,
+        guards: Guards,
+    ) -> Rollout:  # fmt: skip
+        if endpoint in self._running:
+            raise InvalidRequestError(f"endpoint '{endpoint}' has a rollout running: promote or abort it first")
+        steps = parse_strategy(strategy)
+        now = self._clock()
+        rollout = Rollout(endpoint, candidate, baseline, strategy, steps, bake_s, guards, dict(weights))
+        rollout.baseline_reference = _summary_document(self._target.summary(endpoint, baseline, WINDOW_S))
+        self._decide(rollout, 0, "started", f"from '{baseline}' to '{candidate}' by {strategy}, {bake_s:g} s a step")
+        await self._enter_step(rollout, 0, now)
+        self._watch_in_background(endpoint)
+        return rollout
+
+    async def promote(self, endpoint: str) -> Rollout:
+        running = self._active(endpoint)
+        await self._finish(running.rollout, "promoted", "promoted by hand: the candidate takes all the traffic")
+        return running.rollout
+
+    async def abort(self, endpoint: str) -> Rollout:
+        running = self._active(endpoint)
+        await self._finish(running.rollout, "aborted", "aborted by hand: the traffic is back on the baseline")
+        return running.rollout
+
+    def current(self, endpoint: str) -> Rollout | None:
+        """The running rollout, else the last that ended."""
+        if endpoint in self._running:
+            return self._running[endpoint].rollout
+        ended = self._history.get(endpoint)
+        return ended[-1] if ended else None
+
+    def history(self, endpoint: str) -> list[Rollout]:
+        return list(self._history.get(endpoint, []))
+
+    def is_running(self, endpoint: str) -> bool:
+        return endpoint in self._running
+
+    # -- restart ---------------------------------------------------------------------------------
+
+    async def restore(self, documents: list[dict[str, Any]]) -> None:
+        """Take up the rollouts a state directory kept: running ones resume their step's bake,
+        others go to the history."""
+        for document in documents:
+            rollout = Rollout.from_document(document)
+            if rollout.active:
+                self._decide(rollout, rollout.step + 1, "resumed", "the server restarted: the step's bake goes on")
+                await self._enter_step(rollout, rollout.step, rollout.step_started, resumed=True)
+                self._watch_in_background(rollout.endpoint)
+            else:
+                self._history.setdefault(rollout.endpoint, []).append(rollout)
+        self._save()
+
+    async def close(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+    # -- the steps -------------------------------------------------------------------------------
+
+    async def _enter_step(self, rollout: Rollout, step: int, started: float, *, resumed: bool = False) -> None:
+        if step > 0 and not resumed:  # the baseline's figures while it still had traffic
+            reference = self._target.summary(rollout.endpoint, rollout.baseline, self._window(rollout))
+            if reference.requests:
+                rollout.baseline_reference = _summary_document(reference)
+        rollout.step, rollout.step_started, rollout.state = step, started, "running"
+        share = rollout.steps[step]
+        await self._target.set_weights(rollout.endpoint, _weights(rollout, share))
+        if not resumed:
+            self._decide(rollout, step + 1, "step", f"'{rollout.candidate}' at {share:g}% for {rollout.bake_s:g} s")
+        requests_now = self._target.unpinned_requests(rollout.endpoint, rollout.candidate)
+        self._running[rollout.endpoint] = _Running(rollout, requests_now)
+        self._save()
+
+    def _watch_in_background(self, endpoint: str) -> None:
+        task = self._tasks.get(endpoint)
+        if task is None or task.done():
+            self._tasks[endpoint] = asyncio.get_running_loop().create_task(self._watch(endpoint))
+
+    async def _watch(self, endpoint: str) -> None:
+        try:
+            while endpoint in self._running:
+                await self._sleep(TICK_S)
+                await self.tick(endpoint)
+        finally:
+            if self._tasks.get(endpoint) is asyncio.current_task():
+                del self._tasks[endpoint]
+
+    async def tick(self, endpoint: str) -> None:
+        """Judge the endpoint's rollout now (the controller's task calls it every TICK_S)."""
+        running = self._running.get(endpoint)
+        if running is None:
+            return
+        rollout = running.rollout
+        now = self._clock()
+        window = self._window(rollout)
+        candidate = self._target.summary(endpoint, rollout.candidate, window)
+        baseline = self._target.summary(endpoint, rollout.baseline, window)
+        if baseline.requests == 0 and rollout.baseline_reference is not None:
+            baseline = WindowSummary(**rollout.baseline_reference)
+        step_requests = self._target.unpinned_requests(endpoint, rollout.candidate) - running.step_requests_at
+        baked = now - rollout.step_started >= rollout.bake_s
+        verdict = judge(candidate, baseline, step_requests, baked, rollout.guards)
+        if verdict.action == "fail":
+            await self._finish(rollout, "rolled-back", f"rolled back at step {rollout.step + 1}: {verdict.reason}")
+        elif verdict.action == "pause" and rollout.state != "paused":
+            rollout.state = "paused"
+            self._decide(rollout, rollout.step + 1, "paused", verdict.reason)
+            self._save()
+        elif verdict.action == "pass":
+            self._decide(rollout, rollout.step + 1, "passed", f"step {rollout.step + 1} holds: {verdict.reason}")
+            if rollout.step + 1 == len(rollout.steps):
+                await self._finish(rollout, "promoted", f"promoted: '{rollout.candidate}' takes all the traffic")
+            else:
+                await self._enter_step(rollout, rollout.step + 1, now)
+
+    async def _finish(self, rollout: Rollout, state: str, message: str) -> None:
+        weights = _weights(rollout, 100.0) if state == "promoted" else rollout.original_weights
+        await self._target.set_weights(rollout.endpoint, weights)
+        rollout.state = state
+        self._decide(rollout, rollout.step + 1, state, message)
+        self._running.pop(rollout.endpoint, None)  # its task sees it gone and ends
+        ended = self._history.setdefault(rollout.endpoint, [])
+        ended.append(rollout)
+        del ended[:-HISTORY]
+        self._save()
+        log = logger.warning if state == "rolled-back" else logger.info
+        log("endpoint '%s': %s", rollout.endpoint, message)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _window(self, rollout: Rollout) -> float:
+        return max(1.0, min(WINDOW_S, self._clock() - rollout.step_started))
+
+    def _active(self, endpoint: str) -> _Running:
+        running = self._running.get(endpoint)
+        if running is None:
+            raise InvalidRequestError(f"endpoint '{endpoint}' has no rollout running")
+        return running
+
+    def _decide(self, rollout: Rollout, step: int, action: str, message: str) -> None:
+        rollout.decisions.append(Decision(self._clock(), step, action, message))
+
+    def _save(self) -> None:
+        documents = [r.rollout.document() for r in self._running.values()]
+        documents += [rollout.document() for ended in self._history.values() for rollout in ended]
+        self._keep(documents)
+
+
+def _weights(rollout: Rollout, share: float) -> dict[str, float]:
+    """The endpoint's weights with the candidate at `share`% of what baseline and candidate had."""
+    weights = dict(rollout.original_weights)
+    pool = weights[rollout.baseline] + weights[rollout.candidate] or 100.0
+    weights[rollout.candidate] = pool * share / 100
+    weights[rollout.baseline] = pool - weights[rollout.candidate]
+    return weights
+
+
+def _summary_document(summary: WindowSummary) -> dict[str, Any]:
+    return {"requests": summary.requests, "errors": summary.errors, "p50_ms": summary.p50_ms, "p99_ms": summary.p99_ms}

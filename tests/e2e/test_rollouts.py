@@ -1,0 +1,247 @@
+"""Guarded rollouts end to end: real servers, candidates that are Python models built to misbehave
+(failing every fifth request, or 150 ms slower), requests paced by the test so that what it checks
+depends on request counts, not on the machine's speed."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inferd.testing.models import python_model, write_config
+from inferd.testing.server import ServerProcess, run_server
+from tests.e2e.conftest import http_request
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+SIGNATURE = """
+backend: "python"
+max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+MODEL = """
+import time
+
+
+class Model:
+    def initialize(self, args):
+        parameters = args["parameters"]
+        self.sleep_s = float(parameters.get("sleep_ms", "0")) / 1000
+        self.fail_every = int(parameters.get("fail_every", "0"))
+        self.calls = 0
+
+    def execute(self, inputs):
+        self.calls += 1
+        time.sleep(self.sleep_s)
+        if self.fail_every and self.calls % self.fail_every == 0:
+            raise RuntimeError("this candidate fails by construction")
+        return {"y": inputs["x"]}
+"""
+BODY = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}).encode()
+PACE_S = 0.004  # between requests: the test's rate has a ceiling, whatever the machine
+
+
+def model(root: Path, name: str, **parameters: object) -> None:
+    python_model(root / name / "1", MODEL)
+    settings = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in parameters.items())
+    write_config(root / name, SIGNATURE + settings)
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("rollouts") / "repository"
+    model(root, "stable")
+    model(root, "same")
+    model(root, "flaky", fail_every=5)
+    model(root, "slow", sleep_ms=150)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    state = tmp_path_factory.mktemp("state")
+    with run_server(repository, state.parent / "server.log", "--state-dir", str(state)) as server:
+        yield server
+
+
+def set_endpoint(server: ServerProcess, name: str, candidate: str) -> None:
+    document = {"variants": [{"name": "blue", "model": "stable", "weight": 100},
+                             {"name": "green", "model": candidate, "weight": 0}]}  # fmt: skip
+    reply = http_request(server, "PUT", f"/v2/endpoints/{name}", json.dumps(document).encode())
+    assert reply.status == 201, reply.body
+
+
+def start(server: ServerProcess, name: str, **settings: Any) -> dict[str, Any]:
+    reply = http_request(
+        server, "POST", f"/v2/endpoints/{name}/rollout", json.dumps({"to": "green", **settings}).encode()
+    )
+    assert reply.status == 200, reply.body
+    return json.loads(reply.body)  # type: ignore[no-any-return]
+
+
+def rollout(server: ServerProcess, name: str) -> dict[str, Any]:
+    return json.loads(http_request(server, "GET", f"/v2/endpoints/{name}/rollout").body)  # type: ignore[no-any-return]
+
+
+def drive(
+    server: ServerProcess, name: str, until: Callable[[dict[str, Any]], bool], limit: int = 6000
+) -> Counter[tuple[int, str]]:
+    """Paced requests to the endpoint until `until(rollout)` holds (checked every 20 requests);
+    what they were answered, by (status, variant)."""
+    answers: Counter[tuple[int, str]] = Counter()
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+    try:
+        for count in range(limit):
+            if count % 20 == 0 and until(rollout(server, name)):
+                return answers
+            connection.request("POST", f"/v2/models/{name}/infer", BODY)
+            response = connection.getresponse()
+            response.read()
+            answers[(response.status, response.getheader("inferd-variant") or "")] += 1
+            time.sleep(PACE_S)
+    finally:
+        connection.close()
+    raise AssertionError(f"the rollout never got there: {rollout(server, name)}")
+
+
+def ended(document: dict[str, Any]) -> bool:
+    return document["state"] not in ("running", "paused")
+
+
+def weights(server: ServerProcess, name: str) -> dict[str, float]:
+    body = json.loads(http_request(server, "GET", f"/v2/endpoints/{name}").body)
+    return {v["name"]: v["weight"] for v in body["variants"]}
+
+
+def test_a_canary_failing_one_request_in_five_rolls_back_within_200_candidate_requests(server: ServerProcess) -> None:
+    set_endpoint(server, "errors", "flaky")
+    start(server, "errors", strategy="canary:10", bake="1h")
+    answers = drive(server, "errors", ended)
+    document = rollout(server, "errors")
+    assert document["state"] == "rolled-back", document
+    candidate = sum(n for (_, variant), n in answers.items() if variant == "green")
+    assert 100 <= candidate <= 200, answers
+    message = document["decisions"][-1]["message"]
+    # One in five fails: about 20% over the hundred-odd requests judged.
+    judged = r"rolled back at step 1: candidate error rate (1[5-9]|2[0-5])\.\d% vs baseline 0\.0% over 1\d\d requests"
+    assert re.match(judged, message), message
+    assert weights(server, "errors") == {"blue": 100.0, "green": 0.0}
+    # Only the candidate's requests failed, none of the baseline's.
+    assert {status for (status, variant) in answers if variant == "blue"} == {200}
+
+
+def test_a_candidate_150_ms_slower_rolls_back_on_the_p99_guard(server: ServerProcess) -> None:
+    set_endpoint(server, "latency", "slow")
+    start(server, "latency", strategy="canary:20", bake="1h", min_requests=20)
+    drive(server, "latency", ended)
+    document = rollout(server, "latency")
+    assert document["state"] == "rolled-back", document
+    assert "candidate p99" in document["decisions"][-1]["message"]
+
+
+def test_an_a_a_rollout_is_promoted_after_its_bakes_and_history_tells_each_step(server: ServerProcess) -> None:
+    set_endpoint(server, "twins", "same")
+    start(server, "twins", strategy="linear:2", bake="1s", min_requests=20)
+    drive(server, "twins", ended)
+    document = rollout(server, "twins")
+    assert document["state"] == "promoted", document
+    actions = [d["action"] for d in document["decisions"]]
+    assert actions == ["started", "step", "passed", "step", "passed", "promoted"]
+    assert weights(server, "twins") == {"blue": 0.0, "green": 100.0}
+    history = json.loads(http_request(server, "GET", "/v2/endpoints/twins/rollout/history").body)["rollouts"]
+    assert [r["state"] for r in history] == ["promoted"]
+
+
+def test_too_little_traffic_pauses_the_step_and_says_so(server: ServerProcess) -> None:
+    set_endpoint(server, "quiet", "same")
+    start(server, "quiet", strategy="all-at-once", bake="200ms", min_requests=1000)
+    drive(server, "quiet", lambda document: document["state"] == "paused", limit=400)
+    document = rollout(server, "quiet")
+    assert "too little traffic: the candidate has" in document["decisions"][-1]["message"]
+    # The endpoint cannot be changed under a rollout; aborting puts the traffic back.
+    reply = http_request(
+        server, "PUT", "/v2/endpoints/quiet", json.dumps({"variants": [{"name": "a", "model": "same"}]}).encode()
+    )
+    assert reply.status == 409 and b"has a rollout running" in reply.body
+    assert http_request(server, "POST", "/v2/endpoints/quiet/rollout/abort").status == 200
+    assert weights(server, "quiet") == {"blue": 100.0, "green": 0.0}
+
+
+def test_a_linear_rollout_under_steady_load_fails_no_request(server: ServerProcess) -> None:
+    set_endpoint(server, "steady", "same")
+    statuses: Counter[int] = Counter()
+    stop = threading.Event()
+
+    def load() -> None:  # a second client, steady, throughout
+        connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+        try:
+            while not stop.is_set() and sum(statuses.values()) < 20000:
+                connection.request("POST", "/v2/models/steady/infer", BODY)
+                response = connection.getresponse()
+                response.read()
+                statuses[response.status] += 1
+                time.sleep(PACE_S)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    try:
+        start(server, "steady", strategy="linear:4", bake="500ms", min_requests=10)
+        drive(server, "steady", ended)
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert rollout(server, "steady")["state"] == "promoted"
+    assert set(statuses) == {200}, statuses
+
+
+def test_the_cli_starts_follows_and_lists_rollouts(server: ServerProcess) -> None:
+    set_endpoint(server, "cli", "same")
+    url = f"http://{server.http_url}"
+
+    def inferd(*arguments: str) -> str:
+        command = [sys.executable, "-m", "inferd", "rollout", *arguments, "--url", url]
+        environment = {**os.environ, "COLUMNS": "200"}
+        run = subprocess.run(command, capture_output=True, text=True, timeout=60, env=environment)
+        assert run.returncode == 0, run.stdout + run.stderr
+        return run.stdout
+
+    started = inferd("start", "cli", "--to", "green", "--strategy", "canary:10", "--bake", "1h")
+    assert "cli: running — from 'blue' to 'green' by canary:10, step 1 of 2, 'green' at 10%" in started
+    assert "'green' at 10% for 3600 s" in inferd("status", "cli")
+    assert "promoted by hand" in inferd("promote", "cli")
+    assert "promoted by hand" in inferd("history", "cli")
+    missing = subprocess.run([sys.executable, "-m", "inferd", "rollout", "abort", "cli", "--url", url],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert missing.returncode == 1 and "has no rollout running" in missing.stderr
+
+
+def test_a_rollout_killed_mid_bake_resumes_after_a_restart_and_completes(repository: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with run_server(repository, tmp_path / "first.log", "--state-dir", str(state)) as server:
+        set_endpoint(server, "kill", "same")
+        start(server, "kill", strategy="canary:10", bake="3s", min_requests=20)
+        drive(server, "kill", lambda document: document["decisions"][-1]["action"] == "step", limit=40)
+        server.process.send_signal(signal.SIGKILL)
+        server.process.wait(timeout=30)
+    with run_server(repository, tmp_path / "second.log", "--state-dir", str(state)) as server:
+        assert "rollouts resumed: kill" in server.log()
+        assert weights(server, "kill") == {"blue": 90.0, "green": 10.0}  # split, and judged again
+        drive(server, "kill", ended)
+        document = rollout(server, "kill")
+        assert document["state"] == "promoted", document
+        assert "resumed" in [d["action"] for d in document["decisions"]]

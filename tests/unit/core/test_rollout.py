@@ -1,0 +1,191 @@
+"""Guarded rollouts: the judge's verdicts, and the controller's steps, rollbacks, pauses and restarts
+on an injected clock against a fake endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from inferd.core.request_window import WindowSummary
+from inferd.core.rollout import Guards, RolloutController, judge, parse_duration, parse_strategy
+from inferd.errors import InvalidRequestError
+from inferd.testing.fakes import FakeClock
+
+pytestmark = pytest.mark.timeout(30)
+
+GUARDS = Guards(min_requests=100)
+HEALTHY = WindowSummary(200, 0, 5.0, 10.0)
+
+
+def test_strategies_and_durations() -> None:
+    assert parse_strategy("all-at-once") == (100.0,)
+    assert parse_strategy("canary:10") == (10.0, 100.0)
+    assert parse_strategy("linear:4") == (25.0, 50.0, 75.0, 100.0)
+    for wrong in ("canary:0", "canary:100", "linear:0", "linear:2.5", "blue-green"):
+        with pytest.raises(InvalidRequestError, match="is not all-at-once"):
+            parse_strategy(wrong)
+    assert [parse_duration(t) for t in ("90", "90s", "5m", "1h", "20ms", 7)] == [90, 90, 300, 3600, 0.02, 7]
+    with pytest.raises(InvalidRequestError):
+        parse_duration("soon")
+
+
+def test_no_judgment_before_enough_requests_and_a_pause_when_the_bake_ends_without_them() -> None:
+    failing = WindowSummary(50, 50, 5.0, 10.0)
+    assert judge(failing, HEALTHY, 50, baked=False, guards=GUARDS).action == "wait"
+    paused = judge(failing, HEALTHY, 50, baked=True, guards=GUARDS)
+    assert paused.action == "pause" and "has 50 of the 100 requests" in paused.reason
+
+
+def test_an_error_rate_above_the_baselines_fails_with_its_numbers() -> None:
+    verdict = judge(WindowSummary(412, 82, 5.0, 10.0), WindowSummary(1000, 1, 5.0, 10.0), 412, False, GUARDS)
+    assert verdict.action == "fail"
+    assert verdict.reason.startswith("candidate error rate 19.9% vs baseline 0.1% over 412 requests")
+
+
+def test_latency_fails_only_when_both_the_ratio_and_the_delta_are_over() -> None:
+    slow = judge(WindowSummary(200, 0, 110.0, 120.0), HEALTHY, 200, False, GUARDS)
+    assert slow.action == "fail" and "p99 120.0 ms vs baseline 10.0 ms" in slow.reason
+    # Twice as slow but 10 ms: an A/A rollout's noise on a fast model is not a failure.
+    assert judge(WindowSummary(200, 0, 5.0, 20.0), HEALTHY, 200, True, GUARDS).action == "pass"
+
+
+class FakeEndpoint:
+    def __init__(self) -> None:
+        self.weights: dict[str, float] = {"blue": 100.0, "green": 0.0}
+        self.figures: dict[str, WindowSummary] = {"blue": HEALTHY, "green": WindowSummary(0, 0, None, None)}
+        self.requests: dict[str, int] = {"blue": 0, "green": 0}
+
+    async def set_weights(self, endpoint: str, weights: dict[str, float]) -> None:
+        self.weights = dict(weights)
+
+    def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
+        return self.figures[variant]
+
+    def unpinned_requests(self, endpoint: str, variant: str) -> int:
+        return self.requests[variant]
+
+    def serve(self, candidate: WindowSummary) -> None:
+        """The candidate answered these requests since the last look."""
+        self.figures["green"] = candidate
+        self.requests["green"] += candidate.requests
+
+
+def never() -> Callable[[float], Awaitable[None]]:
+    """A sleep that never ends: the tests tick the controller themselves."""
+
+    async def sleep(seconds: float) -> None:
+        await asyncio.Event().wait()
+
+    return sleep
+
+
+def controller(endpoint: FakeEndpoint, clock: FakeClock, kept: list[list[dict[str, Any]]]) -> RolloutController:
+    return RolloutController(endpoint, kept.append, clock=clock, sleep=never())
+
+
+def test_a_healthy_canary_is_baked_step_by_step_and_promoted() -> None:
+    async def scenario() -> None:
+        clock, endpoint, kept = FakeClock(), FakeEndpoint(), []
+        rollouts = controller(endpoint, clock, kept)
+        await rollouts.start("e", "green", "blue", dict(endpoint.weights), "canary:10", 60, GUARDS)
+        assert endpoint.weights == {"blue": 90.0, "green": 10.0}
+        endpoint.serve(WindowSummary(150, 0, 5.0, 10.0))
+        clock.advance(30)
+        await rollouts.tick("e")  # judged healthy, but not baked yet
+        assert endpoint.weights == {"blue": 90.0, "green": 10.0}
+        clock.advance(31)
+        await rollouts.tick("e")
+        assert endpoint.weights == {"blue": 0.0, "green": 100.0}  # step 2: all of it
+        endpoint.serve(WindowSummary(300, 0, 5.0, 11.0))
+        clock.advance(61)
+        await rollouts.tick("e")
+        rollout = rollouts.current("e")
+        assert rollout is not None and rollout.state == "promoted"
+        assert [d.action for d in rollout.decisions] == ["started", "step", "passed", "step", "passed", "promoted"]
+        assert endpoint.weights == {"blue": 0.0, "green": 100.0}
+        assert not rollouts.is_running("e") and kept[-1][0]["state"] == "promoted"
+
+    asyncio.run(scenario())
+
+
+def test_a_failing_candidate_rolls_back_at_once_with_the_numbers_behind_it() -> None:
+    async def scenario() -> None:
+        clock, endpoint, kept = FakeClock(), FakeEndpoint(), []
+        endpoint.weights = {"blue": 90.0, "green": 10.0}
+        rollouts = controller(endpoint, clock, kept)
+        await rollouts.start("e", "green", "blue", dict(endpoint.weights), "linear:4", 300, GUARDS)
+        assert endpoint.weights == {"blue": 75.0, "green": 25.0}
+        endpoint.serve(WindowSummary(120, 24, 5.0, 10.0))
+        clock.advance(5)  # long before the bake ends
+        await rollouts.tick("e")
+        rollout = rollouts.current("e")
+        assert rollout is not None and rollout.state == "rolled-back"
+        assert endpoint.weights == {"blue": 90.0, "green": 10.0}  # as before the rollout
+        assert rollout.decisions[-1].message.startswith(
+            "rolled back at step 1: candidate error rate 20.0% vs baseline 0.0% over 120 requests"
+        )
+
+    asyncio.run(scenario())
+
+
+def test_too_little_traffic_pauses_and_never_promotes_then_goes_on() -> None:
+    async def scenario() -> None:
+        clock, endpoint, kept = FakeClock(), FakeEndpoint(), []
+        rollouts = controller(endpoint, clock, kept)
+        await rollouts.start("e", "green", "blue", dict(endpoint.weights), "all-at-once", 10, GUARDS)
+        endpoint.serve(WindowSummary(3, 0, 5.0, 10.0))
+        clock.advance(3600)
+        await rollouts.tick("e")
+        await rollouts.tick("e")
+        rollout = rollouts.current("e")
+        assert rollout is not None and rollout.state == "paused"
+        assert [d.action for d in rollout.decisions].count("paused") == 1
+        endpoint.serve(WindowSummary(200, 0, 5.0, 10.0))
+        await rollouts.tick("e")
+        assert rollout.state == "promoted"
+
+    asyncio.run(scenario())
+
+
+def test_a_restarted_controller_resumes_the_bake_where_it_was() -> None:
+    async def scenario() -> None:
+        clock, endpoint, kept = FakeClock(), FakeEndpoint(), []
+        first = controller(endpoint, clock, kept)
+        await first.start("e", "green", "blue", dict(endpoint.weights), "canary:10", 60, GUARDS)
+        clock.advance(40)
+        # The process dies; a new one reads what was kept and the traffic split it left.
+        again, restarted = FakeEndpoint(), []
+        again.weights = dict(endpoint.weights)
+        second = controller(again, clock, restarted)
+        await second.restore(kept[-1])
+        assert second.is_running("e") and again.weights == {"blue": 90.0, "green": 10.0}
+        again.serve(WindowSummary(150, 0, 5.0, 10.0))
+        clock.advance(21)  # 61 s into the step, counting the time before the restart
+        await second.tick("e")
+        rollout = second.current("e")
+        assert rollout is not None and rollout.step == 1
+        assert [d.action for d in rollout.decisions][-3:] == ["resumed", "passed", "step"]
+
+    asyncio.run(scenario())
+
+
+def test_promote_and_abort_by_hand_and_one_rollout_at_a_time() -> None:
+    async def scenario() -> None:
+        clock, endpoint, kept = FakeClock(), FakeEndpoint(), []
+        rollouts = controller(endpoint, clock, kept)
+        await rollouts.start("e", "green", "blue", dict(endpoint.weights), "linear:2", 60, GUARDS)
+        with pytest.raises(InvalidRequestError, match="has a rollout running"):
+            await rollouts.start("e", "green", "blue", dict(endpoint.weights), "linear:2", 60, GUARDS)
+        await rollouts.abort("e")
+        assert endpoint.weights == {"blue": 100.0, "green": 0.0}
+        await rollouts.start("e", "green", "blue", dict(endpoint.weights), "linear:2", 60, GUARDS)
+        await rollouts.promote("e")
+        assert endpoint.weights == {"blue": 0.0, "green": 100.0}
+        assert [r.state for r in rollouts.history("e")] == ["aborted", "promoted"]
+        with pytest.raises(InvalidRequestError, match="has no rollout running"):
+            await rollouts.abort("e")
+
+    asyncio.run(scenario())
