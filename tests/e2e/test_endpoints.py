@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
+import subprocess
+import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +21,7 @@ import tritonclient.http as httpclient
 from inferd.testing.models import add_sub_model, mlp_model, write_config
 from inferd.testing.server import ServerProcess, run_server
 from tests.e2e.conftest import http_request
+from tests.e2e.test_perf_analyzer import PERF_ANALYZER
 from tests.e2e.test_sagemaker import runtime
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -249,3 +254,80 @@ def test_boto3_invokes_an_endpoint_by_name_and_pins_a_variant_with_target_varian
         assert pinned["InvokedProductionVariant"] == "green"
         outputs = json.loads(pinned["Body"].read())["outputs"]
         assert [o["name"] for o in outputs] == ["y"]
+
+
+def test_a_file_declares_the_endpoints_and_is_followed(repository: Path, tmp_path: Path) -> None:
+    declared = tmp_path / "endpoints.yaml"
+    declared.write_text(
+        "endpoints:\n"
+        "  shop:\n"
+        "    variants:\n"
+        "      - {name: blue, model: m, version: 1, weight: 90}\n"
+        "      - {name: green, model: m, version: 2, weight: 10}\n"
+    )
+    arguments = ("--endpoints", str(declared), "--repository-poll-secs", "0.2")
+    with run_server(repository, tmp_path / "server.log", *arguments) as server:
+        assert "endpoints declared by" in server.log()
+
+        def weights() -> dict[str, float]:
+            body = json.loads(http_request(server, "GET", "/v2/endpoints/shop").body)
+            return {v["name"]: v["weight"] for v in body["variants"]}
+
+        assert weights() == {"blue": 90.0, "green": 10.0}
+        refused = http_request(server, "PUT", "/v2/endpoints/shop", json.dumps(CANARY).encode())
+        assert refused.status == 409 and b"declared by a file" in refused.body
+        rollout = http_request(server, "POST", "/v2/endpoints/shop/rollout", b'{"to": "green"}')
+        assert rollout.status == 409
+        declared.write_text(
+            declared.read_text().replace("weight: 90", "weight: 50").replace("weight: 10", "weight: 50")
+        )
+        deadline = time.monotonic() + 30
+        while weights() != {"blue": 50.0, "green": 50.0}:
+            assert time.monotonic() < deadline, "the file's change was never followed"
+            time.sleep(0.05)
+        declared.write_text("endpoints: [not, a, mapping]\n")  # a bad reading changes nothing
+        time.sleep(0.6)
+        assert weights() == {"blue": 50.0, "green": 50.0}
+        assert "the endpoints stay as they were" in server.log()
+
+
+def test_a_file_that_cannot_be_read_stops_the_start(repository: Path, tmp_path: Path) -> None:
+    declared = tmp_path / "endpoints.yaml"
+    declared.write_text("endpoints:\n  shop:\n    variants: [{name: a, model: m, weigth: 1}]\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "inferd", "serve", "--model-repository", str(repository), "--http-port", "0",
+         "--grpc-port", "0", "--metrics-port", "0", "--endpoints", str(declared)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert "not starting: --endpoints" in run.stderr + run.stdout and "variants.0.weigth" in run.stderr + run.stdout
+
+
+def test_the_endpoints_api_asks_for_a_management_token(repository: Path, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("admin-token\n")
+    with run_server(repository, tmp_path / "server.log", "--management-tokens-file", str(tokens)) as server:
+        body = json.dumps(CANARY).encode()
+        assert http_request(server, "PUT", "/v2/endpoints/shop", body).status == 401
+        assert http_request(server, "GET", "/v2/endpoints").status == 401
+        admin = {"Authorization": "Bearer admin-token"}
+        assert http_request(server, "PUT", "/v2/endpoints/shop", body, admin).status == 201
+        assert http_request(server, "POST", "/v2/endpoints/shop/rollout", b'{"to": "green"}').status == 401
+        # Calling the endpoint is inference: open, as the server's models are.
+        assert http_request(server, "POST", "/v2/models/shop/infer", BODY).status == 200
+
+
+@pytest.mark.perf_analyzer
+def test_perf_analyzer_drives_an_endpoint_over_http_and_grpc(server: ServerProcess) -> None:
+    assert put(server, "measured", CANARY)[0] == 201
+    for protocol, url in (("http", server.http_url), ("grpc", server.grpc_url)):
+        completed = subprocess.run(
+            [str(PERF_ANALYZER), "-m", "measured", "-u", url, "-i", protocol, "--concurrency-range", "2",
+             "--measurement-interval", "1000", "--max-trials", "10", "--stability-percentage", "500"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        output = completed.stdout + completed.stderr
+        assert completed.returncode == 0 and "error" not in output.lower(), output
+        assert re.search(r"Throughput: [1-9][\d.]* infer/sec", output), output
+    body = json.loads(http_request(server, "GET", "/v2/endpoints/measured").body)
+    assert all(v["requests_total"] > 0 for v in body["variants"])

@@ -5,6 +5,7 @@ tokenizers and onnxruntime directly."""
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 
 import numpy as np
@@ -108,3 +109,22 @@ def test_requests_count_under_their_door(pipeline_server: ServerProcess) -> None
     assert grew(before, after, "inferd_requests_total", **labels) == 1
     steps = {"model": "minilm", "protocol": "ensemble", "outcome": "success"}
     assert grew(before, after, "inferd_requests_total", **steps) > 0
+
+
+def test_an_endpoint_serves_embeddings_to_the_openai_client(pipeline_server: ServerProcess) -> None:
+    variants = [{"name": "a", "model": "sentence_embedding", "weight": 50},
+                {"name": "b", "model": "sentence_embedding", "weight": 50}]  # fmt: skip
+    body = json.dumps({"variants": variants}).encode()
+    assert http_request(pipeline_server, "PUT", "/v2/endpoints/embedder", body).status == 201
+    try:
+        with client(pipeline_server) as openai_client:
+            routed = openai_client.embeddings.create(model="embedder", input=TEXTS[:2], encoding_format="float")
+            direct = openai_client.embeddings.create(
+                model="sentence_embedding", input=TEXTS[:2], encoding_format="float"
+            )
+        assert routed.model == "embedder"
+        np.testing.assert_allclose(
+            [e.embedding for e in routed.data], [e.embedding for e in direct.data], rtol=1e-5, atol=1e-6
+        )
+    finally:
+        assert http_request(pipeline_server, "DELETE", "/v2/endpoints/embedder").status == 200

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +78,11 @@ def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield server
 
 
-def set_endpoint(server: ServerProcess, name: str, candidate: str) -> None:
+def set_endpoint(server: ServerProcess, name: str, candidate: str, status: int = 201) -> None:
     document = {"variants": [{"name": "blue", "model": "stable", "weight": 100},
                              {"name": "green", "model": candidate, "weight": 0}]}  # fmt: skip
     reply = http_request(server, "PUT", f"/v2/endpoints/{name}", json.dumps(document).encode())
-    assert reply.status == 201, reply.body
+    assert reply.status == status, reply.body
 
 
 def start(server: ServerProcess, name: str, **settings: Any) -> dict[str, Any]:
@@ -245,3 +246,58 @@ def test_a_rollout_killed_mid_bake_resumes_after_a_restart_and_completes(reposit
         document = rollout(server, "kill")
         assert document["state"] == "promoted", document
         assert "resumed" in [d["action"] for d in document["decisions"]]
+
+
+class Gate:
+    """An outside alarm on 127.0.0.1: answers each step with `verdict`, and keeps what it was asked."""
+
+    def __init__(self) -> None:
+        self.verdict: dict[str, Any] = {"pass": True}
+        self.asked: list[dict[str, Any]] = []
+        gate = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                gate.asked.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                body = json.dumps(gate.verdict).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/check"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_an_outside_alarm_is_asked_at_each_step_and_its_no_rolls_back(repository: Path, tmp_path: Path) -> None:
+    gate = Gate()
+    try:
+        with run_server(repository, tmp_path / "server.log", "--rollout-webhook", f"gate={gate.url}") as server:
+            set_endpoint(server, "gated", "same")
+            unknown = http_request(server, "POST", "/v2/endpoints/gated/rollout",
+                                   json.dumps({"to": "green", "webhook": "elsewhere"}).encode())  # fmt: skip
+            assert unknown.status == 400 and b"known: gate" in unknown.body
+            start(server, "gated", strategy="linear:2", bake="300ms", min_requests=10, webhook="gate")
+            drive(server, "gated", ended)
+            assert rollout(server, "gated")["state"] == "promoted"
+            assert [(a["step"], a["share"]) for a in gate.asked] == [(1, 50.0), (2, 100.0)]
+            assert set(gate.asked[0]["figures"]) == {"blue", "green"}
+            gate.verdict = {"pass": False, "reason": "the checkout funnel dropped 3%"}
+            set_endpoint(server, "gated", "same", status=200)  # the traffic back on blue
+            start(server, "gated", strategy="canary:10", bake="300ms", min_requests=10, webhook="gate")
+            drive(server, "gated", ended)
+            document = rollout(server, "gated")
+            assert document["state"] == "rolled-back"
+            assert document["decisions"][-1]["message"] == (
+                "rolled back at step 1: the webhook 'gate' said no: the checkout funnel dropped 3%"
+            )
+    finally:
+        gate.close()

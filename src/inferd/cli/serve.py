@@ -384,6 +384,22 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     "tokens are accepted too); INFERD_INFERENCE_TOKENS adds more. Open without either.",
 )
 @click.option(
+    "--rollout-webhook",
+    "rollout_webhooks",
+    multiple=True,
+    envvar="INFERD_ROLLOUT_WEBHOOKS",
+    help="NAME=URL (repeatable): an outside alarm a rollout may ask at each step by name (POSTed the step's "
+    'figures, it answers {"pass": true|false, "reason": ...}; no answer is a no). Only these URLs are ever called.',
+)
+@click.option(
+    "--endpoints",
+    "endpoints_file",
+    default=None,
+    envvar="INFERD_ENDPOINTS",
+    help="A YAML file (a path, or an fsspec URL such as s3://bucket/endpoints.yaml) that declares the endpoints, "
+    "read once the models serve and again every --repository-poll-secs; the endpoints API then changes none.",
+)
+@click.option(
     "--state-dir",
     default=None,
     type=click.Path(file_okay=False),
@@ -440,6 +456,7 @@ def serve(**options: object) -> None:
     Every flag can also be set by the INFERD_* environment variable named in its help.
     """
     from inferd.server.app import run
+    from inferd.server.rollout_webhooks import parse_webhooks
 
     options["tracing"] = _tracing(options.pop("otlp_endpoint"), options.pop("trace_sample_ratio"))
     if options["sagemaker"]:
@@ -447,6 +464,10 @@ def serve(**options: object) -> None:
         given = source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
         options.update(sagemaker_ports(options, http_port_given=given))
         options["sagemaker_default_model"] = os.environ.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", "")
+    try:
+        parse_webhooks(tuple(str(entry) for entry in options["rollout_webhooks"]))  # type: ignore[attr-defined]
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     try:
         settings = ServerSettings.model_validate(options)
     except pydantic.ValidationError as error:

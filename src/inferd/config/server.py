@@ -141,6 +141,10 @@ class ServerSettings(BaseModel):
     """Bearer tokens (one a line) for the management API; INFERD_MANAGEMENT_TOKENS adds more."""
     inference_tokens_file: str | None = None
     """Bearer tokens (one a line) for the data plane; INFERD_INFERENCE_TOKENS adds more."""
+    rollout_webhooks: tuple[str, ...] = ()
+    """NAME=URL: outside alarms a rollout may ask at each step, by name."""
+    endpoints_file: str | None = None
+    """A YAML file (path or fsspec URL) that declares the endpoints, re-read every repository_poll_s."""
     state_dir: str | None = None
     """Where what users set through the API (endpoints) is kept across restarts; None: in memory only."""
     allow_model_upload: bool = False

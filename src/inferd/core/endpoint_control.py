@@ -44,6 +44,8 @@ class EndpointControl:
         self._registry = registry
         self._dispatcher = dispatcher
         self._state = state
+        # Set when a file declares the endpoints (--endpoints): the API then changes none.
+        self.declared_by = ""
 
     def restore(self) -> list[str]:
         """Serve the endpoints the state directory keeps (at startup, before the first request:
@@ -66,9 +68,15 @@ class EndpointControl:
 
     # -- rollouts ----------------------------------------------------------------------------------
 
-    async def start_rollout(self, name: str, candidate: str, strategy: str, bake_s: float, guards: Guards) -> Rollout:
+    async def start_rollout(
+        self, name: str, candidate: str, strategy: str, bake_s: float, guards: Guards, webhook: str = ""
+    ) -> Rollout:
         """Move `name`'s traffic to its variant `candidate` by `strategy`, from its heaviest other
         variant (the baseline). The candidate must serve now (its warm-up done)."""
+        if self.declared_by:
+            raise AlreadyExistsError(
+                f"the endpoints are declared by {self.declared_by}: their weights are the file's, not a rollout's"
+            )
         spec = self.get(name).spec
         variant = spec.variant(candidate)
         others = [v for v in spec.variants if v.name != candidate]
@@ -82,7 +90,7 @@ class EndpointControl:
                 f"variant '{candidate}' does not serve yet ({exc.message}): it takes traffic only once loaded and warm"
             ) from None
         weights = {v.name: v.weight for v in spec.variants}
-        return await self.rollouts.start(name, candidate, baseline.name, weights, strategy, bake_s, guards)
+        return await self.rollouts.start(name, candidate, baseline.name, weights, strategy, bake_s, guards, webhook)
 
     async def set_weights(self, endpoint: str, weights: dict[str, float]) -> None:
         spec = self.get(endpoint).spec
@@ -111,7 +119,28 @@ class EndpointControl:
 
     async def set(self, spec: EndpointSpec) -> tuple[Endpoint, bool]:
         """Serve `spec` (a new endpoint, or new variants and weights for one); whether it is new."""
-        self._check_no_rollout(spec.name)
+        self._check_changeable(spec.name)
+        return await self._set(spec)
+
+    async def declare(self, specs: list[EndpointSpec]) -> dict[str, str]:
+        """Serve exactly the endpoints a file declares (--endpoints): those it no longer names go.
+        What could not be set, by name, with why (a variant not serving yet: a later reading
+        sets it)."""
+        self.declared_by = self.declared_by or "a file (--endpoints)"
+        problems = {}
+        for name in set(self.endpoints.by_name) - {spec.name for spec in specs}:
+            self.endpoints.delete(name)
+        for spec in specs:
+            current = self.endpoints.get(spec.name)
+            if current is not None and current.spec == spec:
+                continue
+            try:
+                await self._set(spec)
+            except InferdError as exc:
+                problems[spec.name] = exc.message
+        return problems
+
+    async def _set(self, spec: EndpointSpec) -> tuple[Endpoint, bool]:
         if self._is_model(spec.name):
             raise AlreadyExistsError(f"'{spec.name}' is a model's name: an endpoint must have a name of its own")
         if any(shadow.log for shadow in spec.shadows) and self._state is None:
@@ -130,7 +159,7 @@ class EndpointControl:
 
     def delete(self, name: str) -> None:
         self.get(name)
-        self._check_no_rollout(name)
+        self._check_changeable(name)
         self.endpoints.delete(name)
         self._keep()
 
@@ -145,7 +174,11 @@ class EndpointControl:
         variants = self.get(name).spec.variants
         return max(variants, key=lambda variant: variant.weight)
 
-    def _check_no_rollout(self, name: str) -> None:
+    def _check_changeable(self, name: str) -> None:
+        if self.declared_by:
+            raise AlreadyExistsError(
+                f"the endpoints are declared by {self.declared_by}: change it there, not through the API"
+            )
         if self.rollouts.is_running(name):
             raise AlreadyExistsError(
                 f"endpoint '{name}' has a rollout running: it sets the weights until it ends "
@@ -171,7 +204,7 @@ class EndpointControl:
         return handle.config
 
     def _keep(self) -> None:
-        if self._state is not None:
+        if self._state is not None and not self.declared_by:  # a file's endpoints are the file's to keep
             self._state.write(STATE_NAME, {"endpoints": [spec_document(spec) for spec in self.endpoints.specs()]})
 
 

@@ -177,6 +177,7 @@ class Rollout:
     step_started: float = 0.0  # wall clock
     baseline_reference: dict[str, Any] | None = None  # the baseline's figures, for a step it has none
     decisions: list[Decision] = field(default_factory=list)
+    webhook: str = ""  # an outside alarm (the operator's --rollout-webhook of this name) asked at each step
 
     @property
     def active(self) -> bool:
@@ -230,6 +231,7 @@ class RolloutController:
         self._clock = clock
         self._sleep = sleep
         self._running: dict[str, _Running] = {}
+        self.webhook: Webhook | None = None  # set by whoever knows the operator's webhooks
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._history: dict[str, list[Rollout]] = {}
 
@@ -237,13 +239,21 @@ class RolloutController:
 
     async def start(
         self, endpoint: str, candidate: str, baseline: str, weights: dict[str, float], strategy: str, bake_s: float,
-        guards: Guards,
+        guards: Guards, webhook: str = "",
     ) -> Rollout:  # fmt: skip
         if endpoint in self._running:
             raise InvalidRequestError(f"endpoint '{endpoint}' has a rollout running: promote or abort it first")
+        if webhook and (self.webhook is None or webhook not in self.webhook.names):
+            known = ", ".join(self.webhook.names) if self.webhook is not None and self.webhook.names else "none"
+            raise InvalidRequestError(
+                f"webhook '{webhook}' is not one the server was started with "
+                f"(--rollout-webhook NAME=URL; known: {known})"
+            )
         steps = parse_strategy(strategy)
         now = self._clock()
-        rollout = Rollout(endpoint, candidate, baseline, strategy, steps, bake_s, guards, dict(weights))
+        rollout = Rollout(
+            endpoint, candidate, baseline, strategy, steps, bake_s, guards, dict(weights), webhook=webhook
+        )
         rollout.baseline_reference = _summary_document(self._target.summary(endpoint, baseline, WINDOW_S))
         self._decide(rollout, 0, "started", f"from '{baseline}' to '{candidate}' by {strategy}, {bake_s:g} s a step")
         await self._enter_step(rollout, 0, now)
@@ -345,6 +355,12 @@ class RolloutController:
             self._decide(rollout, rollout.step + 1, "paused", verdict.reason)
             self._save()
         elif verdict.action == "pass":
+            if rollout.webhook and self.webhook is not None:
+                passed, why = await self.webhook.ask(rollout.webhook, _step_document(rollout, candidate, baseline))
+                if not passed:
+                    message = f"rolled back at step {rollout.step + 1}: the webhook '{rollout.webhook}' said no: {why}"
+                    await self._finish(rollout, "rolled-back", message)
+                    return
             self._decide(rollout, rollout.step + 1, "passed", f"step {rollout.step + 1} holds: {verdict.reason}")
             if rollout.step + 1 == len(rollout.steps):
                 await self._finish(rollout, "promoted", f"promoted: '{rollout.candidate}' takes all the traffic")
@@ -391,6 +407,33 @@ def _weights(rollout: Rollout, share: float) -> dict[str, float]:
     weights[rollout.candidate] = pool * share / 100
     weights[rollout.baseline] = pool - weights[rollout.candidate]
     return weights
+
+
+class Webhook(Protocol):
+    """Outside alarms: the operator's webhooks by name (server.rollout_webhooks)."""
+
+    @property
+    def names(self) -> tuple[str, ...]: ...
+
+    async def ask(self, name: str, step: dict[str, Any]) -> tuple[bool, str]:
+        """Whether the step may pass, and why not (a webhook that does not answer says no)."""
+        ...
+
+
+def _step_document(rollout: Rollout, candidate: WindowSummary, baseline: WindowSummary) -> dict[str, Any]:
+    """What a webhook is asked about: the rollout, its step, and both variants' figures."""
+    return {
+        "endpoint": rollout.endpoint,
+        "candidate": rollout.candidate,
+        "baseline": rollout.baseline,
+        "step": rollout.step + 1,
+        "steps": len(rollout.steps),
+        "share": rollout.steps[rollout.step],
+        "figures": {
+            rollout.candidate: {**_summary_document(candidate), "error_rate": candidate.error_rate},
+            rollout.baseline: {**_summary_document(baseline), "error_rate": baseline.error_rate},
+        },
+    }
 
 
 def _summary_document(summary: WindowSummary) -> dict[str, Any]:

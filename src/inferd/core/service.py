@@ -20,7 +20,7 @@ from inferd.core.registry import ModelRegistry
 from inferd.core.repository import LinkedModels
 from inferd.core.scheduler import Admission
 from inferd.core.state_dir import StateDir
-from inferd.core.statistics import ServingStatistics
+from inferd.core.statistics import ServingStatistics, combined_statistics
 from inferd.core.tracing import RequestTracer
 from inferd.errors import (
     InferdError,
@@ -315,7 +315,19 @@ class InferenceService:
         return self._statistics
 
     def model_statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:
-        """Cumulative statistics of every ready version of `name` (of every model when "")."""
+        """Cumulative statistics of every ready version of `name` (of every model when ""); an
+        endpoint's are its variants', summed under its name."""
+        endpoint = self.endpoints.endpoints.get(name) if name else None
+        if endpoint is not None:
+            _no_version(name, version)
+            parts = []
+            for variant in endpoint.spec.variants:
+                handle = self._dispatcher.ready_handle(variant.model, variant.version)
+                parts.append(self._statistics.model_statistics(variant.model, str(handle.version)))
+            # Triton's clients read a version number from statistics: the heaviest variant's.
+            primary = self.endpoints.primary(name)
+            number = str(self._dispatcher.ready_handle(primary.model, primary.version).version)
+            return [combined_statistics(name, number, parts)]
         if not name:
             records = list(self._registry.records())
         else:

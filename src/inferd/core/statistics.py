@@ -295,3 +295,42 @@ class ServingStatistics:
 
 def _duration(count: int, seconds: float) -> DurationStatistic:
     return DurationStatistic(count=count, ns=int(seconds * 1e9))
+
+
+def combined_statistics(name: str, version: str, parts: list[ModelStatistics]) -> ModelStatistics:
+    """Several versions' statistics as one, under `name` and `version` (an endpoint's: its
+    variants', summed), so that a client reading one model's statistics (perf_analyzer) reads the
+    endpoint's."""
+
+    def total(field: str) -> DurationStatistic:
+        durations = [getattr(part, field) for part in parts]
+        return DurationStatistic(sum(d.count for d in durations), sum(d.ns for d in durations))
+
+    batches: dict[int, list[BatchStatistics]] = {}
+    for part in parts:
+        for batch in part.batches:
+            batches.setdefault(batch.batch_size, []).append(batch)
+    return ModelStatistics(
+        name=name,
+        version=version,
+        last_inference_ms=max((part.last_inference_ms for part in parts), default=0),
+        inference_count=sum(part.inference_count for part in parts),
+        execution_count=sum(part.execution_count for part in parts),
+        success=total("success"),
+        fail=total("fail"),
+        queue=total("queue"),
+        compute_input=total("compute_input"),
+        compute_infer=total("compute_infer"),
+        compute_output=total("compute_output"),
+        batches=tuple(
+            BatchStatistics(
+                batch_size=size,
+                compute_input=DurationStatistic(),
+                compute_infer=DurationStatistic(
+                    sum(b.compute_infer.count for b in same), sum(b.compute_infer.ns for b in same)
+                ),
+                compute_output=DurationStatistic(),
+            )
+            for size, same in sorted(batches.items())
+        ),
+    )

@@ -28,6 +28,7 @@ from inferd.protocol.tfserving_batching import read_batching_parameters
 from inferd.runtimes.base import keep_large_blocks_off_the_heap
 from inferd.server.auth import Access, AccessPolicy, is_loopback_host, read_tokens
 from inferd.server.decoded_bytes import DecodedBytesBudget
+from inferd.server.endpoint_file import EndpointFileError, apply_endpoint_file, follow_endpoint_file
 from inferd.server.grpc import TokenInterceptor, build_grpc_server, new_grpc_server
 from inferd.server.http import HttpApp
 from inferd.server.http11 import HttpLimits, HttpServer
@@ -37,6 +38,7 @@ from inferd.server.logging import configure_logging
 from inferd.server.openai import OpenAiDoor
 from inferd.server.openapi import document_bytes, management_document_bytes
 from inferd.server.prometheus import serve_metrics
+from inferd.server.rollout_webhooks import RolloutWebhooks, parse_webhooks
 from inferd.server.routes import Router
 from inferd.server.sagemaker import SageMakerDoor
 from inferd.server.shared_memory import SharedMemoryRegions
@@ -66,7 +68,7 @@ def run(settings: ServerSettings) -> None:
         uvloop.run(serve(settings))
     except ImportError:  # pragma: no cover - uvloop is a dependency, but not on every platform
         asyncio.run(serve(settings))
-    except UnsafeSettingsError as exc:
+    except (UnsafeSettingsError, EndpointFileError) as exc:
         logger.error("not starting: %s", exc)
         raise SystemExit(2) from None
 
@@ -129,7 +131,8 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         limits=settings.request_limits,
         state=StateDir(Path(settings.state_dir)) if settings.state_dir else None,
     )
-    if restored := service.endpoints.restore():
+    service.endpoints.rollouts.webhook = RolloutWebhooks(parse_webhooks(settings.rollout_webhooks))
+    if settings.endpoints_file is None and (restored := service.endpoints.restore()):
         logger.info("endpoints restored from %s: %s", settings.state_dir, ", ".join(restored))
 
     access = access_policy(settings)
@@ -219,14 +222,27 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     logger.info("models ready: %s", ", ".join(ready) or "none", extra={"ready": len(ready), "failed": len(failed)})
     if failed:
         logger.warning("models not ready: %s", "; ".join(failed))
-    if resumed := await service.endpoints.restore_rollouts():
+    if settings.endpoints_file is not None:  # once the models serve: each endpoint is checked
+        await apply_endpoint_file(service.endpoints, settings.endpoints_file)
+        logger.info(
+            "endpoints declared by %s: %s",
+            settings.endpoints_file,
+            ", ".join(service.endpoints.endpoints.by_name) or "none",
+        )
+    elif resumed := await service.endpoints.restore_rollouts():
         logger.info("rollouts resumed: %s", ", ".join(resumed))
     _freeze_startup_objects()
 
     poller = loop.create_task(_poll(registry, settings.repository_poll_s)) if mode is ModelControlMode.POLL else None
+    endpoint_follower = None
+    if settings.endpoints_file is not None:
+        endpoint_follower = loop.create_task(
+            follow_endpoint_file(service.endpoints, settings.endpoints_file, settings.repository_poll_s)
+        )
     await stop.wait()
-    if poller is not None:
-        poller.cancel()
+    for task in (poller, endpoint_follower):
+        if task is not None:
+            task.cancel()
     logger.info("shutting down: finishing in-flight requests (up to %.0f s)", settings.shutdown_timeout_s)
     service.shutting_down = True
     await asyncio.gather(

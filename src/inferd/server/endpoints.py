@@ -186,6 +186,7 @@ class _RolloutBody(BaseModel):
     max_error_rate_delta: Annotated[float, BeforeValidator(_integer_as_number)] = 0.05
     max_p99_ratio: Annotated[float, BeforeValidator(_integer_as_number)] = 1.5
     min_p99_delta: str | Annotated[float, BeforeValidator(_integer_as_number)] = "20ms"
+    webhook: str = ""
 
 
 def rollout_json(rollout: Rollout) -> dict[str, Any]:
@@ -227,7 +228,9 @@ class RolloutsApi:
         delta = body.min_p99_delta
         delta_ms = parse_duration(delta) * 1000 if isinstance(delta, str) else delta
         guards = Guards(body.min_requests, body.max_error_rate_delta, body.max_p99_ratio, delta_ms)
-        rollout = await control.start_rollout(name, body.to, body.strategy, parse_duration(body.bake), guards)
+        rollout = await control.start_rollout(
+            name, body.to, body.strategy, parse_duration(body.bake), guards, body.webhook
+        )
         return json_response(rollout_json(rollout))
 
     async def _promote(self, request: HttpRequest, params: Params) -> HttpResponse:

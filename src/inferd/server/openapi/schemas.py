@@ -280,6 +280,7 @@ ROLLOUT_REQUEST = _object(
         "max_error_rate_delta": {"type": "number", "minimum": 0, "maximum": 1},
         "max_p99_ratio": {"type": "number", "minimum": 1},
         "min_p99_delta": _DURATION,
+        "webhook": {"type": "string", "description": "an outside alarm: a --rollout-webhook NAME the server has"},
     },
     ("to",),
     closed=True,

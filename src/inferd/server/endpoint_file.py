@@ -1,0 +1,82 @@
+"""`--endpoints FILE`: endpoints declared in a YAML file (a local path, or any fsspec URL such as
+`s3://bucket/endpoints.yaml`), read at startup and again every `--repository-poll-secs`. The file
+is then the only source of endpoints (GitOps: change the file, not the server): the API's PUT and
+DELETE, and rollouts, answer 409.
+
+    endpoints:
+      shop:
+        variants:
+          - {name: blue, model: classifier, version: 1, weight: 90}
+          - {name: green, model: classifier, version: 2, weight: 10}
+        sticky: X-User-Id
+        shadow:
+          - {name: candidate, model: classifier, version: 3, sample: 0.1}
+
+Each endpoint is read as the API's PUT body is, strictly, and set with the same checks. A file
+that cannot be read or parsed leaves the endpoints as they were (and says why); an endpoint that
+cannot be set (a variant that does not serve yet) is left out until a later reading can set it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import yaml
+
+from inferd.core.endpoint_control import EndpointControl
+from inferd.core.endpoints import EndpointSpec
+from inferd.errors import InferdError
+from inferd.server.endpoints import decode_endpoint
+
+logger = logging.getLogger(__name__)
+
+
+class EndpointFileError(ValueError):
+    """The file cannot be read, or is not a mapping of endpoints."""
+
+
+def read_endpoint_file(location: str) -> list[EndpointSpec]:
+    """The endpoints the file declares, each read strictly (an error names the endpoint and field)."""
+    try:
+        if "://" in location and not location.startswith("file://"):
+            import fsspec
+
+            with fsspec.open(location, "rb") as file:
+                text = file.read()
+        else:
+            with open(location.removeprefix("file://"), "rb") as file:
+                text = file.read()
+        document: Any = yaml.safe_load(text)
+    except (OSError, yaml.YAMLError, ValueError) as exc:
+        raise EndpointFileError(f"--endpoints {location}: cannot be read: {exc}") from None
+    if document is None:
+        return []
+    if not isinstance(document, dict) or not isinstance(document.get("endpoints", {}), dict):
+        raise EndpointFileError(f"--endpoints {location}: must hold `endpoints:`, a mapping of names to endpoints")
+    specs = []
+    for name, body in (document.get("endpoints") or {}).items():
+        try:
+            specs.append(decode_endpoint(str(name), json.dumps(body).encode()))
+        except InferdError as exc:
+            raise EndpointFileError(f"--endpoints {location}: {exc.message}") from None
+    return specs
+
+
+async def apply_endpoint_file(control: EndpointControl, location: str) -> None:
+    """Read the file (on a thread: it may be on S3) and serve what it declares."""
+    specs = await asyncio.to_thread(read_endpoint_file, location)
+    for name, problem in (await control.declare(specs)).items():
+        logger.warning("--endpoints %s: endpoint '%s' is not served: %s", location, name, problem)
+
+
+async def follow_endpoint_file(control: EndpointControl, location: str, interval_s: float) -> None:
+    """Read the file again every `interval_s` until cancelled; a bad reading changes nothing."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await apply_endpoint_file(control, location)
+        except EndpointFileError as exc:
+            logger.error("%s; the endpoints stay as they were", exc)
