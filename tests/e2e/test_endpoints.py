@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -331,3 +332,29 @@ def test_perf_analyzer_drives_an_endpoint_over_http_and_grpc(server: ServerProce
         assert re.search(r"Throughput: [1-9][\d.]* infer/sec", output), output
     body = json.loads(http_request(server, "GET", "/v2/endpoints/measured").body)
     assert all(v["requests_total"] > 0 for v in body["variants"])
+
+
+def test_the_other_doors_serve_an_endpoint_and_grpc_names_the_variant(server: ServerProcess) -> None:
+    assert put(server, "doors", CANARY)[0] == 201
+    # TF Serving's REST API: the endpoint is a model name there too.
+    reply = http_request(
+        server, "POST", "/v1/models/doors:predict", json.dumps({"instances": [[0.5] * 16]}).encode(),
+        {"Inferd-Target-Variant": "green"},
+    )  # fmt: skip
+    assert reply.status == 200 and reply.headers["inferd-variant"] == "green", reply.body
+    assert len(json.loads(reply.body)["predictions"][0]) == 4
+    # gRPC: the variant in the trailing metadata, of an answer and of an error alike.
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    request = service_pb2.ModelInferRequest(model_name="doors")
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=[1, 16])
+    tensor.contents.fp32_contents.extend([0.5] * 16)
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        _, call = stub.ModelInfer.with_call(request, metadata=(("inferd-target-variant", "blue"),), timeout=30)
+        assert dict(call.trailing_metadata())["inferd-variant"] == "blue"
+        bad = service_pb2.ModelInferRequest(model_name="doors")
+        bad.inputs.add(name="x", datatype="FP32", shape=[1, 3]).contents.fp32_contents.extend([0.5] * 3)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelInfer(bad, metadata=(("inferd-target-variant", "green"),), timeout=30)
+        assert dict(refused.value.trailing_metadata())["inferd-variant"] == "green"

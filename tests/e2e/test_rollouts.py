@@ -1,5 +1,5 @@
 """Guarded rollouts end to end: real servers, candidates that are Python models built to misbehave
-(failing every fifth request, or 150 ms slower), requests paced by the test so that what it checks
+(failing every fifth request, or 100 ms slower), requests paced by the test so that what it checks
 depends on request counts, not on the machine's speed."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model(root, "stable")
     model(root, "same")
     model(root, "flaky", fail_every=5)
-    model(root, "slow", sleep_ms=150)
+    model(root, "slow", sleep_ms=100)
     return root
 
 
@@ -144,7 +144,7 @@ def test_a_canary_failing_one_request_in_five_rolls_back_within_200_candidate_re
     assert {status for (status, variant) in answers if variant == "blue"} == {200}
 
 
-def test_a_candidate_150_ms_slower_rolls_back_on_the_p99_guard(server: ServerProcess) -> None:
+def test_a_candidate_100_ms_slower_rolls_back_on_the_p99_guard(server: ServerProcess) -> None:
     set_endpoint(server, "latency", "slow")
     start(server, "latency", strategy="canary:20", bake="1h", min_requests=20)
     drive(server, "latency", ended)

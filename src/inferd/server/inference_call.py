@@ -158,40 +158,35 @@ class InferenceCall:
         # `deadline` and `is_compressed` asked only when their header came (most requests send neither).
         deadline_s = deadline(headers) if _TIMEOUT in headers else None
         context = RequestContext(current_request_id.get(), deadline_s, codec.door, RequestTiming(), trace)
-        try:
-            return await self._http(codec, request, target, context)
+        encoding = headers.get(_CONTENT_ENCODING)
+        try:  # costs nothing unless something is raised (no frame of its own)
+            if isinstance(target, Target) and (encoding is None or not http_compression.is_compressed(encoding)):
+                if target.label:
+                    await self._admit(target, codec.door, context, _http_header(headers))
+                else:  # no coroutine where no label needs resolving (most requests)
+                    endpoint = self._endpoints.get(target.model)
+                    if endpoint is not None:
+                        pinned = headers.get(_TARGET_VARIANT) or headers.get(_SAGEMAKER_TARGET_VARIANT)
+                        key = headers.get(endpoint.sticky_header) if endpoint.sticky_header else None
+                        self._route(endpoint, target, context, pinned, key)
+                    self._dispatcher.shed(target.model, target.version, codec.door, context.route)
+                try:
+                    answer = await self._serve(codec, request, target, context)
+                except StreamOnlyModelError as exc:
+                    raise exc.unary_call("HTTP end point") from None
+            else:
+                answer = await self._serve_inflated(codec, request, target, context, encoding)
         except InferdError as exc:
             if context.route is not None:  # the error answer names the variant too
                 exc.variant = context.route.variant
             raise
-
-    async def _http(
-        self, codec: HttpCodec[StateT], request: HttpRequest, target: HttpTarget, context: RequestContext
-    ) -> HttpResponse:
-        headers = request.headers
-        encoding = headers.get(_CONTENT_ENCODING)
-        if isinstance(target, Target) and (encoding is None or not http_compression.is_compressed(encoding)):
-            if target.label:
-                await self._admit(target, codec.door, context, _http_header(headers))
-            else:  # no coroutine where no label needs resolving (most requests)
-                endpoint = self._endpoints.get(target.model)
-                if endpoint is not None:
-                    pinned = headers.get(_TARGET_VARIANT) or headers.get(_SAGEMAKER_TARGET_VARIANT)
-                    key = headers.get(endpoint.sticky_header) if endpoint.sticky_header else None
-                    self._route(endpoint, target, context, pinned, key)
-                self._dispatcher.shed(target.model, target.version, codec.door, context.route)
-            try:
-                answer = await self._serve(codec, request, target, context)
-            except StreamOnlyModelError as exc:
-                raise exc.unary_call("HTTP end point") from None
-        else:
-            answer = await self._serve_inflated(codec, request, target, context, encoding)
         answered = answer.headers
         answered.append((_REQUEST_ID, header_value(context.request_id).encode("ascii")))
-        if context.route is not None:
-            answered.append((_VARIANT, context.route.variant_header))
+        route = context.route
+        if route is not None:
+            answered.append((_VARIANT, route.variant_header))
             if codec.door is Door.SAGEMAKER:
-                answered.append((_SAGEMAKER_INVOKED_VARIANT, context.route.variant_header))
+                answered.append((_SAGEMAKER_INVOKED_VARIANT, route.variant_header))
         timing_asked = headers.get(_SERVER_TIMING_REQUEST)
         if timing_asked is not None and server_timing.wanted(timing_asked):
             answered.append((_SERVER_TIMING_RESPONSE, server_timing.encode(context.timing).encode()))
