@@ -166,7 +166,10 @@ class EndpointsApi:
     async def _one(self, request: HttpRequest, params: Params) -> HttpResponse:
         name = params["endpoint"]
         if request.method in READ:
-            return json_response(endpoint_json(self._control.get(name)))
+            document = endpoint_json(self._control.get(name))
+            rollout = self._control.rollouts.current(name)  # the running one, else the last
+            document["rollout"] = rollout_json(rollout) if rollout is not None else None
+            return json_response(document)
         if request.method == "DELETE":
             self._control.delete(name)
             return HttpResponse(200)

@@ -245,6 +245,10 @@ ENDPOINT = _object(
     {
         "name": _VARIANT_NAME,
         "sticky": STRING,
+        "rollout": {
+            "type": ["object", "null"],
+            "description": "its running rollout, else its last, as GET /v2/endpoints/{endpoint}/rollout shows it",
+        },
         "variants": _array(
             _object(
                 {
