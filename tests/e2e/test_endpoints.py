@@ -22,6 +22,7 @@ import tritonclient.http as httpclient
 from inferd.testing.models import add_sub_model, mlp_model, write_config
 from inferd.testing.server import ServerProcess, run_server
 from tests.e2e.conftest import http_request
+from tests.e2e.test_observability import scrape
 from tests.e2e.test_perf_analyzer import PERF_ANALYZER
 from tests.e2e.test_sagemaker import runtime
 
@@ -190,10 +191,7 @@ def test_endpoint_metrics_carry_the_endpoint_and_variant(server: ServerProcess, 
     for _ in range(10):
         caller.infer("counted")
     caller.infer("counted", {"Inferd-Target-Variant": "green"})
-    metrics = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=30)
-    metrics.request("GET", "/metrics")
-    text = metrics.getresponse().read().decode()
-    metrics.close()
+    text = scrape(server)
     assert 'inferd_endpoint_requests_total{endpoint="counted",outcome="success",variant="blue"} 9.0' in text
     assert 'inferd_endpoint_requests_total{endpoint="counted",outcome="success",variant="green"} 2.0' in text
     assert 'inferd_endpoint_request_duration_seconds_count{endpoint="counted",variant="green"} 2.0' in text

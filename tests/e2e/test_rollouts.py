@@ -21,44 +21,18 @@ from typing import Any
 
 import pytest
 
-from inferd.testing.models import python_model, write_config
+from inferd.testing.models import misbehaving_model
 from inferd.testing.server import ServerProcess, run_server
 from tests.e2e.conftest import http_request
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
-SIGNATURE = """
-backend: "python"
-max_batch_size: 8
-input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
-"""
-MODEL = """
-import time
-
-
-class Model:
-    def initialize(self, args):
-        parameters = args["parameters"]
-        self.sleep_s = float(parameters.get("sleep_ms", "0")) / 1000
-        self.fail_every = int(parameters.get("fail_every", "0"))
-        self.calls = 0
-
-    def execute(self, inputs):
-        self.calls += 1
-        time.sleep(self.sleep_s)
-        if self.fail_every and self.calls % self.fail_every == 0:
-            raise RuntimeError("this candidate fails by construction")
-        return {"y": inputs["x"]}
-"""
 BODY = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}).encode()
 PACE_S = 0.004  # between requests: the test's rate has a ceiling, whatever the machine
 
 
 def model(root: Path, name: str, **parameters: object) -> None:
-    python_model(root / name / "1", MODEL)
-    settings = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in parameters.items())
-    write_config(root / name, SIGNATURE + settings)
+    misbehaving_model(root / name, **parameters)
 
 
 @pytest.fixture(scope="module")

@@ -15,51 +15,18 @@ from typing import Any
 
 import pytest
 
-from inferd.testing.models import python_model, write_config
+from inferd.testing.models import misbehaving_model
 from inferd.testing.server import ServerProcess, run_server
 from tests.e2e.conftest import http_request
+from tests.e2e.test_observability import scrape
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
-SIGNATURE = """
-backend: "python"
-max_batch_size: 8
-input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
-"""
-# y = x + offset; with a hold file, each execution first waits while it exists (bounded); with
-# fail_every 2, every second execution raises.
-MODEL = """
-import os
-import time
-
-import numpy as np
-
-
-class Model:
-    def initialize(self, args):
-        parameters = args["parameters"]
-        self.offset = float(parameters.get("offset", "0"))
-        self.hold = parameters.get("hold_file", "")
-        self.fail_every = int(parameters.get("fail_every", "0"))
-        self.calls = 0
-
-    def execute(self, inputs):
-        deadline = time.monotonic() + 120
-        while self.hold and os.path.exists(self.hold) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        self.calls += 1
-        if self.fail_every and self.calls % self.fail_every == 0:
-            raise RuntimeError("this shadow fails by construction")
-        return {"y": inputs["x"] + np.float32(self.offset)}
-"""
 BODY = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}).encode()
 
 
 def model(root: Path, name: str, **parameters: object) -> None:
-    python_model(root / name / "1", MODEL)
-    settings = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in parameters.items())
-    write_config(root / name, SIGNATURE + settings)
+    misbehaving_model(root / name, **parameters)
 
 
 @pytest.fixture(scope="module")
@@ -144,10 +111,7 @@ def test_a_slow_failing_shadow_costs_the_clients_nothing_and_its_overflow_is_dro
     state = shadows(server, "mirrored")["candidate"]
     # Half fail by construction; the other half agree with the primary (y = x both).
     assert (state["errors_total"], state["compared"], state["agreed"], state["state"]) == (34, 34, 34, "on")
-    metrics = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=30)
-    metrics.request("GET", "/metrics")
-    text = metrics.getresponse().read().decode()
-    metrics.close()
+    text = scrape(server)
     assert 'inferd_shadow_dropped_total{endpoint="mirrored",shadow="candidate"} 1932.0' in text
     assert 'inferd_shadow_requests_total{endpoint="mirrored",outcome="MODEL_RAISED",shadow="candidate"} 34.0' in text
     assert 'inferd_shadow_comparisons_total{endpoint="mirrored",result="agree",shadow="candidate"} 34.0' in text

