@@ -104,10 +104,8 @@ class Dispatcher:
         self._metrics.request_finished(
             request.model_name, str(handle.version), context.door, outcome, elapsed_s, timing.rows, timing
         )
-        route = context.route
-        if route is not None:  # inline: on every request to an endpoint
-            route.observe(elapsed_s, outcome != "success")
-            self._metrics.endpoint_request(route.endpoint, route.variant, outcome, elapsed_s)
+        if context.route is not None:
+            self.routed(context.route, outcome, elapsed_s)
 
     def routed(self, route: EndpointRoute, outcome: str, elapsed_s: float) -> None:
         """A request to an endpoint, routed by `route`, ended with `outcome`: counted under the

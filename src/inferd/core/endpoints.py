@@ -269,13 +269,9 @@ class Endpoint:
     def name(self) -> str:
         return self.spec.name
 
-    def choose(self, pinned: str | None = None, key: str | None = None) -> Variant:
-        """The variant of one request: the `pinned` one, else the one `key` sticks to (when the
-        endpoint is sticky and the request carried its header), else the round robin's next."""
-        return self.spec.variants[self._index(pinned, key)]
-
     def route(self, pinned: str | None = None, key: str | None = None) -> Route:
-        """`choose`'s variant, as the request's route."""
+        """The route of one request: the `pinned` variant's, else the one `key` sticks to (when
+        the endpoint is sticky and the request carried its header), else the round robin's next."""
         if pinned is None and key is None:  # most requests: by weight
             return self._routes[self._round_robin.pick()] if len(self._routes) > 1 else self._routes[0]
         return (self._pinned_routes if pinned else self._routes)[self._index(pinned, key)]

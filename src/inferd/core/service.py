@@ -14,6 +14,7 @@ from inferd.config.server import ModelControlMode
 from inferd.core.catalogue import ModelState
 from inferd.core.dispatcher import Dispatcher
 from inferd.core.endpoint_control import EndpointControl
+from inferd.core.endpoints import Variant
 from inferd.core.metrics import Metrics
 from inferd.core.model_files import UPLOAD_FLAG
 from inferd.core.registry import ModelRegistry
@@ -148,17 +149,13 @@ class InferenceService:
     def model_config(self, name: str, version: str = "") -> ModelConfig:
         """The config of (name, version); an endpoint's is its heaviest variant's, under its name
         (every variant has its signature)."""
-        if self.endpoints.is_endpoint(name):
-            _no_version(name, version)
-            variant = self.endpoints.primary(name)
+        if (variant := self._primary(name, version)) is not None:
             return replace(self._dispatcher.ready_handle(variant.model, variant.version).config, name=name)
         return self._dispatcher.ready_handle(name, version).config
 
     def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
         """The metadata of (name, version); an endpoint's names no versions (it has variants)."""
-        if self.endpoints.is_endpoint(name):
-            _no_version(name, version)
-            variant = self.endpoints.primary(name)
+        if (variant := self._primary(name, version)) is not None:
             config = self._dispatcher.ready_handle(variant.model, variant.version).config
             versions: tuple[str, ...] = ()
         else:
@@ -179,9 +176,7 @@ class InferenceService:
         first where on-demand loading does: what doors that read bodies by the model's signature
         (TF Serving, SageMaker's arrays, TorchServe) need before they can decode. An endpoint's:
         its heaviest variant's (the call has resolved a request's variant before it asks)."""
-        if self.endpoints.is_endpoint(name):
-            _no_version(name, version)
-            variant = self.endpoints.primary(name)
+        if (variant := self._primary(name, version)) is not None:
             name, version = variant.model, variant.version
         handle = self._dispatcher.lookup(name, version)
         if handle is None:
@@ -192,6 +187,14 @@ class InferenceService:
         """`model_metadata` of the version a request would reach (loaded on demand, as `serving_config`)."""
         await self.serving_config(name, version)
         return self.model_metadata(name, version)
+
+    def _primary(self, name: str, version: str) -> Variant | None:
+        """When `name` is an endpoint, the variant that speaks for its metadata and config (every
+        variant has its signature); None for a model's name. An endpoint has no versions."""
+        if not self.endpoints.is_endpoint(name):
+            return None
+        _no_version(name, version)
+        return self.endpoints.primary(name)
 
     async def _shadow_copy(self, request: InferRequest) -> InferResponse:
         """A shadow's copy of a client's request: held to the same limits and classification, run

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,42 @@ _EXECUTION_HISTOGRAMS: tuple[tuple[str, str, Callable[[VersionStatistics], Histo
         "inferd_execution_duration_seconds",
         "Time per execution of the model, in seconds (its count is the number of executions).",
         lambda s: s.execution,
+    ),
+)
+
+# Shadows' series, each a ServingStatistics dict of label values -> count or value:
+# (family, metric name, help, labels, the dict).
+_SHADOW_SERIES: tuple[
+    tuple[Any, str, str, tuple[str, ...], Callable[[ServingStatistics], Mapping[Any, float]]], ...
+] = (
+    (
+        CounterMetricFamily,
+        "inferd_shadow_requests",
+        "Copies of endpoints' requests sent to their shadow variants, by outcome (success or the error code).",
+        ("endpoint", "shadow", "outcome"),
+        lambda s: s.shadow_outcomes,
+    ),
+    (
+        CounterMetricFamily,
+        "inferd_shadow_dropped",
+        "Copies not sent because the shadow had as many copies waiting and running as it may.",
+        ("endpoint", "shadow"),
+        lambda s: s.shadow_drops,
+    ),
+    (
+        CounterMetricFamily,
+        "inferd_shadow_comparisons",
+        "Shadow answers compared with the primary's, by result: agree (every output within inferd validate's "
+        "default tolerances) or differ.",
+        ("endpoint", "shadow", "result"),
+        lambda s: s.shadow_comparisons,
+    ),
+    (
+        GaugeMetricFamily,
+        "inferd_shadow_max_abs_diff",
+        "The largest |diff| between a shadow's output and the primary's seen so far, by output.",
+        ("endpoint", "shadow", "output"),
+        lambda s: s.shadow_max_abs_diff,
     ),
 )
 
@@ -217,39 +253,11 @@ class _Exposition(Collector):
         for (endpoint, variant), stats in variants:
             durations.add_metric([endpoint, variant], _cumulative_buckets(stats.duration), stats.duration.total)
         yield durations
-        shadows = CounterMetricFamily(
-            "inferd_shadow_requests",
-            "Copies of endpoints' requests sent to their shadow variants, by outcome (success or the error code).",
-            labels=["endpoint", "shadow", "outcome"],
-        )
-        for (endpoint, shadow, outcome), count in sorted(dict(statistics.shadow_outcomes).items()):
-            shadows.add_metric([endpoint, shadow, outcome], count)
-        yield shadows
-        dropped = CounterMetricFamily(
-            "inferd_shadow_dropped",
-            "Copies not sent because the shadow had as many copies waiting and running as it may.",
-            labels=["endpoint", "shadow"],
-        )
-        for (endpoint, shadow), count in sorted(dict(statistics.shadow_drops).items()):
-            dropped.add_metric([endpoint, shadow], count)
-        yield dropped
-        comparisons = CounterMetricFamily(
-            "inferd_shadow_comparisons",
-            "Shadow answers compared with the primary's, by result: agree (every output within inferd validate's "
-            "default tolerances) or differ.",
-            labels=["endpoint", "shadow", "result"],
-        )
-        for (endpoint, shadow, result), count in sorted(dict(statistics.shadow_comparisons).items()):
-            comparisons.add_metric([endpoint, shadow, result], count)
-        yield comparisons
-        largest = GaugeMetricFamily(
-            "inferd_shadow_max_abs_diff",
-            "The largest |diff| between a shadow's output and the primary's seen so far, by output.",
-            labels=["endpoint", "shadow", "output"],
-        )
-        for (endpoint, shadow, output), value in sorted(dict(statistics.shadow_max_abs_diff).items()):
-            largest.add_metric([endpoint, shadow, output], value)
-        yield largest
+        for family_kind, name, documentation, labels, series_of in _SHADOW_SERIES:
+            family = family_kind(name, documentation, labels=list(labels))
+            for key, value in sorted(dict(series_of(statistics)).items()):
+                family.add_metric(list(key), value)
+            yield family
 
     def _model_management(self) -> Iterator[Any]:
         statistics = self._statistics

@@ -36,7 +36,7 @@ def spec(*weights: float, sticky: str = "") -> EndpointSpec:
 
 def test_weights_split_requests_exactly_and_spread_out() -> None:
     endpoint = Endpoint(spec(90, 10))
-    picks = [endpoint.choose().name for _ in range(5000)]
+    picks = [endpoint.route().variant for _ in range(5000)]
     assert Counter(picks) == {"blue": 4500, "green": 500}
     # Spread: no run of blue is longer than the weights allow (9 blues between greens).
     runs = "".join("b" if p == "blue" else "g" for p in picks).split("g")
@@ -51,27 +51,27 @@ def test_round_robin_keeps_fractional_weights_shares() -> None:
 
 def test_a_pinned_variant_is_served_whatever_its_weight() -> None:
     endpoint = Endpoint(spec(100, 0))
-    assert {endpoint.choose(pinned="green").name for _ in range(10)} == {"green"}
+    assert {endpoint.route(pinned="green").variant for _ in range(10)} == {"green"}
     with pytest.raises(InvalidRequestError, match="has no variant 'nope' \\(its variants: blue, green\\)"):
-        endpoint.choose(pinned="nope")
+        endpoint.route(pinned="nope")
 
 
 def test_a_sticky_key_keeps_its_variant_and_the_shares_hold() -> None:
     endpoint = Endpoint(spec(80, 20, sticky="X-User-Id"))
     keys = [f"user-{i}" for i in range(2000)]
-    first = {key: endpoint.choose(key=key).name for key in keys}
+    first = {key: endpoint.route(key=key).variant for key in keys}
     for _ in range(3):
-        assert {key: endpoint.choose(key=key).name for key in keys} == first
+        assert {key: endpoint.route(key=key).variant for key in keys} == first
     share = Counter(first.values())["green"] / len(keys)
     assert abs(share - 0.2) < 0.03, share
     # Another process, another replica: the same keys reach the same variants (nothing but the key
     # and the variants' names and weights decides).
-    assert {key: Endpoint(spec(80, 20, sticky="X-User-Id")).choose(key=key).name for key in keys} == first
+    assert {key: Endpoint(spec(80, 20, sticky="X-User-Id")).route(key=key).variant for key in keys} == first
 
 
 def test_without_sticky_a_key_is_ignored() -> None:
     endpoint = Endpoint(spec(50, 50))
-    assert [endpoint.choose(key="same").name for _ in range(4)] == ["blue", "green", "blue", "green"]
+    assert [endpoint.route(key="same").variant for _ in range(4)] == ["blue", "green", "blue", "green"]
 
 
 def moves(before: EndpointSpec, after: EndpointSpec, keys: list[str]) -> list[tuple[str, str]]:
