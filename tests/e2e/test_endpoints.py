@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -19,11 +20,16 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from inferd.protocol.tfserving_pb import tensorflow_pb2 as tf_pb
+from inferd.protocol.tfserving_pb import tensorflow_serving_pb2 as serving_pb
+from inferd.protocol.tfserving_pb import tensorflow_serving_pb2_grpc as serving_grpc
 from inferd.testing.models import add_sub_model, mlp_model, write_config
-from inferd.testing.server import ServerProcess, run_server
+from inferd.testing.server import ServerProcess, free_port, run_server
 from tests.e2e.conftest import http_request
 from tests.e2e.test_observability import scrape
 from tests.e2e.test_perf_analyzer import PERF_ANALYZER
+from tests.e2e.test_remote_repository import BUCKET
+from tests.e2e.test_remote_repository import s3 as s3  # the fixture
 from tests.e2e.test_sagemaker import runtime
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -59,9 +65,17 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(repository: Path, state_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def tfserving_grpc_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def server(
+    repository: Path, state_dir: Path, tfserving_grpc_port: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("logs") / "server.log"
-    arguments = ("--model-control-mode", "explicit", "--load-model", "*", "--state-dir", str(state_dir))
+    arguments = ("--model-control-mode", "explicit", "--load-model", "*", "--state-dir", str(state_dir),
+                 "--tfserving-grpc-port", str(tfserving_grpc_port))  # fmt: skip
     with run_server(repository, log, *arguments) as server:
         yield server
 
@@ -292,6 +306,29 @@ def test_a_file_declares_the_endpoints_and_is_followed(repository: Path, tmp_pat
         assert weights() == {"blue": 50.0, "green": 50.0}
 
 
+def test_a_file_on_s3_declares_the_endpoints_and_is_followed(repository: Path, s3: Any, tmp_path: Path) -> None:
+    """`--endpoints s3://...` through moto's S3 server: read at the start, and followed."""
+    document = "endpoints:\n  shop:\n    variants:\n      - {name: blue, model: m, version: 1, weight: %d}\n" + (
+        "      - {name: green, model: m, version: 2, weight: %d}\n"
+    )
+    s3.put_object(Bucket=BUCKET, Key="serving/endpoints.yaml", Body=(document % (90, 10)).encode())
+    arguments = ("--endpoints", f"s3://{BUCKET}/serving/endpoints.yaml", "--repository-poll-secs", "0.2")
+    with run_server(repository, tmp_path / "server.log", *arguments) as server:
+
+        def weights() -> dict[str, float]:
+            body = json.loads(http_request(server, "GET", "/v2/endpoints/shop").body)
+            return {v["name"]: v["weight"] for v in body["variants"]}
+
+        assert weights() == {"blue": 90.0, "green": 10.0}
+        reply = http_request(server, "POST", "/v2/models/shop/infer", BODY, {"Inferd-Target-Variant": "green"})
+        assert reply.status == 200 and reply.headers["inferd-variant"] == "green"
+        s3.put_object(Bucket=BUCKET, Key="serving/endpoints.yaml", Body=(document % (30, 70)).encode())
+        deadline = time.monotonic() + 30
+        while weights() != {"blue": 30.0, "green": 70.0}:
+            assert time.monotonic() < deadline, "the object's change was never followed"
+            time.sleep(0.05)
+
+
 def test_a_file_that_cannot_be_read_stops_the_start(repository: Path, tmp_path: Path) -> None:
     declared = tmp_path / "endpoints.yaml"
     declared.write_text("endpoints:\n  shop:\n    variants: [{name: a, model: m, weigth: 1}]\n")
@@ -334,8 +371,29 @@ def test_perf_analyzer_drives_an_endpoint_over_http_and_grpc(server: ServerProce
     assert all(v["requests_total"] > 0 for v in body["variants"])
 
 
-def test_the_other_doors_serve_an_endpoint_and_grpc_names_the_variant(server: ServerProcess) -> None:
+def test_the_other_doors_serve_an_endpoint_and_grpc_names_the_variant(
+    server: ServerProcess, tfserving_grpc_port: int
+) -> None:
     assert put(server, "doors", CANARY)[0] == 201
+    # TorchServe's inference API: a JSON object naming the inputs.
+    reply = http_request(
+        server, "POST", "/predictions/doors", json.dumps({"x": [[0.5] * 16]}).encode(),
+        {"Content-Type": "application/json", "Inferd-Target-Variant": "blue"},
+    )  # fmt: skip
+    assert reply.status == 200 and reply.headers["inferd-variant"] == "blue", reply.body
+    assert np.asarray(json.loads(reply.body)).shape == (1, 4)
+    # TF Serving's gRPC API: the endpoint in model_spec.name, the variant in the trailing metadata.
+    predict = serving_pb.PredictRequest()
+    predict.model_spec.name = "doors"
+    proto = predict.inputs["x"]
+    proto.dtype = tf_pb.DT_FLOAT
+    proto.tensor_shape.dim.extend(tf_pb.TensorShapeProto.Dim(size=s) for s in (1, 16))
+    proto.float_val.extend([0.5] * 16)
+    with grpc.insecure_channel(f"127.0.0.1:{tfserving_grpc_port}") as channel:
+        stub = serving_grpc.PredictionServiceStub(channel)
+        answer, call = stub.Predict.with_call(predict, metadata=(("inferd-target-variant", "green"),), timeout=30)
+        assert dict(call.trailing_metadata())["inferd-variant"] == "green"
+        assert list(answer.outputs["y"].tensor_shape.dim) == [tf_pb.TensorShapeProto.Dim(size=s) for s in (1, 4)]
     # TF Serving's REST API: the endpoint is a model name there too.
     reply = http_request(
         server, "POST", "/v1/models/doors:predict", json.dumps({"instances": [[0.5] * 16]}).encode(),

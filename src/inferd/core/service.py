@@ -94,6 +94,9 @@ class InferenceService:
         self._statistics = statistics
         self._strict_readiness = strict_readiness
         self.shutting_down = False
+        # Set by a server while it does what must precede readiness beyond loading the models
+        # (declaring the endpoints a file names, resuming rollouts).
+        self.starting = False
         # Endpoints are resolved where a request's model is, in the inference call; their names
         # answer the metadata, config and readiness routes as a model's do.
         self.endpoints = EndpointControl(registry, dispatcher, self._shadow_copy, state)
@@ -102,7 +105,7 @@ class InferenceService:
         return True
 
     def ready(self) -> bool:
-        if self.shutting_down or not self._registry.startup_complete:
+        if self.shutting_down or self.starting or not self._registry.startup_complete:
             return False
         return self._registry.all_ready() if self._strict_readiness else True
 

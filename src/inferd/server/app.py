@@ -131,6 +131,9 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         limits=settings.request_limits,
         state=StateDir(Path(settings.state_dir)) if settings.state_dir else None,
     )
+    # Not ready until the models load and the declared endpoints serve: a client (or a load
+    # balancer) told "ready" must find them.
+    service.starting = True
     service.endpoints.rollouts.webhook = RolloutWebhooks(parse_webhooks(settings.rollout_webhooks))
     if settings.endpoints_file is None and (restored := service.endpoints.restore()):
         logger.info("endpoints restored from %s: %s", settings.state_dir, ", ".join(restored))
@@ -231,6 +234,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         )
     elif resumed := await service.endpoints.restore_rollouts():
         logger.info("rollouts resumed: %s", ", ".join(resumed))
+    service.starting = False
     _freeze_startup_objects()
 
     poller = loop.create_task(_poll(registry, settings.repository_poll_s)) if mode is ModelControlMode.POLL else None
