@@ -3,13 +3,15 @@
 feature on) on one server, called by name, through an endpoint of one variant (the model: what
 routing costs), and through an endpoint of two variants (90/10 over two versions of it: routing,
 and the batches the split makes smaller), in turns at each concurrency with wrk (serving.py's
-`median_latency`).
+`in_turns`: the order reverses every round). Each ratio is the median of the rounds' ratios (each
+round's endpoint over the same round's model), with the lowest and highest round beside it: the
+machine's drift falls on both sides of a ratio alike.
 
     .venv/bin/python benchmarks/endpoints.py [--concurrency 1 8 32] [--rounds 5] [--seconds 3]
 
 Target (issue "Endpoints"): an endpoint within 3% of the bare model's throughput. The endpoint's
 work per request is a dict lookup, the round robin's pick, the variant header, and the count
-under its variant (a window entry and two metric series). Needs wrk (apt-get install wrk).
+under its variant (one append to its window, which /metrics reads too). Needs wrk (apt-get install wrk).
 """
 
 from __future__ import annotations
@@ -18,20 +20,32 @@ import argparse
 import functools
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serving import Setup, build_repository, median_latency, tiny_model, wrk
+from serving import Measurement, Setup, build_repository, in_turns, tiny_model, wrk
 
 from inferd.testing.server import run_server
 
 console = Console(width=160)
+
+
+def median(values: Iterable[float]) -> float:
+    return statistics.median(values)
+
+
+def ratios(measured: list[Measurement], baseline: list[Measurement]) -> str:
+    """The median of the rounds' throughput ratios, and [lowest, highest]."""
+    each = sorted(m.throughput / b.throughput for m, b in zip(measured, baseline, strict=True))
+    return f"{statistics.median(each):.3f} [{each[0]:.2f}, {each[-1]:.2f}]"
 
 
 def main() -> int:
@@ -47,8 +61,8 @@ def main() -> int:
     body = model.v2_json()
     table = Table(title=f"tiny model: by name and through an endpoint, in turns ({args.rounds} rounds of "
                         f"{args.seconds:g} s, medians)")  # fmt: skip
-    for column in ("concurrency", "model req/s", "one variant req/s", "one / model", "90/10 req/s", "90/10 / model",
-                   "p50 us: model, one, 90/10"):  # fmt: skip
+    for column in ("concurrency", "model req/s", "one variant req/s", "one / model [range]", "90/10 req/s",
+                   "90/10 / model [range]", "p50 us: model, one, 90/10"):  # fmt: skip
         table.add_column(column, justify="right")
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
@@ -80,16 +94,16 @@ def main() -> int:
                         label: functools.partial(wrk, url, body, concurrency, args.seconds, scratch)
                         for label, url in urls.items()
                     }
-                    medians = dict(median_latency(paths, args.rounds))
-                bare, one, split = medians["model"], medians["one"], medians["split"]
+                    rounds = in_turns(paths, args.rounds)
+                bare, one, split = (rounds[label] for label in ("model", "one", "split"))
                 table.add_row(
                     str(concurrency),
-                    f"{bare.throughput:,.0f}",
-                    f"{one.throughput:,.0f}",
-                    f"{one.throughput / bare.throughput:.3f}",
-                    f"{split.throughput:,.0f}",
-                    f"{split.throughput / bare.throughput:.3f}",
-                    f"{bare.p50_us:.0f}, {one.p50_us:.0f}, {split.p50_us:.0f}",
+                    f"{median(m.throughput for m in bare):,.0f}",
+                    f"{median(m.throughput for m in one):,.0f}",
+                    ratios(one, bare),
+                    f"{median(m.throughput for m in split):,.0f}",
+                    ratios(split, bare),
+                    ", ".join(f"{median(m.p50_us for m in ms):.0f}" for ms in (bare, one, split)),
                 )
     console.print(table)
     return 0

@@ -440,12 +440,21 @@ def best_of(
     return {label: max(bests, key=lambda best: best.ratio) for label, bests in results.items()}
 
 
+def in_turns(measures: dict[str, Callable[[], Measurement]], rounds: int) -> dict[str, list[Measurement]]:
+    """Each path measured `rounds` times, in turns: the order reverses every round, so no path
+    always follows the same one (whatever one leaves behind, a warm cache or a GC debt, falls on
+    each path alike)."""
+    results: dict[str, list[Measurement]] = {label: [] for label in measures}
+    order = list(measures)
+    for round_index in range(rounds):
+        for label in order if round_index % 2 == 0 else reversed(order):
+            results[label].append(measures[label]())
+    return results
+
+
 def median_latency(measures: dict[str, Callable[[], Measurement]], rounds: int) -> list[tuple[str, Measurement]]:
     """Each path, in turns, `rounds` times; the median throughput, p50, p90 and p99 of each."""
-    results: dict[str, list[Measurement]] = {label: [] for label in measures}
-    for _ in range(rounds):
-        for label, measure in measures.items():
-            results[label].append(measure())
+    results = in_turns(measures, rounds)
     return [
         (
             label,

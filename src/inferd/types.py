@@ -163,7 +163,9 @@ class EndpointRoute(Protocol):
     @property
     def shadowed(self) -> bool: ...
 
-    def observe(self, latency_s: float, failed: bool) -> None: ...
+    def observe(self, latency_s: float, outcome: str) -> None:
+        """The request ended `latency_s` after it began, with `outcome` ("success" or the error code)."""
+        ...
 
 
 @dataclass(slots=True)

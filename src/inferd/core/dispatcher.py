@@ -104,14 +104,8 @@ class Dispatcher:
         self._metrics.request_finished(
             request.model_name, str(handle.version), context.door, outcome, elapsed_s, timing.rows, timing
         )
-        if context.route is not None:
-            self.routed(context.route, outcome, elapsed_s)
-
-    def routed(self, route: EndpointRoute, outcome: str, elapsed_s: float) -> None:
-        """A request to an endpoint, routed by `route`, ended with `outcome`: counted under the
-        endpoint and variant (their metrics, and the variant's window a judge reads)."""
-        route.observe(elapsed_s, outcome != "success")
-        self._metrics.endpoint_request(route.endpoint, route.variant, outcome, elapsed_s)
+        if context.route is not None:  # counted under its variant too: its window, which /metrics reads
+            context.route.observe(elapsed_s, outcome)
 
     def failed(self, request: InferRequest, handle: Handle | None, exc: InferdError, started_s: float) -> None:
         """`request` ended with `exc`; `handle` is None when it resolved to no model version."""
@@ -121,7 +115,7 @@ class Dispatcher:
             # series, so they cannot grow the statistics (or /metrics) without limit.
             self._metrics.request_unresolved(request.context.door, exc.code.value)
             if request.context.route is not None:  # a variant whose model does not serve
-                self.routed(request.context.route, exc.code.value, time.perf_counter() - started_s)
+                request.context.route.observe(time.perf_counter() - started_s, exc.code.value)
         else:
             self.finished(request, handle, exc.code.value, started_s)
 
@@ -140,7 +134,7 @@ class Dispatcher:
             return
         self._metrics.request_finished(name, str(handle.version), protocol, refusal.code.value, 0.0, 0, RequestTiming())
         if route is not None:
-            self.routed(route, refusal.code.value, 0.0)
+            route.observe(0.0, refusal.code.value)
         raise refusal
 
     async def infer(

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inferd.core.request_window import RequestWindow
+from inferd.core.request_window import RequestWindow, WindowTotals
 from inferd.core.shadow import ShadowState
 from inferd.errors import InvalidRequestError
 
@@ -201,8 +201,9 @@ class Route:
     shadowed: bool = False
     # The variant's name as the answer's header carries it.
     variant_header: bytes = field(init=False)
-    # A request's outcome, into the variant's window: the window's own method (no hop between).
-    observe: Callable[[float, bool], None] = field(init=False)
+    # A request's seconds and outcome ("success" or the error code), into the variant's window: the
+    # window's own method (no hop between). The window is what /metrics counts, too.
+    observe: Callable[[float, str], None] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variant_header", self.variant.encode())
@@ -269,6 +270,13 @@ class Endpoint:
     def name(self) -> str:
         return self.spec.name
 
+    def totals(self) -> list[tuple[str, WindowTotals]]:
+        """Each variant's requests since it was set (by weight and pinned alike): /metrics' series."""
+        return [
+            (name, WindowTotals.sum((window.totals(), self.pinned_windows[name].totals())))
+            for name, window in self.windows.items()
+        ]
+
     def route(self, pinned: str | None = None, key: str | None = None) -> Route:
         """The route of one request: the `pinned` variant's, else the one `key` sticks to (when
         the endpoint is sticky and the request carried its header), else the round robin's next."""
@@ -314,6 +322,14 @@ class Endpoints:
             self.delete(name)
         for spec in wanted.values():
             self.set(spec)
+
+    def totals(self) -> list[tuple[str, str, WindowTotals]]:
+        """(endpoint, variant, totals) of every variant served (safe from /metrics' thread)."""
+        return [
+            (name, variant, totals)
+            for name, endpoint in sorted(list(self.by_name.items()))
+            for variant, totals in endpoint.totals()
+        ]
 
     def specs(self) -> list[EndpointSpec]:
         return [endpoint.spec for _, endpoint in sorted(self.by_name.items())]

@@ -31,10 +31,6 @@ class Metrics(Protocol):
         """A response to a request that came by `protocol` (its door) was written in `encode_s`."""
         ...
 
-    def endpoint_request(self, endpoint: str, variant: str, outcome: str, duration_s: float) -> None:
-        """A request to `endpoint`, routed to `variant`, ended with `outcome` after `duration_s`."""
-        ...
-
     def shadow_finished(self, endpoint: str, shadow: str, outcome: str, duration_s: float) -> None:
         """A copy of a request to `endpoint` sent to its `shadow` ended with `outcome`."""
         ...
@@ -85,9 +81,6 @@ class NoMetrics:
         return None
 
     def response_encoded(self, model: str, version: str, protocol: str, encode_s: float) -> None:
-        return None
-
-    def endpoint_request(self, endpoint: str, variant: str, outcome: str, duration_s: float) -> None:
         return None
 
     def shadow_finished(self, endpoint: str, shadow: str, outcome: str, duration_s: float) -> None:

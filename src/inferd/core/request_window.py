@@ -2,14 +2,16 @@
 whether it failed), and what it sums up to: what `GET /v2/endpoints/{name}` shows for each variant
 and shadow, and what a rollout's judge compares. On an injected clock, so tests move time.
 
-Each request is recorded in three flat arrays (array.array: raw doubles and bytes, no Python
-object a request): recording costs a few appends, and a window of a hundred thousand requests
-leaves nothing for the garbage collector to walk. What is older than the window is dropped in
-chunks, so each request pays for its removal once.
+Each request is recorded in one flat array (array.array: raw doubles, no Python object a
+request): recording costs one append, and a window of a hundred thousand requests leaves nothing
+for the garbage collector to walk. What is older than the window is dropped in chunks, so each
+request pays for its removal once. The same windows give /metrics its endpoint series: totals of
+all a window was told, summed from what it holds and what it dropped.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from array import array
 from collections.abc import Callable, Iterable
@@ -17,10 +19,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from inferd.core.statistics import LATENCY_BUCKETS_S
+
 WINDOW_S = 60.0
 # A window holds at most this many requests (the newest): its memory is bounded whatever the rate,
 # and a minute at more than this rate is judged on its last requests.
 WINDOW_MAX_REQUESTS = 100_000
+# Entries (two doubles a request) held before the oldest are dropped, an eighth at a time.
+_MAX_ENTRIES = 2 * (WINDOW_MAX_REQUESTS + WINDOW_MAX_REQUESTS // 8)
+SUCCESS = "success"
+_BOUNDS = np.asarray(LATENCY_BUCKETS_S, dtype=np.float64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,25 +45,68 @@ class WindowSummary:
         return self.errors / self.requests if self.requests else 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class WindowTotals:
+    """A window's requests since it was made (not only the last minute's): what /metrics counts."""
+
+    # "success", and each error code, by count.
+    outcomes: dict[str, int]
+    # The successful requests' seconds: one count per LATENCY_BUCKETS_S bound and one for +Inf
+    # (not cumulative), and their sum.
+    bucket_counts: list[int]
+    seconds_total: float
+
+    @staticmethod
+    def sum(parts: Iterable[WindowTotals]) -> WindowTotals:
+        outcomes: dict[str, int] = {}
+        buckets = [0] * (len(LATENCY_BUCKETS_S) + 1)
+        seconds = 0.0
+        for part in parts:
+            for outcome, count in part.outcomes.items():
+                outcomes[outcome] = outcomes.get(outcome, 0) + count
+            buckets = [a + b for a, b in zip(buckets, part.bucket_counts, strict=True)]
+            seconds += part.seconds_total
+        return WindowTotals(outcomes, buckets, seconds)
+
+
 class RequestWindow:
-    """The last minute of one variant's requests: when each ended, how long it took, whether it failed."""
+    """The last minute of one variant's requests (when each ended, how long it took, whether it
+    failed), and the totals of all it was ever told, for /metrics.
+
+    A request is one `extend` of a flat array with two doubles: when it ended, and its seconds, whose
+    sign bit marks a failure (-0.0 included). The totals of what the window no longer holds are
+    folded in when it is dropped; the rest are summed when asked for. So the request path pays for
+    one append, and a failure also for its error code's count."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._ended = array("d")
-        self._seconds = array("d")
-        self._failed = array("b")
-        self.requests_total = 0
-        self.errors_total = 0
+        self._entries = array("d")
+        # Failed requests since the window was made, by error code.
+        self._failures: dict[str, int] = {}
+        # What was dropped, summed (under the lock, which /metrics' thread reads it under too).
+        self._lock = threading.Lock()
+        self._dropped_requests = 0
+        self._dropped_successes = 0
+        self._dropped_buckets = np.zeros(len(LATENCY_BUCKETS_S) + 1, dtype=np.int64)
+        self._dropped_seconds = 0.0
 
-    def observe(self, latency_s: float, failed: bool) -> None:
-        self._ended.append(self._clock())
-        self._seconds.append(latency_s)
-        self._failed.append(failed)
-        self.requests_total += 1
-        self.errors_total += failed
-        if len(self._ended) > WINDOW_MAX_REQUESTS + WINDOW_MAX_REQUESTS // 8:
-            self._drop(len(self._ended) - WINDOW_MAX_REQUESTS)
+    def observe(self, latency_s: float, outcome: str) -> None:
+        """A request ended `latency_s` after it began, with `outcome` ("success" or an error code)."""
+        if outcome == SUCCESS:
+            self._entries.extend((self._clock(), latency_s))
+        else:
+            self._entries.extend((self._clock(), -latency_s))
+            self._failures[outcome] = self._failures.get(outcome, 0) + 1
+        if len(self._entries) > _MAX_ENTRIES:
+            self._drop(len(self._entries) // 2 - WINDOW_MAX_REQUESTS)
+
+    @property
+    def requests_total(self) -> int:
+        return self._dropped_requests + len(self._entries) // 2
+
+    @property
+    def errors_total(self) -> int:
+        return sum(self._failures.values())
 
     def summary(self, window_s: float = WINDOW_S) -> WindowSummary:
         seconds, failed = self.entries(window_s)
@@ -65,22 +116,44 @@ class RequestWindow:
         """The seconds and failures of the requests of the last `window_s` seconds (at most
         WINDOW_S: what is older is dropped)."""
         now = self._clock()
-        ended = np.frombuffer(self._ended, dtype=np.float64)
+        flat = np.frombuffer(self._entries[:], dtype=np.float64)  # a copy: the array may grow meanwhile
+        ended = flat[0::2]
         stale = int(np.searchsorted(ended, now - WINDOW_S, side="left"))
         if stale:
-            del ended
             self._drop(stale)
-            ended = np.frombuffer(self._ended, dtype=np.float64)
         start = int(np.searchsorted(ended, now - min(window_s, WINDOW_S), side="left"))
-        return (
-            np.frombuffer(self._seconds, dtype=np.float64)[start:].copy(),
-            np.frombuffer(self._failed, dtype=np.int8)[start:].copy(),
-        )
+        signed = flat[2 * start + 1 :: 2]
+        return np.abs(signed), np.signbit(signed)
+
+    def totals(self) -> WindowTotals:
+        """Every request the window was told of, summed (safe from any thread)."""
+        # Each series from what counts it alone, so none can seem to go back between two reads.
+        failures = dict(self._failures)
+        with self._lock:
+            held = np.frombuffer(self._entries[:], dtype=np.float64)[1::2]
+            succeeded = held[~np.signbit(held)]
+            buckets = self._dropped_buckets + _bucket_counts(succeeded)
+            successes = self._dropped_successes + len(succeeded)
+            seconds = self._dropped_seconds + float(succeeded.sum())
+        return WindowTotals({SUCCESS: successes, **failures}, [int(count) for count in buckets], seconds)
 
     def _drop(self, count: int) -> None:
-        del self._ended[:count]
-        del self._seconds[:count]
-        del self._failed[:count]
+        """Forget the `count` oldest requests, their totals kept."""
+        with self._lock:
+            dropped = np.frombuffer(self._entries[: 2 * count], dtype=np.float64)[1::2]
+            succeeded = dropped[~np.signbit(dropped)]
+            self._dropped_buckets += _bucket_counts(succeeded)
+            self._dropped_requests += len(dropped)
+            self._dropped_successes += len(succeeded)
+            self._dropped_seconds += float(succeeded.sum())
+            del self._entries[: 2 * count]
+
+
+def _bucket_counts(seconds: np.ndarray) -> np.ndarray:
+    """`seconds` counted per LATENCY_BUCKETS_S bound (a value on a bound is in its bucket, as
+    Prometheus' `le` says) and +Inf."""
+    indices = np.searchsorted(_BOUNDS, seconds, side="left")
+    return np.bincount(indices, minlength=len(_BOUNDS) + 1).astype(np.int64)
 
 
 def combined_summary(windows: Iterable[RequestWindow], window_s: float = WINDOW_S) -> WindowSummary:

@@ -36,7 +36,7 @@ import numpy as np
 
 from inferd.comparison import Tolerances, compare_output
 from inferd.core.metrics import Metrics
-from inferd.core.request_window import RequestWindow
+from inferd.core.request_window import SUCCESS, RequestWindow
 from inferd.errors import InferdError
 from inferd.types import SHADOW_COPY, DataType, InferRequest, InferResponse, RequestContext, Tensor
 
@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 MAX_RUNNING = 4
 MAX_WAITING = 64
 OFF_AFTER_FAILURES = 50
+# A failed copy's outcome in its shadow's window (the error code is in the log line that says why).
+FAILED = "failed"
 # A shadow's log keeps at most this many pairs; then it stops, and says so once.
 MAX_LOGGED_PAIRS = 10_000
 
@@ -88,14 +90,14 @@ class ShadowState:
         return False
 
     def failed(self, latency_s: float, why: str) -> None:
-        self.window.observe(latency_s, True)
+        self.window.observe(latency_s, FAILED)
         self._failures_in_a_row += 1
         if self._failures_in_a_row >= OFF_AFTER_FAILURES and not self.off_reason:
             self.off_reason = f"turned off after {self._failures_in_a_row} failures in a row; the last: {why}"
             logger.warning("endpoint '%s': shadow '%s' %s", self.endpoint, self.name, self.off_reason)
 
     def succeeded(self, latency_s: float, agreed: bool, diffs: dict[str, float]) -> None:
-        self.window.observe(latency_s, False)
+        self.window.observe(latency_s, SUCCESS)
         self._failures_in_a_row = 0
         self.compared += 1
         self.agreed += agreed

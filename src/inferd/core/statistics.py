@@ -53,17 +53,6 @@ def _latency() -> Histogram:
 
 
 @dataclass(slots=True)
-class VariantStatistics:
-    """An endpoint variant's requests: by outcome, and the successful ones' durations."""
-
-    outcomes: dict[str, int] = field(default_factory=dict)
-    duration: Histogram = field(default_factory=_latency)
-
-    def copy(self) -> VariantStatistics:
-        return VariantStatistics(dict(self.outcomes), self.duration.copy())
-
-
-@dataclass(slots=True)
 class RequestPhases:
     """Successful requests that came by one door: from the start of decoding to a result, and that
     time split."""
@@ -147,9 +136,6 @@ class ServingStatistics:
         self.unloads = 0
         self.evictions = 0
         self.on_demand = {"hit": 0, "miss": 0}
-        # Requests to endpoints, by (endpoint, variant): bounded by the endpoints set, not by what
-        # clients name.
-        self.endpoints: dict[tuple[str, str], VariantStatistics] = {}
         # Shadows' copies: (endpoint, shadow, outcome) -> count; (endpoint, shadow) -> dropped; (endpoint,
         # shadow, "agree" or "differ") -> count; (endpoint, shadow, output) -> the largest |diff| seen.
         self.shadow_outcomes: dict[tuple[str, str, str], int] = {}
@@ -211,14 +197,6 @@ class ServingStatistics:
     def request_unresolved(self, protocol: str, outcome: str) -> None:
         key = (protocol, outcome)
         self.unresolved[key] = self.unresolved.get(key, 0) + 1
-
-    def endpoint_request(self, endpoint: str, variant: str, outcome: str, duration_s: float) -> None:
-        stats = self.endpoints.get((endpoint, variant))
-        if stats is None:
-            stats = self.endpoints[(endpoint, variant)] = VariantStatistics()
-        stats.outcomes[outcome] = stats.outcomes.get(outcome, 0) + 1
-        if outcome == "success":
-            stats.duration.observe(duration_s)
 
     def shadow_finished(self, endpoint: str, shadow: str, outcome: str, duration_s: float) -> None:
         key = (endpoint, shadow, outcome)

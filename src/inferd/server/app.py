@@ -182,6 +182,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         service.model_states,
         service.load,
         service.model_memory,
+        service.endpoints.endpoints.totals,
         settings.host,
         settings.metrics_port,
         budget_bytes=settings.model_memory_budget_bytes,

@@ -13,12 +13,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from inferd.core.registry import ModelState
-from inferd.core.statistics import Histogram, RequestPhases, ServingStatistics, VersionStatistics
+from inferd.core.request_window import WindowTotals
+from inferd.core.statistics import LATENCY_BUCKETS_S, Histogram, RequestPhases, ServingStatistics, VersionStatistics
 from inferd.server.tls import TlsFiles
 
 ModelStates = Callable[[], list[tuple[str, str, ModelState]]]
 Load = Callable[[], list[tuple[str, str, int, int]]]
 Memory = Callable[[], list[tuple[str, int]]]
+# (endpoint, variant, the variant's requests since it was set)
+EndpointTotals = Callable[[], list[tuple[str, str, WindowTotals]]]
 
 # metric name, help, the histogram of one door's requests it shows (labels: model, version, protocol)
 _REQUEST_HISTOGRAMS: tuple[tuple[str, str, Callable[[RequestPhases], Histogram]], ...] = (
@@ -108,6 +111,7 @@ def serve_metrics(
     model_states: ModelStates,
     load: Load,
     memory: Memory,
+    endpoint_totals: EndpointTotals,
     host: str,
     port: int,
     *,
@@ -117,7 +121,7 @@ def serve_metrics(
     """Start the /metrics listener on a daemon thread; returns the server (has `.shutdown()`).
     With `tls`, HTTPS (and client certificates when it names a client CA), as the other ports."""
     registry = CollectorRegistry()
-    registry.register(_Exposition(statistics, model_states, load, memory, budget_bytes))
+    registry.register(_Exposition(statistics, model_states, load, memory, endpoint_totals, budget_bytes))
     if tls is None:
         server, _thread = start_http_server(port, addr=host, registry=registry)
         return server
@@ -148,7 +152,7 @@ def metric_descriptions() -> list[MetricDescription]:
     """Every metric /metrics can serve (`--model-memory-budget`'s gauge included), read from the
     exposition itself over empty statistics: the docs' reference is generated from it, so it cannot
     list a metric the server does not serve, or miss one."""
-    empty = _Exposition(ServingStatistics(), list, list, list, budget_bytes=0)
+    empty = _Exposition(ServingStatistics(), list, list, list, list, budget_bytes=0)
     return [
         MetricDescription(
             family.name + ("_total" if family.type == "counter" else ""),
@@ -167,9 +171,11 @@ class _Exposition(Collector):
         model_states: ModelStates,
         load: Load,
         memory: Memory,
+        endpoint_totals: EndpointTotals,
         budget_bytes: int | None,
     ) -> None:
         self._statistics = statistics
+        self._endpoint_totals = endpoint_totals
         self._model_states = model_states
         self._load = load
         self._memory = memory
@@ -240,9 +246,9 @@ class _Exposition(Collector):
             "error code); each is also counted under its variant's model in inferd_requests_total.",
             labels=["endpoint", "variant", "outcome"],
         )
-        variants = sorted((key, stats.copy()) for key, stats in list(statistics.endpoints.items()))
-        for (endpoint, variant), stats in variants:
-            for outcome, count in sorted(stats.outcomes.items()):
+        variants = self._endpoint_totals()
+        for endpoint, variant, totals in variants:
+            for outcome, count in sorted(totals.outcomes.items()):
                 requests.add_metric([endpoint, variant, outcome], count)
         yield requests
         durations = HistogramMetricFamily(
@@ -250,8 +256,9 @@ class _Exposition(Collector):
             "Successful requests to endpoints, by variant: from the start of decoding to a result, in seconds.",
             labels=["endpoint", "variant"],
         )
-        for (endpoint, variant), stats in variants:
-            durations.add_metric([endpoint, variant], _cumulative_buckets(stats.duration), stats.duration.total)
+        for endpoint, variant, totals in variants:
+            histogram = Histogram(LATENCY_BUCKETS_S, totals.bucket_counts, totals.seconds_total)
+            durations.add_metric([endpoint, variant], _cumulative_buckets(histogram), histogram.total)
         yield durations
         for family_kind, name, documentation, labels, series_of in _SHADOW_SERIES:
             family = family_kind(name, documentation, labels=list(labels))

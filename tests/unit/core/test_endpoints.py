@@ -6,6 +6,7 @@ import math
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from inferd.core.endpoints import (
@@ -19,8 +20,9 @@ from inferd.core.endpoints import (
     spec_document,
     spec_from_document,
 )
-from inferd.core.request_window import WINDOW_S, RequestWindow, combined_summary
+from inferd.core.request_window import WINDOW_MAX_REQUESTS, WINDOW_S, RequestWindow, combined_summary
 from inferd.core.state_dir import StateDir
+from inferd.core.statistics import LATENCY_BUCKETS_S, Histogram
 from inferd.errors import InvalidRequestError
 from inferd.testing.fakes import FakeClock
 
@@ -134,10 +136,10 @@ def test_a_window_reports_the_last_minute_only() -> None:
     clock = FakeClock()
     window = RequestWindow(clock)
     for i in range(100):
-        window.observe(i / 1000, failed=i % 10 == 0)
+        window.observe(i / 1000, "INTERNAL" if i % 10 == 0 else "success")
     clock.advance(WINDOW_S / 2)
     for _ in range(50):
-        window.observe(0.5, failed=False)
+        window.observe(0.5, "success")
     summary = window.summary()
     assert (summary.requests, summary.errors) == (150, 10)
     clock.advance(WINDOW_S / 2 + 1)
@@ -150,7 +152,7 @@ def test_a_window_reports_the_last_minute_only() -> None:
 
 def test_a_changed_endpoint_keeps_the_windows_of_the_variants_it_keeps() -> None:
     endpoints = Endpoints()
-    endpoints.set(spec(90, 10)).windows["blue"].observe(0.01, False)
+    endpoints.set(spec(90, 10)).windows["blue"].observe(0.01, "success")
     changed = endpoints.set(spec(50, 50))
     assert changed.windows["blue"].requests_total == 1
     moved = endpoints.set(EndpointSpec("e", (Variant("blue", "other-model"),)))
@@ -180,7 +182,38 @@ def test_variants_windows_sum_up_as_one() -> None:
     clock = FakeClock()
     first, second = RequestWindow(clock), RequestWindow(clock)
     for latency in (0.001, 0.002):
-        first.observe(latency, failed=False)
-    second.observe(0.003, failed=True)
+        first.observe(latency, "success")
+    second.observe(0.003, "UNAVAILABLE")
     summary = combined_summary([first, second])
     assert (summary.requests, summary.errors, summary.p50_ms) == (3, 1, pytest.approx(2.0))
+
+
+def test_a_windows_totals_count_every_request_it_was_told_of_as_a_histogram_would() -> None:
+    """What /metrics shows: outcomes and the successes' buckets, over requests the window has long
+    dropped (by age and by count) as over those it holds; a shed request (0 s, -0.0 once negated)
+    is a failure."""
+    clock = FakeClock()
+    window = RequestWindow(clock)
+    reference = Histogram.with_bounds(LATENCY_BUCKETS_S)
+    rng = np.random.default_rng(7)
+    failures = 0
+    for round_index in range(3):
+        for latency in [*rng.exponential(0.01, WINDOW_MAX_REQUESTS // 2 + 7).tolist(), 0.001, 0.0025]:
+            window.observe(latency, "success")
+            reference.observe(latency)
+        window.observe(0.0, "UNAVAILABLE")
+        failures += 1
+        if round_index == 1:
+            clock.advance(WINDOW_S + 1)
+            assert window.summary().requests == 0  # all dropped by age
+        before = window.totals()
+        assert before.outcomes == {"success": reference.count, "UNAVAILABLE": failures}
+        assert before.bucket_counts == reference.counts
+        assert before.seconds_total == pytest.approx(reference.total)
+    assert window.requests_total == reference.count + failures and window.errors_total == failures
+    endpoints = Endpoints(clock)
+    endpoint = endpoints.set(spec(90, 10))
+    endpoint.windows["blue"].observe(0.01, "success")
+    endpoint.pinned_windows["blue"].observe(0.02, "INVALID_ARGUMENT")
+    (name, variant, totals), *_ = endpoints.totals()
+    assert (name, variant, totals.outcomes) == ("e", "blue", {"success": 1, "INVALID_ARGUMENT": 1})
