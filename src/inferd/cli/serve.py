@@ -404,8 +404,79 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     default=None,
     type=click.Path(file_okay=False),
     envvar="INFERD_STATE_DIR",
-    help="A folder where what is set through the API (endpoints) is kept, so it survives a restart; made if "
-    "missing. Without it, endpoints last as long as the process.",
+    help="A folder where what is set through the API (endpoints, async inference jobs) is kept, so it survives a "
+    "restart or a crash; made if missing. Without it, endpoints last as long as the process, and async inference "
+    "is off.",
+)
+@click.option(
+    "--async-output-path",
+    default=None,
+    envvar="INFERD_ASYNC_OUTPUT_PATH",
+    help="Where async inference results are written, as ID.out: a folder or an s3:// prefix (default "
+    "STATE_DIR/async/results). Chosen here, never by a caller.",
+)
+@click.option(
+    "--async-failure-path",
+    default=None,
+    envvar="INFERD_ASYNC_FAILURE_PATH",
+    help="Where failed async jobs' documents are written, as ID-error.out (default: the output path).",
+)
+@click.option(
+    "--async-payload-path",
+    default=None,
+    envvar="INFERD_ASYNC_PAYLOAD_PATH",
+    help="Where inline async request bodies are kept for their job (default STATE_DIR/async/payloads).",
+)
+@click.option(
+    "--async-input-root",
+    "async_input_roots",
+    multiple=True,
+    envvar="INFERD_ASYNC_INPUT_ROOTS",
+    help="A folder or s3:// prefix (repeatable) that an async submit's input_location may lie under; any other "
+    "location is refused (403). None: only inline bodies.",
+)
+@click.option(
+    "--async-webhook",
+    "async_webhooks",
+    multiple=True,
+    envvar="INFERD_ASYNC_WEBHOOKS",
+    help="A URL (repeatable) POSTed every async job's end, with an Inferd-Idempotency-Key header (the job's id); "
+    "retried with backoff until it answers 2xx.",
+)
+@click.option(
+    "--async-webhook-secret-file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    envvar="INFERD_ASYNC_WEBHOOK_SECRET_FILE",
+    help="A file holding the secret that webhook bodies are signed with (Inferd-Signature: t=...,v1=HMAC-SHA256).",
+)
+@click.option(
+    "--async-success-topic",
+    default=None,
+    envvar="INFERD_ASYNC_SUCCESS_TOPIC",
+    help="An SNS topic ARN told of each succeeded async job, as SageMaker's SuccessTopic is.",
+)
+@click.option(
+    "--async-error-topic",
+    default=None,
+    envvar="INFERD_ASYNC_ERROR_TOPIC",
+    help="An SNS topic ARN told of each failed async job, as SageMaker's ErrorTopic is.",
+)
+@click.option(
+    "--async-max-attempts",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    envvar="INFERD_ASYNC_MAX_ATTEMPTS",
+    help="Runs an async job gets (a crash or a transient refusal takes one); then it fails as a dead letter.",
+)
+@click.option(
+    "--async-concurrency",
+    default=8,
+    show_default=True,
+    type=click.IntRange(min=1),
+    envvar="INFERD_ASYNC_CONCURRENCY",
+    help="Async jobs run at once; they batch with each other, and yield to real-time requests.",
 )
 @click.option(
     "--allow-model-upload/--no-allow-model-upload",

@@ -146,7 +146,28 @@ class ServerSettings(BaseModel):
     endpoints_file: str | None = None
     """A YAML file (path or fsspec URL) that declares the endpoints, re-read every repository_poll_s."""
     state_dir: str | None = None
-    """Where what users set through the API (endpoints) is kept across restarts; None: in memory only."""
+    """Where what users set through the API (endpoints, async jobs) is kept across restarts; None: in
+    memory only, and no async inference."""
+    async_output_path: str | None = None
+    """Where async jobs' results are written (a folder or s3:// prefix); default STATE_DIR/async/results."""
+    async_failure_path: str | None = None
+    """Where async jobs' failure documents are written; default the output path."""
+    async_payload_path: str | None = None
+    """Where inline async bodies are kept until their job ends; default STATE_DIR/async/payloads."""
+    async_input_roots: tuple[str, ...] = ()
+    """Folders or s3:// prefixes a submit's input location may lie under; none: inline bodies only."""
+    async_webhooks: tuple[str, ...] = ()
+    """URLs told of every async job's end (POST, signed with async_webhook_secret_file's secret)."""
+    async_webhook_secret_file: str | None = None
+    """A file whose content (stripped) is the HMAC-SHA256 key webhooks' bodies are signed with."""
+    async_success_topic: str | None = None
+    """An SNS topic ARN told of each succeeded async job (SageMaker's SuccessTopic)."""
+    async_error_topic: str | None = None
+    """An SNS topic ARN told of each failed async job (SageMaker's ErrorTopic)."""
+    async_max_attempts: int = Field(default=3, gt=0)
+    """Leases an async job gets; after the last it ends failed, as a dead letter (default 3)."""
+    async_concurrency: int = Field(default=8, gt=0)
+    """Async jobs run at once (they batch with each other; default 8)."""
     allow_model_upload: bool = False
     """Let the repository API take model files, and config overrides that change a model's backend
     or platform or a remote model's URL (code the server then runs). Off by default; on, it needs

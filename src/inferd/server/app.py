@@ -19,6 +19,7 @@ import grpc
 
 from inferd.config.server import HttpServerKind, IntraOpPools, ModelControlMode, ServerSettings
 from inferd.config.tracing import EXTRA, TracingSettings
+from inferd.core.async_inference import AsyncInference
 from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import LinkedModels, open_repositories
 from inferd.core.service import InferenceService
@@ -26,6 +27,8 @@ from inferd.core.state_dir import StateDir
 from inferd.core.statistics import ServingStatistics
 from inferd.protocol.tfserving_batching import read_batching_parameters
 from inferd.runtimes.base import keep_large_blocks_off_the_heap
+from inferd.server.async_api import AsyncApi
+from inferd.server.async_setup import build_async_inference
 from inferd.server.auth import Access, AccessPolicy, is_loopback_host, read_tokens
 from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.endpoint_file import EndpointFileError, apply_endpoint_file, follow_endpoint_file
@@ -144,7 +147,8 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     regions = SharedMemoryRegions(prefix=settings.shared_memory_prefix, max_regions=settings.max_shared_memory_regions)
     tls = tls_files(settings)
     call = inference_call(service, settings, tracing)
-    router = build_router(service, settings, regions, access, call)
+    jobs = build_async_inference(service, settings, tracing)
+    router = build_router(service, settings, regions, access, call, jobs)
     # Tokens first: a call refused for its credentials makes no span (the call begins spans).
     interceptors: list[grpc.aio.ServerInterceptor] = [TokenInterceptor(access)] if access is not None else []
     http_app = HttpApp(router, max_request_bytes=settings.max_request_bytes, access=access)
@@ -183,6 +187,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         service.load,
         service.model_memory,
         service.endpoints.endpoints.totals,
+        (lambda: list(jobs.backlog)) if jobs is not None else list,
         settings.host,
         settings.metrics_port,
         budget_bytes=settings.model_memory_budget_bytes,
@@ -236,6 +241,8 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     elif resumed := await service.endpoints.restore_rollouts():
         logger.info("rollouts resumed: %s", ", ".join(resumed))
     service.starting = False
+    if jobs is not None:  # once the models serve: jobs run through them
+        jobs.start()
     _freeze_startup_objects()
 
     poller = loop.create_task(_poll(registry, settings.repository_poll_s)) if mode is ModelControlMode.POLL else None
@@ -256,6 +263,8 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         *([management_server.shutdown(settings.shutdown_timeout_s)] if management_server is not None else []),
         *([tfserving_server.stop(grace=settings.shutdown_timeout_s)] if tfserving_server is not None else []),
     )
+    if jobs is not None:  # a job cut short runs again at the next start
+        await jobs.stop()
     metrics_server.shutdown()
     regions.close()
     await service.endpoints.shadows.close()  # copies no client waits for
@@ -369,12 +378,15 @@ def build_router(
     regions: SharedMemoryRegions | None = None,
     access: AccessPolicy | None = None,
     call: InferenceCall | None = None,
+    jobs: AsyncInference | None = None,
 ) -> Router:
     """Every REST door on the HTTP port, and its OpenAPI document (with the tokens `access` asks for).
-    Each door's codecs hold requests to the server's limits, given here once."""
+    Each door's codecs hold requests to the server's limits, given here once. `jobs`: the server's
+    async inference (None: its routes answer that it is off)."""
     call = call or inference_call(service, settings)
     limits = settings.request_limits
-    kserve = KServeDoor(service, call, regions, limits=limits, access=access)
+    async_api = AsyncApi(service, jobs)
+    kserve = KServeDoor(service, call, regions, limits=limits, access=access, async_api=async_api)
     sagemaker = SageMakerDoor(
         service,
         call,
@@ -383,6 +395,7 @@ def build_router(
         multi_model=settings.sagemaker,
         model_root=Path(settings.sagemaker_model_root),
         default_model=settings.sagemaker_default_model,
+        async_api=async_api,
     )
     kserve_routes = kserve.routes()
     doors = [

@@ -39,6 +39,7 @@ from inferd.config.parameters import VERSION_LABELS
 from inferd.core.dispatcher import Dispatcher
 from inferd.core.endpoints import Endpoint, Endpoints
 from inferd.core.metrics import Metrics
+from inferd.core.scheduler import Admission
 from inferd.core.service import InferenceService
 from inferd.errors import InferdError, InvalidRequestError, StreamOnlyModelError
 from inferd.limits import RequestLimits
@@ -114,14 +115,19 @@ class InferenceCall:
         max_request_bytes: int,
         decoded: DecodedBytesBudget,
         tracing: CallTracing | None = None,
+        admission: Admission = Admission.REAL_TIME,
     ) -> None:
         """`max_request_bytes`: what a compressed body may inflate to (the limit uncompressed ones
         are held to); `decoded`: the server's budget for inflated bodies; `tracing`: when the server
-        traces (a call that is not traced pays one test of this)."""
+        traces (a call that is not traced pays one test of this); `admission`: BACKGROUND for the
+        call async jobs are run through (core.scheduler: only in the room real-time requests leave,
+        refused by the background queue's own bound, never shed for the real-time one's)."""
         self._service = service
         self._max_request_bytes = max_request_bytes
         self._decoded = decoded
         self._tracing = tracing
+        self._admission = admission
+        self._sheds = admission is Admission.REAL_TIME
 
     # A client's request goes down to the dispatcher with the server's limits (core.dispatcher);
     # read from the service at the first request (the route tables are built before any).
@@ -169,7 +175,8 @@ class InferenceCall:
                         pinned = headers.get(_TARGET_VARIANT) or headers.get(_SAGEMAKER_TARGET_VARIANT)
                         key = headers.get(endpoint.sticky_header) if endpoint.sticky_header else None
                         self._route(endpoint, target, context, pinned, key)
-                    self._dispatcher.shed(target.model, target.version, codec.door, context.route)
+                    if self._sheds:
+                        self._dispatcher.shed(target.model, target.version, codec.door, context.route)
                 try:
                     answer = await self._serve(codec, request, target, context)
                 except StreamOnlyModelError as exc:
@@ -392,7 +399,8 @@ class InferenceCall:
             self._route(endpoint, target, context, pinned, header(sticky.lower()) if sticky else None)
         if target.label:
             target.version, target.label = await self.label_version(target.model, target.label), ""
-        self._dispatcher.shed(target.model, target.version, door, context.route)
+        if self._sheds:
+            self._dispatcher.shed(target.model, target.version, door, context.route)
 
     @staticmethod
     def _route(
@@ -424,9 +432,13 @@ class InferenceCall:
         # NOTE: if the client disconnects meanwhile, the transport cancels this task; a request
         # still queued in a batcher is then dropped unrun.
         if len(requests) == 1:
-            responses: Sequence[InferResponse] = (await self._dispatcher.infer(requests[0], self._limits),)
+            responses: Sequence[InferResponse] = (
+                await self._dispatcher.infer(requests[0], self._limits, self._admission),
+            )
         else:
-            responses = await asyncio.gather(*(self._dispatcher.infer(request, self._limits) for request in requests))
+            responses = await asyncio.gather(
+                *(self._dispatcher.infer(request, self._limits, self._admission) for request in requests)
+            )
         encode_started = time.perf_counter()
         answer = codec.encode(responses, decoded)
         context.timing.encode_s = encode_s = time.perf_counter() - encode_started

@@ -6,12 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from inferd.core.async_inference import Answer
+from inferd.core.async_jobs import Job
 from inferd.core.service import InferenceService
 from inferd.errors import NotFoundError, UnavailableError, UnsupportedError
 from inferd.limits import RequestLimits
-from inferd.protocol import json_v2, model_config, shared_memory
+from inferd.protocol import json_v2, model_config, sagemaker, shared_memory
 from inferd.protocol.codecs.base import Target
 from inferd.protocol.codecs.kserve import KServeHttpCodec
+from inferd.server.async_api import AsyncApi
 from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy, check_local_client
 from inferd.server.cuda_shared_memory import CudaSharedMemory
 from inferd.server.endpoints import EndpointsApi, RolloutsApi
@@ -23,6 +26,7 @@ from inferd.server.shared_memory import SharedMemoryRegions
 from inferd.types import Door
 
 _JSON_HEADERS = [(b"content-type", json_v2.JSON_CONTENT_TYPE)]
+_HEADER_LENGTH = b"inference-header-content-length"
 _AUTHORIZATION = AUTHORIZATION_HEADER.encode()
 # The Open Inference Protocol's health bodies, which KServe's SDK reads (`response.json()["ready"]`)
 # and KServe's own server sends; tritonclient reads only the status, which stays 200 / 503.
@@ -40,18 +44,20 @@ class KServeDoor:
         *,
         limits: RequestLimits,
         access: AccessPolicy | None = None,
+        async_api: AsyncApi | None = None,
     ) -> None:
         """`call`: the server's one inference call (None: a door for tests of its other routes, which
         answers no inference); `limits`: the server's, what one request may hold; `openapi_document`:
         the OpenAPI document of the port's routes (`server.openapi`), which only the code that
         assembles the port's doors knows, served at /v2/openapi.json; `access`: the tokens, for shared
-        memory's check of who is on this host."""
+        memory's check of who is on this host; `async_api`: the async inference routes under /v2."""
         self._service = service
         self._call = call
         self._codec = KServeHttpCodec(limits, Door.KSERVE_HTTP, regions)
         self._regions = regions
         self._access = access
         self._cuda_shared_memory = CudaSharedMemory(regions, access)
+        self._async_api = async_api
         # Set by whoever assembles the port (server.app.build_router), once its routes are known.
         self.openapi_document = openapi_document
 
@@ -82,6 +88,7 @@ class KServeDoor:
                 Route("/v2/repository/models/{model}/load", ("POST",), self._load, Access.MANAGEMENT),
                 Route("/v2/repository/models/{model}/unload", ("POST",), self._unload, Access.MANAGEMENT),
                 *EndpointsApi(service).routes(),
+                *(self._async_api.routes() if self._async_api is not None else ()),
                 *RolloutsApi(service).routes(),
                 Route("/v2/systemsharedmemory/status", READ, self._shm_status),
                 Route("/v2/systemsharedmemory/region/{region}/status", READ, self._shm_status),
@@ -103,6 +110,23 @@ class KServeDoor:
         if self._call is None:
             raise UnsupportedError("this door was built without an inference call")
         return await self._call.http(self._codec, request, Target(params["model"], params.get("version", "")))
+
+    async def replay(self, job: Job, body: bytes) -> Answer:
+        """An async job's stored v2 body, inferred as `POST /v2/models/{m}/infer` would be (by this
+        door's call: the background one, for a door built to run jobs). A binary answer's object
+        says its JSON header's size in its content type, as SageMaker's Triton containers do."""
+        if self._call is None:
+            raise UnsupportedError("this door was built without an inference call")
+        headers = {b"content-type": job.request.content_type.encode("latin-1")}
+        if job.request.header_length is not None:
+            headers[_HEADER_LENGTH] = str(job.request.header_length).encode()
+        request = HttpRequest("POST", f"/v2/models/{job.request.model}/infer", b"", headers, body)
+        response = await self._call.http(self._codec, request, Target(job.request.model, job.request.version))
+        answered = dict(response.headers)
+        header_length = answered.get(_HEADER_LENGTH)
+        if header_length is not None:
+            return Answer(response.body, f"{sagemaker.TRITON_BINARY};json-header-size={header_length.decode()}")
+        return Answer(response.body, (answered.get(b"content-type") or json_v2.JSON_CONTENT_TYPE).decode())
 
     async def _live(self, request: HttpRequest, params: Params) -> HttpResponse:
         if not self._service.live():

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from inferd.core.async_jobs import Backlog
 from inferd.core.registry import ModelState
 from inferd.core.request_window import WindowTotals
 from inferd.core.statistics import LATENCY_BUCKETS_S, Histogram, RequestPhases, ServingStatistics, VersionStatistics
@@ -22,6 +23,7 @@ Load = Callable[[], list[tuple[str, str, int, int]]]
 Memory = Callable[[], list[tuple[str, int]]]
 # (endpoint, variant, the variant's requests since it was set)
 EndpointTotals = Callable[[], list[tuple[str, str, WindowTotals]]]
+AsyncBacklog = Callable[[], list[Backlog]]
 
 # metric name, help, the histogram of one door's requests it shows (labels: model, version, protocol)
 _REQUEST_HISTOGRAMS: tuple[tuple[str, str, Callable[[RequestPhases], Histogram]], ...] = (
@@ -112,6 +114,7 @@ def serve_metrics(
     load: Load,
     memory: Memory,
     endpoint_totals: EndpointTotals,
+    async_backlog: AsyncBacklog,
     host: str,
     port: int,
     *,
@@ -121,7 +124,7 @@ def serve_metrics(
     """Start the /metrics listener on a daemon thread; returns the server (has `.shutdown()`).
     With `tls`, HTTPS (and client certificates when it names a client CA), as the other ports."""
     registry = CollectorRegistry()
-    registry.register(_Exposition(statistics, model_states, load, memory, endpoint_totals, budget_bytes))
+    registry.register(_Exposition(statistics, model_states, load, memory, endpoint_totals, async_backlog, budget_bytes))
     if tls is None:
         server, _thread = start_http_server(port, addr=host, registry=registry)
         return server
@@ -152,7 +155,7 @@ def metric_descriptions() -> list[MetricDescription]:
     """Every metric /metrics can serve (`--model-memory-budget`'s gauge included), read from the
     exposition itself over empty statistics: the docs' reference is generated from it, so it cannot
     list a metric the server does not serve, or miss one."""
-    empty = _Exposition(ServingStatistics(), list, list, list, list, budget_bytes=0)
+    empty = _Exposition(ServingStatistics(), list, list, list, list, list, budget_bytes=0)
     return [
         MetricDescription(
             family.name + ("_total" if family.type == "counter" else ""),
@@ -172,10 +175,12 @@ class _Exposition(Collector):
         load: Load,
         memory: Memory,
         endpoint_totals: EndpointTotals,
+        async_backlog: AsyncBacklog,
         budget_bytes: int | None,
     ) -> None:
         self._statistics = statistics
         self._endpoint_totals = endpoint_totals
+        self._async_backlog = async_backlog
         self._model_states = model_states
         self._load = load
         self._memory = memory
@@ -204,6 +209,7 @@ class _Exposition(Collector):
             unresolved.add_metric([protocol, outcome], count)
         yield unresolved
         yield from self._endpoints()
+        yield from self._async_jobs()
         yield from self._model_management()
         for name, documentation, phase_of in _REQUEST_HISTOGRAMS:
             family = HistogramMetricFamily(name, documentation, labels=["model", "version", "protocol"])
@@ -265,6 +271,23 @@ class _Exposition(Collector):
             for key, value in sorted(dict(series_of(statistics)).items()):
                 family.add_metric(list(key), value)
             yield family
+
+    def _async_jobs(self) -> Iterator[Any]:
+        backlog = GaugeMetricFamily(
+            "inferd_async_backlog",
+            "Async inference jobs queued or running, by the model (or endpoint) they were submitted to.",
+            labels=["model"],
+        )
+        oldest = GaugeMetricFamily(
+            "inferd_async_oldest_age_seconds",
+            "How long the oldest async inference job queued or running for the model has waited since its submit.",
+            labels=["model"],
+        )
+        for entry in self._async_backlog():
+            backlog.add_metric([entry.model], float(entry.jobs))
+            oldest.add_metric([entry.model], entry.oldest_age_s)
+        yield backlog
+        yield oldest
 
     def _model_management(self) -> Iterator[Any]:
         statistics = self._statistics

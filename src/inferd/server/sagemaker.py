@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from inferd.core.async_inference import Answer
+from inferd.core.async_jobs import Job
 from inferd.core.service import InferenceService
 from inferd.errors import (
     AlreadyExistsError,
@@ -22,9 +24,10 @@ from inferd.errors import (
     NotAcceptableError,
 )
 from inferd.limits import RequestLimits
-from inferd.protocol import sagemaker
+from inferd.protocol import json_v2, sagemaker
 from inferd.protocol.codecs import sagemaker as sagemaker_codecs
 from inferd.protocol.codecs.base import Target
+from inferd.server.async_api import AsyncApi
 from inferd.server.auth import Access
 from inferd.server.http import json_response, kserve_error
 from inferd.server.http11 import HttpRequest, HttpResponse
@@ -49,11 +52,12 @@ class SageMakerDoor:
         multi_model: bool,
         model_root: Path,
         default_model: str = "",
+        async_api: AsyncApi | None = None,
     ) -> None:
         """`regions`: shared memory, which v2 bodies may name; `limits`: the server's, what one request
         may hold; `multi_model`: serve the multi-model
         endpoint routes (--sagemaker); `model_root`: the folder every loaded model's `url` must lie
-        under; `default_model`: /invocations' model."""
+        under; `default_model`: /invocations' model; `async_api`: for the async invocations route."""
         self._service = service
         self._call = call
         self._json, self._binary = sagemaker_codecs.json_codecs(limits, regions)
@@ -61,6 +65,7 @@ class SageMakerDoor:
         self._multi_model = multi_model
         self._model_root = model_root
         self._default_model = default_model
+        self._async_api = async_api
 
     def routes(self) -> RouteGroup:
         # As a SageMaker container (--sagemaker), the platform calls these routes without tokens
@@ -78,6 +83,8 @@ class SageMakerDoor:
                 Route("/models/{model}", ("GET", "HEAD", "DELETE"), self._model, Access.PLATFORM),
                 Route("/models/{model}/invoke", ("POST",), self._invoke, Access.PLATFORM),
             ]
+            if self._async_api is not None:
+                routes.append(self._async_api.sagemaker_route(self._endpoint_target))
             roots += ("endpoints", "models")
         # Errors are KServe-shaped JSON: SageMaker passes a container's error body to the caller as it is.
         return RouteGroup(protocol=Door.SAGEMAKER, roots=roots, routes=tuple(routes), encode_error=kserve_error)
@@ -88,12 +95,29 @@ class SageMakerDoor:
         return json_response({"status": "Unhealthy"}, status=503)
 
     async def _invocations(self, request: HttpRequest, params: Params) -> HttpResponse:
-        # boto3's invoke_endpoint names the endpoint in the path: an inferd endpoint of that name
-        # serves it (its variants, by weight or TargetVariant), unless a model is named.
         endpoint = params.get("endpoint")
-        if endpoint and TARGET_MODEL_HEADER not in request.headers and self._service.endpoints.is_endpoint(endpoint):
-            return await self._infer(request, endpoint)
-        return await self._infer(request, self._target_model(request))
+        return await self._infer(
+            request, self._endpoint_target(request, endpoint) if endpoint else self._target_model(request)
+        )
+
+    def _endpoint_target(self, request: HttpRequest, endpoint: str) -> str:
+        """What an invocation of `/endpoints/{endpoint}/...` serves: boto3 names the endpoint in the
+        path, and an inferd endpoint of that name serves it (its variants, by weight or
+        TargetVariant), unless a model is named; else the model /invocations would serve."""
+        if TARGET_MODEL_HEADER not in request.headers and self._service.endpoints.is_endpoint(endpoint):
+            return endpoint
+        return self._target_model(request)
+
+    async def replay(self, job: Job, body: bytes) -> Answer:
+        """An async invocation's input, served as an invocation with its content type and accept
+        (by this door's call: the background one, for a door built to run jobs)."""
+        headers = {_CONTENT_TYPE: job.request.content_type.encode("latin-1")}
+        if job.request.accept:
+            headers[_ACCEPT] = job.request.accept.encode("latin-1")
+        request = HttpRequest("POST", "/invocations", b"", headers, body)
+        response = await self._infer(request, job.request.model)
+        content_type = dict(response.headers).get(_CONTENT_TYPE) or json_v2.JSON_CONTENT_TYPE
+        return Answer(response.body, content_type.decode("latin-1"))
 
     async def _invoke(self, request: HttpRequest, params: Params) -> HttpResponse:
         model = params["model"]

@@ -273,8 +273,9 @@ def sleepy_model(
 
 
 # y = x + `offset`, after `sleep_ms`; with `hold_file`, each execution first waits while that file
-# exists (bounded); with `fail_every` N, every Nth execution raises: a candidate that is slow,
-# wrong or failing by construction, whatever the machine's speed (endpoints' shadows and rollouts).
+# exists (bounded); with `fail_every` N, every Nth execution raises; with `fail_negative` 1, an
+# execution with a negative value raises (the request that sent it, run alone, is the one refused):
+# a model that is slow, wrong or failing by construction, whatever the machine's speed.
 MISBEHAVING_MODEL = """
 import os
 import time
@@ -289,6 +290,7 @@ class Model:
         self.sleep_s = float(parameters.get("sleep_ms", "0")) / 1000
         self.hold = parameters.get("hold_file", "")
         self.fail_every = int(parameters.get("fail_every", "0"))
+        self.fail_negative = parameters.get("fail_negative", "0") == "1"
         self.calls = 0
 
     def execute(self, inputs):
@@ -299,13 +301,15 @@ class Model:
         self.calls += 1
         if self.fail_every and self.calls % self.fail_every == 0:
             raise RuntimeError("this model fails by construction")
+        if self.fail_negative and (inputs["x"] < 0).any():
+            raise ValueError("this model refuses negative values")
         return {"y": inputs["x"] + np.float32(self.offset)}
 """
 
 
 def misbehaving_model(model_dir: Path, **parameters: object) -> None:
     """A Python model of x -> y (FP32 [4], batching up to 8) that misbehaves as `parameters` say:
-    `offset`, `sleep_ms`, `hold_file`, `fail_every` (see MISBEHAVING_MODEL)."""
+    `offset`, `sleep_ms`, `hold_file`, `fail_every`, `fail_negative` (see MISBEHAVING_MODEL)."""
     python_model(model_dir / "1", MISBEHAVING_MODEL)
     settings = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in parameters.items())
     write_config(

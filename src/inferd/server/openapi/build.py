@@ -59,6 +59,14 @@ def path_parameter(name: str, description: str, example: str, schema: Json | Non
     }
 
 
+STRING_SCHEMA: Json = {"type": "string"}
+NUMBER: Json = {"type": "number"}
+
+
+def query_parameter(name: str, description: str, schema: Json) -> Json:
+    return {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
+
+
 def header_parameter(name: str, description: str, schema: Json, example: Any = None) -> Json:
     parameter: Json = {"name": name, "in": "header", "required": False, "description": description, "schema": schema}
     if example is not None:

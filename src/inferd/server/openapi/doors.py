@@ -167,6 +167,45 @@ def sagemaker_paths(*, multi_model: bool) -> dict[str, Json]:
             "/endpoints/{endpoint}/invocations": {
                 "post": _invocation("endpointInvocations", "run the target model", [endpoint, TARGET_MODEL])
             },
+            "/endpoints/{endpoint}/async-invocations": {
+                "post": operation(
+                    SAGEMAKER,
+                    "endpointAsyncInvocations",
+                    "keep an async invocation of the object at X-Amzn-SageMaker-InputLocation (boto3's "
+                    "invoke_endpoint_async): answered at once, its one result written later",
+                    {
+                        202: {
+                            "description": "kept: its id; where its result or failure document will be",
+                            "headers": {
+                                "X-Amzn-SageMaker-OutputLocation": {"schema": {"type": "string"}},
+                                "X-Amzn-SageMaker-FailureLocation": {"schema": {"type": "string"}},
+                            },
+                            "content": json_content(
+                                {"type": "object", "properties": {"InferenceId": {"type": "string"}}}
+                            ),
+                        }
+                    },
+                    (403, 404, 503),
+                    parameters=[
+                        path_parameter("endpoint", "an inferd endpoint's name, else the target model's", "local"),
+                        TARGET_MODEL,
+                        header_parameter(
+                            "X-Amzn-SageMaker-InputLocation",
+                            "the input: an s3:// or file:// URL under one of the server's --async-input-root",
+                            {"type": "string"},
+                        ),
+                        header_parameter("X-Amzn-SageMaker-Content-Type", "the input's type", {"type": "string"}),
+                        header_parameter("X-Amzn-SageMaker-Accept", "the result's type", {"type": "string"}),
+                        header_parameter("X-Amzn-SageMaker-Inference-Id", "the job's id", {"type": "string"}),
+                        header_parameter(
+                            "X-Amzn-SageMaker-RequestTTLSeconds", "expire it if not started by then", {"type": "string"}
+                        ),
+                        header_parameter(
+                            "X-Amzn-SageMaker-InvocationTimeoutSeconds", "fail it if it runs longer", {"type": "string"}
+                        ),
+                    ],
+                )
+            },
             "/models": {
                 "get": operation(
                     SAGEMAKER,

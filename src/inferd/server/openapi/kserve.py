@@ -6,7 +6,9 @@ from __future__ import annotations
 from inferd.server.openapi.build import (
     JSON,
     KSERVE,
+    NUMBER,
     OCTETS,
+    STRING_SCHEMA,
     Json,
     header_parameter,
     json_body,
@@ -14,6 +16,7 @@ from inferd.server.openapi.build import (
     ok,
     operation,
     path_parameter,
+    query_parameter,
     ref,
 )
 from inferd.server.openapi.schemas import (
@@ -79,6 +82,82 @@ def _infer_ok() -> Json:
     }
 
 
+_JOB = path_parameter("job", "the job's inference id", "order-17")
+_SUBMIT_OPTIONS = [
+    query_parameter("inference_id", "the job's id (a submit of an id that exists is that job)", STRING_SCHEMA),
+    query_parameter("ttl_s", "expire the job if it has not started this many seconds after its submit", NUMBER),
+    query_parameter("timeout_s", "fail the job if it runs longer (default 3600)", NUMBER),
+    query_parameter("priority", "jobs of a higher priority run first (default 0)", {"type": "integer"}),
+]
+
+
+def _accepted() -> Json:
+    return {
+        "description": "kept: where its result (or failure document) will be, and where to ask",
+        "headers": {"Location": {"description": "the status URL", "schema": {"type": "string"}}},
+        "content": json_content(ref("AsyncJob")),
+    }
+
+
+def _infer_async_body() -> Json:
+    body = _infer_body()
+    body["description"] = (
+        "A v2 request, inline (JSON, or binary with Inference-Header-Content-Length); or an object naming "
+        "input_location, an object under one of the server's --async-input-root."
+    )
+    body["content"][JSON] = {
+        "schema": {"oneOf": [ref("InferRequest"), ref("AsyncLocationRequest")]},
+        "example": V2_EXAMPLE,
+    }
+    return body
+
+
+def _async_routes() -> dict[str, Json]:
+    return {
+        "/v2/async": {
+            "get": operation(
+                KSERVE,
+                "asyncJobList",
+                "async jobs, newest first",
+                {200: ok("the jobs", ref("AsyncJobs"))},
+                (503,),
+                parameters=[
+                    query_parameter("model", "only this model's (or endpoint's)", STRING_SCHEMA),
+                    query_parameter(
+                        "state",
+                        "only jobs in this state",
+                        {"enum": ["queued", "running", "succeeded", "failed", "cancelled", "expired"]},
+                    ),
+                    query_parameter(
+                        "limit", "at most this many (default 100)", {"type": "integer", "minimum": 1, "maximum": 1000}
+                    ),
+                ],
+            )
+        },
+        "/v2/async/{job}": {
+            "get": operation(
+                KSERVE,
+                "asyncJobGet",
+                "an async job: its state, timings, locations and error",
+                {200: ok("the job", ref("AsyncJob"))},
+                (404, 503),
+                parameters=[
+                    _JOB,
+                    query_parameter("wait_s", "wait up to this many seconds (120 at most) for its end", NUMBER),
+                ],
+            ),
+            "delete": operation(
+                KSERVE,
+                "asyncJobCancel",
+                "cancel a queued job (a running or ended one is a 409)",
+                {200: ok("cancelled", ref("AsyncJob"))},
+                (404, 409, 503),
+                parameters=[_JOB],
+            ),
+        },
+    }
+
+
 def _model_routes(where: str, version: list[Json]) -> dict[str, Json]:
     """The routes of a model (`where` ""), or of one version of it (`where` "/versions/{version}")."""
     base = "/v2/models/{model}" + where
@@ -103,6 +182,17 @@ def _model_routes(where: str, version: list[Json]) -> dict[str, Json]:
                 (404, 415, 503, 507),
                 parameters=[MODEL, *version, HEADER_LENGTH, TIMEOUT, CONTENT_ENCODING, ACCEPT_ENCODING, SERVER_TIMING],
                 body=_infer_body(),
+            )
+        },
+        base + "/infer_async": {
+            "post": operation(
+                KSERVE,
+                f"modelInferAsync{suffix}",
+                "keep a request as an async job: answered at once; its one result is written later",
+                {202: _accepted()},
+                (403, 404, 503),
+                parameters=[MODEL, *version, HEADER_LENGTH, *_SUBMIT_OPTIONS],
+                body=_infer_async_body(),
             )
         },
         base + "/ready": {
@@ -177,6 +267,7 @@ def paths() -> dict[str, Json]:
         },
         **_model_routes("", []),
         **_model_routes("/versions/{version}", [VERSION]),
+        **_async_routes(),
         "/v2/repository/index": {
             "post": operation(
                 KSERVE,

@@ -317,6 +317,50 @@ EXAMPLE_ENDPOINT = {
         {"name": "green", "model": EXAMPLE_MODEL, "version": "1", "weight": 10},
     ]
 }
+_JOB_STATE = {"enum": ["queued", "running", "succeeded", "failed", "cancelled", "expired"]}
+_SECONDS = {"type": "number", "exclusiveMinimum": 0}
+ASYNC_LOCATION_REQUEST = _object(
+    {
+        "input_location": {
+            "type": "string",
+            "description": "a file:// or s3:// URL under one of the server's --async-input-root",
+        },
+        "content_type": {"type": "string", "description": "the object's type (default application/json)"},
+        "inference_header_content_length": {"type": "integer", "minimum": 0},
+        "inference_id": STRING,
+        "ttl_s": _SECONDS,
+        "timeout_s": _SECONDS,
+        "priority": INTEGER,
+    },
+    ("input_location",),
+    closed=True,
+)
+ASYNC_JOB = _object(
+    {
+        "inference_id": STRING,
+        "model": STRING,
+        "version": STRING,
+        "state": _JOB_STATE,
+        "status_url": STRING,
+        "output_location": STRING,
+        "failure_location": STRING,
+        "submitted_at": STRING,
+        "started_at": STRING,
+        "ended_at": STRING,
+        "run_s": {"type": "number"},
+        "attempts": NATURAL,
+        "priority": INTEGER,
+        "ttl_s": {"type": "number"},
+        "timeout_s": {"type": "number"},
+        "error": STRING,
+        "error_code": STRING,
+        "dead_lettered": {"type": "boolean"},
+        "created": {"type": "boolean", "description": "on a submit: false when a job of this id was there already"},
+    },
+    ("inference_id", "model", "state", "status_url", "output_location", "failure_location", "submitted_at",
+     "attempts", "priority"),
+)  # fmt: skip
+ASYNC_JOBS = _object({"jobs": _array(ASYNC_JOB)}, ("jobs",))
 UNLOAD_REQUEST = _object({"parameters": _object({"unload_dependents": {"type": "boolean"}})})
 SHM_REGISTER = _object(
     {"key": {"type": "string", "minLength": 1}, "offset": NATURAL, "byte_size": NATURAL}, ("key", "byte_size")
@@ -532,6 +576,9 @@ SCHEMAS: Json = {
     "RolloutRequest": ROLLOUT_REQUEST,
     "Rollout": ROLLOUT,
     "Rollouts": ROLLOUTS,
+    "AsyncLocationRequest": ASYNC_LOCATION_REQUEST,
+    "AsyncJob": ASYNC_JOB,
+    "AsyncJobs": ASYNC_JOBS,
     "SharedMemoryRegister": SHM_REGISTER,
     "SharedMemoryStatus": SHM_STATUS,
     "CudaSharedMemoryRegister": CUDA_SHM_REGISTER,

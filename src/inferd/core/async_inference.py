@@ -1,0 +1,349 @@
+"""`AsyncInference`: asynchronous inference, from the submit to the one result and its notices.
+
+A submit keeps the body (inline bodies in the payload path; a caller's location is only checked)
+and a queued job in a durable queue (`core.async_jobs`), and is answered at once. Workers lease
+jobs and run each through the door it came by (`replay`, the same inference call as a real-time
+request, in the background admission class, so jobs batch with each other and yield to real-time
+requests). Each ends with exactly one object: the result at its output location, or a failure
+document at its failure location, written once per key (`core.job_storage`). Then its
+notifications are owed (an outbox in the queue), sent at least once each, with the job's id as
+their idempotency key.
+
+What can go wrong, and what the job does:
+- the model refuses for now (overloaded, not ready, unavailable): put back, retried with backoff;
+- the model refuses the request (a 4xx: bad input, it raised), or the job runs past its timeout:
+  failed, with a failure document that says why;
+- the server dies holding it: its lease runs out (at once, for the embedded queue, when the server
+  starts again) and it runs again; a result written before the crash is found and kept;
+- it keeps failing so (`max_attempts` leases): failed as a dead letter, never left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from inferd.core.async_jobs import Backlog, Job, JobQuery, JobQueue, JobRequest, JobState, Lease
+from inferd.core.job_storage import JobStorage, check_job_id, new_job_id
+from inferd.errors import ErrorCode, InferdError, NotFoundError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Refusals that say "not now": the job is put back and leased again after a backoff.
+TRANSIENT = frozenset({ErrorCode.OVERLOADED, ErrorCode.UNAVAILABLE, ErrorCode.MODEL_NOT_READY})
+BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+# How long a lease outlives the job's timeout: the margin a worker has to write the result.
+LEASE_MARGIN_S = 60.0
+# Notifications: tries per job (with backoff up to NOTIFY_BACKOFF_MAX_S), then given up and logged.
+NOTIFY_TRIES = 12
+NOTIFY_BACKOFF_MAX_S = 300.0
+# The longest a GET may wait for a job's end (?wait_s=).
+MAX_WAIT_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A job's answer as its door encodes it: the result object's bytes and content type."""
+
+    body: bytes
+    content_type: str
+
+
+# Runs a job's stored body through the door it came by; raises InferdError as that door would.
+Replay = Callable[[Job, bytes], Awaitable[Answer]]
+
+
+class Notifier(Protocol):
+    """Where a job's end is told (webhooks, SNS topics: the operator's, never a caller's)."""
+
+    @property
+    def configured(self) -> bool: ...
+
+    def notify(self, job: Job) -> None:
+        """Tell every target of `job`'s end (blocking); raises when one could not be told."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncSettings:
+    max_attempts: int = 3
+    """Leases a job gets; after the last it ends failed, as a dead letter."""
+    concurrency: int = 8
+    """Jobs running at once (they batch with each other in the model's scheduler)."""
+    default_timeout_s: float = 3600.0
+    """A job's timeout when its submit gave none."""
+    poll_s: float = 0.5
+    """How often idle workers look for jobs another writer queued (a submit here wakes them at once)."""
+
+
+class AsyncInference:
+    def __init__(
+        self,
+        queue: JobQueue,
+        storage: JobStorage,
+        replay: Replay,
+        notifier: Notifier,
+        settings: AsyncSettings = AsyncSettings(),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._queue = queue
+        self.storage = storage
+        self._replay = replay
+        self._notifier = notifier
+        self._settings = settings
+        self._clock = clock
+        # The queue's and the storage's calls block (SQLite, S3): a pool of their own, so they
+        # take none of the default executor's threads.
+        self._threads = ThreadPoolExecutor(settings.concurrency + 2, thread_name_prefix="inferd-async")
+        self._work = asyncio.Event()
+        self._ended = asyncio.Condition()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._notify_tries: dict[str, tuple[int, float]] = {}
+        self.backlog: Sequence[Backlog] = ()
+
+    # -- the API's calls -----------------------------------------------------------------------
+
+    async def submit(
+        self,
+        request: JobRequest,
+        *,
+        body: bytes | None = None,
+        input_location: str | None = None,
+        job_id: str = "",
+        ttl_s: float | None = None,
+        timeout_s: float | None = None,
+        priority: int = 0,
+    ) -> tuple[Job, bool]:
+        """Keep a job (from `body`, or the caller's `input_location`); True when it is new. The same
+        `job_id` again is the same job: nothing is kept twice."""
+        job_id = check_job_id(job_id) if job_id else new_job_id()
+        existing = await self._blocking(self._queue.get, job_id)
+        if existing is not None:
+            return existing, False
+        if input_location is not None:
+            location = await self._blocking(self.storage.check_input, input_location)
+        else:
+            location = self.storage.payload_location(job_id)
+            await self._blocking(self.storage.write_once, location, body or b"", request.content_type)
+        job = Job(
+            id=job_id,
+            request=request,
+            input_location=location,
+            output_location=self.storage.output_location(job_id),
+            failure_location=self.storage.failure_location(job_id),
+            submitted_at=self._clock(),
+            ttl_s=ttl_s,
+            timeout_s=timeout_s,
+            priority=priority,
+        )
+        kept, created = await self._blocking(self._queue.submit, job)
+        self._work.set()
+        return kept, created
+
+    async def get(self, job_id: str, wait_s: float = 0.0) -> Job:
+        """The job; with `wait_s`, once it has ended or `wait_s` (at most MAX_WAIT_S) has passed."""
+        deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
+        while True:
+            job = await self._blocking(self._queue.get, job_id)
+            if job is None:
+                raise NotFoundError(f"no async inference job '{job_id}'")
+            left = deadline - time.monotonic()
+            if job.state.ended or left <= 0:
+                return job
+            async with self._ended:
+                # Woken by a job ending here; another server's jobs are seen at the next poll.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._ended.wait(), min(left, self._settings.poll_s))
+
+    async def cancel(self, job_id: str) -> Job:
+        job = await self._blocking(self._queue.cancel, job_id, self._clock())
+        if job is None:
+            raise NotFoundError(f"no async inference job '{job_id}'")
+        if job.state is JobState.CANCELLED:
+            await self._discard(job)
+        return job
+
+    async def _discard(self, job: Job) -> None:
+        with contextlib.suppress(OSError):  # an inline body is not needed once its job ended
+            await self._blocking(self.storage.discard_payload, job.input_location)
+
+    async def query(self, query: JobQuery) -> list[Job]:
+        return await self._blocking(self._queue.query, query)
+
+    # -- running -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the workers, the notifier and the upkeep (expiry, backlog), on the running loop."""
+        recovered = self._queue.recover(self._clock())
+        if recovered:
+            logger.info("async inference: %d job(s) that were running when the server stopped run again", recovered)
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._worker()) for _ in range(self._settings.concurrency)]
+        self._tasks.append(loop.create_task(self._upkeep()))
+        if self._notifier.configured:
+            self._tasks.append(loop.create_task(self._notifications()))
+
+    async def stop(self) -> None:
+        """Stop taking jobs; a job cut short keeps its lease and runs again after a restart."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await self._blocking(self._queue.close)
+        self._threads.shutdown(wait=False)
+
+    async def _worker(self) -> None:
+        while True:
+            self._work.clear()  # before the lease: a submit from now on wakes this worker
+            try:
+                lease = await self._blocking(self._queue.lease, self._clock(), self._lease_s())
+            except Exception:
+                logger.exception("async inference: the queue could not lease a job")
+                lease = None
+            if lease is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._work.wait(), self._settings.poll_s)
+                continue
+            try:
+                await self._run(lease)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # storage or queue trouble: run it again later (or dead-letter it)
+                logger.exception("async inference: job '%s' could not be run", lease.job.id)
+                backoff = BACKOFF_S[min(lease.job.attempts - 1, len(BACKOFF_S) - 1)]
+                with contextlib.suppress(Exception):
+                    await self._blocking(self._queue.requeue, lease, self._clock() + backoff, str(exc))
+
+    def _lease_s(self) -> float:
+        return self._settings.default_timeout_s + LEASE_MARGIN_S
+
+    async def _run(self, lease: Lease) -> None:
+        job = lease.job
+        if await self._blocking(self.storage.exists, job.output_location):  # written before a crash
+            await self._end(lease, JobState.SUCCEEDED)
+            return
+        if await self._blocking(self.storage.exists, job.failure_location):
+            await self._end(lease, JobState.FAILED, job.error or "failed before the server restarted", job.error_code)
+            return
+        if job.attempts > self._settings.max_attempts:
+            why = f"dead letter: gave up after {job.attempts - 1} attempts" + (
+                f" (the last: {job.error})" if job.error else ""
+            )
+            await self._fail(lease, why, job.error_code or ErrorCode.UNAVAILABLE.value, dead_lettered=True)
+            return
+        timeout_s = job.timeout_s or self._settings.default_timeout_s
+        if job.timeout_s is not None:  # a lease that lasts as long as this job may
+            await self._blocking(self._queue.extend, lease, self._clock() + timeout_s + LEASE_MARGIN_S)
+        try:
+            body = await self._blocking(self.storage.read, job.input_location)
+        except (OSError, ValueError) as exc:
+            await self._fail(
+                lease,
+                f"its input location {job.input_location} could not be read: {exc}",
+                ErrorCode.INVALID_ARGUMENT.value,
+            )
+            return
+        try:
+            async with asyncio.timeout(timeout_s):
+                answer = await self._replay(job, body)
+        except TimeoutError:
+            await self._fail(
+                lease, f"it did not finish within its timeout of {timeout_s:g} s", ErrorCode.DEADLINE_UNREACHABLE.value
+            )
+            return
+        except InferdError as exc:
+            if exc.code in TRANSIENT and job.attempts < self._settings.max_attempts:
+                backoff = BACKOFF_S[min(job.attempts - 1, len(BACKOFF_S) - 1)]
+                await self._blocking(self._queue.requeue, lease, self._clock() + backoff, exc.message)
+                return
+            await self._fail(lease, exc.message, exc.code.value)
+            return
+        await self._blocking(self.storage.write_once, job.output_location, answer.body, answer.content_type)
+        await self._end(lease, JobState.SUCCEEDED)
+
+    async def _fail(self, lease: Lease, error: str, code: str, *, dead_lettered: bool = False) -> None:
+        job = lease.job
+        document = {
+            "inference_id": job.id,
+            "model": job.request.model,
+            "error": error,
+            "code": code,
+            "attempts": job.attempts,
+            "dead_lettered": dead_lettered,
+            "submitted_at": job.submitted_at,
+            "failed_at": self._clock(),
+        }
+        payload = json.dumps(document, indent=2).encode()
+        await self._blocking(self.storage.write_once, job.failure_location, payload, "application/json")
+        await self._end(lease, JobState.FAILED, error, code, dead_lettered=dead_lettered)
+
+    async def _end(
+        self, lease: Lease, state: JobState, error: str = "", code: str = "", *, dead_lettered: bool = False
+    ) -> None:
+        ended = await self._blocking(
+            self._queue.end, lease, state, self._clock(), error=error, error_code=code,
+            notify=self._notifier.configured, dead_lettered=dead_lettered,
+        )  # fmt: skip
+        if ended:
+            await self._discard(lease.job)
+        else:
+            logger.warning(
+                "async inference: job '%s' was fenced out (a later lease holds it): its end is that lease's",
+                lease.job.id,
+            )
+        async with self._ended:
+            self._ended.notify_all()
+
+    # -- upkeep and notifications ------------------------------------------------------------
+
+    async def _upkeep(self) -> None:
+        while True:
+            try:
+                expired = await self._blocking(self._queue.expire, self._clock())
+                for job in expired:
+                    await self._discard(job)
+                if expired:
+                    async with self._ended:
+                        self._ended.notify_all()
+                self.backlog = await self._blocking(self._queue.backlog, self._clock())
+            except Exception:
+                logger.exception("async inference: upkeep failed")
+            await asyncio.sleep(1.0)
+
+    async def _notifications(self) -> None:
+        while True:
+            try:
+                for job in await self._blocking(self._queue.pending_notifications, 64):
+                    await self._notify(job)
+            except Exception:
+                logger.exception("async inference: notifications failed")
+            await asyncio.sleep(self._settings.poll_s)
+
+    async def _notify(self, job: Job) -> None:
+        tries, next_at = self._notify_tries.get(job.id, (0, 0.0))
+        if time.monotonic() < next_at:
+            return
+        try:
+            await self._blocking(self._notifier.notify, job)
+        except Exception as exc:
+            tries += 1
+            if tries < NOTIFY_TRIES:
+                self._notify_tries[job.id] = (tries, time.monotonic() + min(2.0**tries, NOTIFY_BACKOFF_MAX_S))
+                logger.warning("async inference: job '%s': notification failed (try %d): %s", job.id, tries, exc)
+                return
+            logger.error("async inference: job '%s': notification given up after %d tries: %s", job.id, tries, exc)
+        self._notify_tries.pop(job.id, None)
+        await self._blocking(self._queue.notified, job.id)
+
+    async def _blocking(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, lambda: function(*args, **kwargs))

@@ -1,0 +1,68 @@
+"""The server's async inference, as its settings ask (`--state-dir` turns it on): the job queue
+in the state directory, the storage places the operator chose, the notifier, and the replay that
+runs each job through the door it came by, on an inference call of the background admission class.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inferd.config.server import ServerSettings
+from inferd.core.async_inference import Answer, AsyncInference, AsyncSettings
+from inferd.core.async_jobs import Job, JobDoor
+from inferd.core.job_storage import JobStorage
+from inferd.core.scheduler import Admission
+from inferd.core.service import InferenceService
+from inferd.core.sqlite_job_queue import SqliteJobQueue
+from inferd.server.async_notify import JobNotifier
+from inferd.server.decoded_bytes import DecodedBytesBudget
+from inferd.server.inference_call import CallTracing, InferenceCall
+from inferd.server.kserve import KServeDoor
+from inferd.server.sagemaker import SageMakerDoor
+
+
+def build_async_inference(
+    service: InferenceService, settings: ServerSettings, tracing: CallTracing | None = None
+) -> AsyncInference | None:
+    """None without a state directory (nowhere to keep jobs durably)."""
+    if settings.state_dir is None:
+        return None
+    state = Path(settings.state_dir) / "async"
+    decoded = DecodedBytesBudget(settings.max_decoded_bytes_in_flight, settings.max_compression_ratio)
+    background = InferenceCall(
+        service, max_request_bytes=settings.max_request_bytes, decoded=decoded, tracing=tracing,
+        admission=Admission.BACKGROUND,
+    )  # fmt: skip
+    limits = settings.request_limits
+    kserve = KServeDoor(service, background, limits=limits)
+    sagemaker = SageMakerDoor(
+        service,
+        background,
+        limits=limits,
+        multi_model=settings.sagemaker,
+        model_root=Path(settings.sagemaker_model_root),
+        default_model=settings.sagemaker_default_model,
+    )
+
+    async def replay(job: Job, body: bytes) -> Answer:
+        door = kserve if job.request.door is JobDoor.KSERVE else sagemaker
+        return await door.replay(job, body)
+
+    output_path = settings.async_output_path or str(state / "results")
+    storage = JobStorage(
+        payload_path=settings.async_payload_path or str(state / "payloads"),
+        output_path=output_path,
+        failure_path=settings.async_failure_path or output_path,
+        input_roots=settings.async_input_roots,
+    )
+    secret = None
+    if settings.async_webhook_secret_file is not None:
+        secret = Path(settings.async_webhook_secret_file).read_bytes().strip()
+    notifier = JobNotifier(settings.async_webhooks, secret, settings.async_success_topic, settings.async_error_topic)
+    return AsyncInference(
+        SqliteJobQueue(state / "jobs.sqlite"),
+        storage,
+        replay,
+        notifier,
+        AsyncSettings(max_attempts=settings.async_max_attempts, concurrency=settings.async_concurrency),
+    )

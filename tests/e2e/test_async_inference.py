@@ -1,0 +1,311 @@
+"""Async inference through the public interface, on real subprocess servers: submits answered 202,
+one result per job (as the real-time call answers), failure documents for inputs the model
+refuses, locations outside the roots refused, idempotent ids, cancel, the list, signed webhook
+notices, and exactly one result per job across two `kill -9`s (local files, and S3 through moto's
+server, whose object versions prove each was written once), and boto3's invoke_endpoint_async."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inferd.testing.models import misbehaving_model, mlp_model, write_config
+from inferd.testing.server import ServerProcess, run_server
+from tests.e2e.conftest import http_request
+from tests.e2e.test_observability import scrape
+from tests.e2e.test_remote_repository import BUCKET
+from tests.e2e.test_remote_repository import s3 as s3  # the fixture
+from tests.e2e.test_sagemaker import runtime
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+SECRET = b"a shared secret"
+
+
+def body(values: list[float]) -> bytes:
+    return json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": values}]}).encode()
+
+
+class Receiver:
+    """A webhook on 127.0.0.1 that keeps every notice: its idempotency key, signature and body."""
+
+    def __init__(self) -> None:
+        self.notices: list[tuple[str, str, bytes]] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                payload = self.rfile.read(int(self.headers["Content-Length"]))
+                with receiver.lock:
+                    key = self.headers["Inferd-Idempotency-Key"]
+                    receiver.notices.append((key, self.headers.get("Inferd-Signature", ""), payload))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/notices"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def keys(self) -> set[str]:
+        with self.lock:
+            return {key for key, _, _ in self.notices}
+
+    def wait_for(self, keys: set[str], timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not keys <= self.keys():
+            assert time.monotonic() < deadline, f"{len(keys - self.keys())} notices never came"
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    receiver = Receiver()
+    yield receiver
+    receiver.close()
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("async") / "repository"
+    misbehaving_model(root / "picky", fail_negative=1)
+    (root / "mlp" / "1").mkdir(parents=True)
+    mlp_model(root / "mlp" / "1" / "model.onnx")
+    write_config(root / "mlp", "max_batch_size: 8\ndynamic_batching { }")
+    return root
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("inputs")
+
+
+@pytest.fixture(scope="module")
+def server(
+    repository: Path, inputs: Path, receiver: Receiver, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    folder = tmp_path_factory.mktemp("server")
+    (folder / "secret").write_bytes(SECRET + b"\n")
+    arguments = ("--state-dir", str(folder / "state"), "--async-input-root", str(inputs),
+                 "--async-webhook", receiver.url, "--async-webhook-secret-file", str(folder / "secret"))  # fmt: skip
+    with run_server(repository, folder / "server.log", *arguments) as server:
+        yield server
+
+
+def submit(server: ServerProcess, model: str, payload: bytes, query: str = "") -> dict[str, Any]:
+    reply = http_request(server, "POST", f"/v2/models/{model}/infer_async{query}", payload)
+    assert reply.status == 202, reply.body
+    document: dict[str, Any] = json.loads(reply.body)
+    assert reply.headers["location"] == document["status_url"]
+    return document
+
+
+def wait(server: ServerProcess, job_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 120
+    while True:
+        reply = http_request(server, "GET", f"/v2/async/{job_id}?wait_s=10")
+        assert reply.status == 200, reply.body
+        document: dict[str, Any] = json.loads(reply.body)
+        if document["state"] not in ("queued", "running"):
+            return document
+        assert time.monotonic() < deadline, document
+
+
+def local(location: str) -> Path:
+    assert location.startswith("file://"), location
+    return Path(location.removeprefix("file://"))
+
+
+def test_a_job_is_answered_at_once_and_its_result_is_the_real_time_answer(server: ServerProcess) -> None:
+    payload = json.dumps(
+        {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 16], "data": [0.25] * 32}]}
+    ).encode()
+    accepted = submit(server, "mlp", payload)
+    assert accepted["state"] == "queued" and accepted["created"] is True
+    assert accepted["output_location"].endswith(f"/{accepted['inference_id']}.out")
+    ended = wait(server, accepted["inference_id"])
+    assert ended["state"] == "succeeded" and ended["attempts"] == 1, ended
+    result = json.loads(local(ended["output_location"]).read_bytes())
+    real_time = json.loads(http_request(server, "POST", "/v2/models/mlp/infer", payload).body)
+    assert result["outputs"] == real_time["outputs"]
+
+
+def test_jobs_the_model_refuses_fail_with_a_document_and_the_rest_succeed_each_told_once(
+    server: ServerProcess, receiver: Receiver
+) -> None:
+    ids = {}
+    for index in range(24):
+        values = [-1.0, 0.0, 0.0, 0.0] if index % 4 == 0 else [float(index), 0.0, 0.0, 0.0]
+        ids[submit(server, "picky", body(values))["inference_id"]] = index % 4 == 0
+    ended = {job_id: wait(server, job_id) for job_id in ids}
+    for job_id, refused in ids.items():
+        document = ended[job_id]
+        if refused:
+            assert document["state"] == "failed" and document["error_code"] == "MODEL_RAISED", document
+            failure = json.loads(local(document["failure_location"]).read_bytes())
+            assert "refuses negative values" in failure["error"] and failure["inference_id"] == job_id
+            assert not local(document["output_location"]).exists()
+        else:
+            assert document["state"] == "succeeded", document
+    receiver.wait_for(set(ids))
+    with receiver.lock:
+        notices = [(key, sign, payload) for key, sign, payload in receiver.notices if key in ids]
+    assert sorted(key for key, _, _ in notices) == sorted(ids)  # one each: nothing failed to deliver
+    for key, sign, payload in notices:
+        stamp, digest = (part.split("=", 1)[1] for part in sign.split(","))
+        expected = hmac.new(SECRET, stamp.encode() + b"." + payload, hashlib.sha256).hexdigest()
+        assert hmac.compare_digest(digest, expected)
+        notice = json.loads(payload)
+        assert notice["inference_id"] == key and notice["state"] == ("failed" if ids[key] else "succeeded")
+
+
+def test_input_locations_must_lie_under_a_root(server: ServerProcess, inputs: Path, tmp_path: Path) -> None:
+    (inputs / "rows.json").write_bytes(body([1.0, 2.0, 3.0, 4.0]))
+    accepted = submit(server, "picky", json.dumps({"input_location": (inputs / "rows.json").as_uri()}).encode())
+    ended = wait(server, accepted["inference_id"])
+    assert json.loads(local(ended["output_location"]).read_bytes())["outputs"][0]["data"] == [1.0, 2.0, 3.0, 4.0]
+    (tmp_path / "private.json").write_bytes(body([1.0, 2.0, 3.0, 4.0]))
+    for location in ((tmp_path / "private.json").as_uri(), "file:///etc/passwd", f"{inputs.as_uri()}/../x",
+                     "http://169.254.169.254/latest/meta-data/", "s3://someone-elses/key"):  # fmt: skip
+        reply = http_request(server, "POST", "/v2/models/picky/infer_async",
+                             json.dumps({"input_location": location}).encode())  # fmt: skip
+        assert reply.status == 403 and b"--async-input-root" in reply.body, (location, reply.body)
+    for bad in ("../../models/picky/1/model.py", "a%2Fb", ".x"):
+        reply = http_request(server, "POST", f"/v2/models/picky/infer_async?inference_id={bad}", body([1.0] * 4))
+        assert reply.status == 400, (bad, reply.body)
+    assert http_request(server, "POST", "/v2/models/nobody/infer_async", body([1.0] * 4)).status == 404
+    unknown_field = http_request(server, "POST", "/v2/models/picky/infer_async",
+                                 json.dumps({"input_location": "file:///x", "ttl": 5}).encode())  # fmt: skip
+    assert unknown_field.status == 400 and b"ttl" in unknown_field.body
+
+
+def test_the_same_inference_id_is_one_job_and_jobs_are_listed_and_cancelled(server: ServerProcess) -> None:
+    first = submit(server, "picky", body([1.0] * 4), "?inference_id=order-17&priority=3&ttl_s=600")
+    again = submit(server, "picky", body([2.0] * 4), "?inference_id=order-17")
+    assert first["created"] is True and again["created"] is False
+    ended = wait(server, "order-17")
+    assert json.loads(local(ended["output_location"]).read_bytes())["outputs"][0]["data"] == [1.0] * 4
+    assert ended["priority"] == 3 and ended["ttl_s"] == 600
+    listed = json.loads(http_request(server, "GET", "/v2/async?model=picky&state=succeeded&limit=1000").body)
+    assert "order-17" in [job["inference_id"] for job in listed["jobs"]]
+    assert all(job["state"] == "succeeded" for job in listed["jobs"])
+    refused = http_request(server, "DELETE", "/v2/async/order-17")
+    assert refused.status == 409 and b"only a queued job" in refused.body
+    assert http_request(server, "GET", "/v2/async/nobody").status == 404
+
+
+def test_a_queued_job_is_cancelled(repository: Path, tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    misbehaving_model(tmp_path / "repository" / "held", hold_file=hold)
+    arguments = ("--state-dir", str(tmp_path / "state"), "--async-concurrency", "1")
+    with run_server(tmp_path / "repository", tmp_path / "server.log", *arguments) as server:
+        hold.touch()  # once loaded (its warm-up would wait too)
+        running = submit(server, "held", body([1.0] * 4))
+        queued = submit(server, "held", body([2.0] * 4))
+        deadline = time.monotonic() + 30
+        while (
+            json.loads(http_request(server, "GET", f"/v2/async/{running['inference_id']}").body)["state"] != "running"
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        cancelled = http_request(server, "DELETE", f"/v2/async/{queued['inference_id']}")
+        assert cancelled.status == 200 and json.loads(cancelled.body)["state"] == "cancelled"
+        assert http_request(server, "DELETE", f"/v2/async/{running['inference_id']}").status == 409
+        deadline = time.monotonic() + 30  # the backlog is counted every second
+        while 'inferd_async_backlog{model="held"} 1.0' not in scrape(server):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        hold.unlink()
+        assert wait(server, running["inference_id"])["state"] == "succeeded"
+        assert wait(server, queued["inference_id"])["state"] == "cancelled"
+
+
+def test_async_is_off_without_a_state_directory(repository: Path, tmp_path: Path) -> None:
+    with run_server(repository, tmp_path / "server.log") as server:
+        reply = http_request(server, "POST", "/v2/models/picky/infer_async", body([1.0] * 4))
+        assert reply.status == 503 and b"--state-dir" in reply.body
+
+
+def test_two_kill_9s_leave_exactly_one_result_per_job(repository: Path, tmp_path: Path, receiver: Receiver) -> None:
+    """200 jobs of a model that sleeps 20 ms a batch; the server killed twice while they run."""
+    misbehaving_model(tmp_path / "repository" / "slow", sleep_ms=20)
+    state = tmp_path / "state"
+    arguments = ("--state-dir", str(state), "--async-webhook", receiver.url, "--async-concurrency", "4")
+    ids: list[str] = []
+    for run in range(3):
+        with run_server(tmp_path / "repository", tmp_path / f"server{run}.log", *arguments) as server:
+            if run == 0:
+                ids = [submit(server, "slow", body([float(i), 0, 0, 0]))["inference_id"] for i in range(200)]
+            if run < 2:
+                results = state / "async" / "results"
+                deadline = time.monotonic() + 60
+                while len(list(results.glob("*.out"))) < 40 * (run + 1):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.01)
+                server.process.send_signal(signal.SIGKILL)
+                server.process.wait(timeout=30)
+                continue
+            ended = {job_id: wait(server, job_id) for job_id in ids}
+            # A notice for every job (those owed when the server died, sent after it restarted);
+            # repeats (delivery is at least once) carry the same key.
+            receiver.wait_for(set(ids))
+    assert {document["state"] for document in ended.values()} == {"succeeded"}
+    for index, job_id in enumerate(ids):
+        result = json.loads(local(ended[job_id]["output_location"]).read_bytes())
+        assert result["outputs"][0]["data"] == [float(index), 0, 0, 0]
+    outputs = state / "async" / "results"
+    assert sorted(p.name for p in outputs.iterdir()) == sorted(f"{job_id}.out" for job_id in ids)
+    assert any(document["attempts"] > 1 for document in ended.values())  # some did run again
+
+
+def test_boto3_invoke_endpoint_async_with_s3_and_sns(repository: Path, s3: Any, tmp_path: Path) -> None:
+    import boto3
+
+    sns, sqs = boto3.client("sns"), boto3.client("sqs")
+    queue_url = sqs.create_queue(QueueName="notices")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    topic = sns.create_topic(Name="async-done")["TopicArn"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn, Attributes={"RawMessageDelivery": "true"})
+    s3.put_object(Bucket=BUCKET, Key="in/rows.json", Body=body([3.0, 1.0, 4.0, 1.0]))
+    arguments = ("--sagemaker", "--state-dir", str(tmp_path / "state"), "--async-input-root", f"s3://{BUCKET}/in",
+                 "--async-output-path", f"s3://{BUCKET}/out", "--async-success-topic", topic,
+                 "--async-error-topic", topic)  # fmt: skip
+    env = {"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "picky"}
+    with run_server(repository, tmp_path / "server.log", *arguments, env=env) as server:
+        client = runtime(server)
+        answer = client.invoke_endpoint_async(
+            EndpointName="picky", InputLocation=f"s3://{BUCKET}/in/rows.json", ContentType="application/json",
+            InferenceId="boto-1",
+        )  # fmt: skip
+        assert answer["InferenceId"] == "boto-1"
+        assert answer["OutputLocation"] == f"s3://{BUCKET}/out/boto-1.out"
+        assert answer["FailureLocation"] == f"s3://{BUCKET}/out/boto-1-error.out"
+        assert wait(server, "boto-1")["state"] == "succeeded"
+        result = json.loads(s3.get_object(Bucket=BUCKET, Key="out/boto-1.out")["Body"].read())
+        assert result["outputs"][0]["data"] == [3.0, 1.0, 4.0, 1.0]
+        with pytest.raises(client.exceptions.ClientError) as refused:
+            client.invoke_endpoint_async(EndpointName="picky", InputLocation=f"s3://{BUCKET}/elsewhere.json")
+        assert "403" in str(refused.value) or "PERMISSION_DENIED" in str(refused.value)
+        deadline = time.monotonic() + 30
+        while not (messages := sqs.receive_message(QueueUrl=queue_url, WaitTimeSeconds=1).get("Messages")):
+            assert time.monotonic() < deadline, "SNS was never told"
+    notice = json.loads(messages[0]["Body"])
+    assert notice["inferenceId"] == "boto-1" and notice["invocationStatus"] == "Completed"
+    assert notice["responseParameters"]["outputLocation"] == f"s3://{BUCKET}/out/boto-1.out"
