@@ -10,6 +10,8 @@ import hashlib
 import hmac
 import json
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -237,6 +239,43 @@ def test_a_queued_job_is_cancelled(repository: Path, tmp_path: Path) -> None:
         assert wait(server, queued["inference_id"])["state"] == "cancelled"
 
 
+def test_the_client_and_the_cli_submit_wait_and_list(server: ServerProcess, inputs: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    from inferd.client import Client
+
+    with Client(f"http://{server.http_url}") as client:
+        job = client.submit_async("picky", {"x": np.array([[1, 2, 3, 4]], dtype=np.float32)}, inference_id="client-1")
+        assert job.state == "queued" and job.created
+        ended = client.wait_async("client-1", timeout_s=60)
+        assert ended.state == "succeeded" and ended.output_location == job.output_location
+        (inputs / "client.json").write_bytes(body([5.0, 6.0, 7.0, 8.0]))
+        located = client.submit_async("picky", input_location=(inputs / "client.json").as_uri())
+        assert client.wait_async(located.inference_id, timeout_s=60).state == "succeeded"
+        refused = client.submit_async("picky", {"x": np.array([[-1, 0, 0, 0]], dtype=np.float32)})
+        failed = client.wait_async(refused.inference_id, timeout_s=60)
+        assert failed.state == "failed" and failed.error_code == "MODEL_RAISED"
+        assert "client-1" in [j.inference_id for j in client.list_async(model="picky", state="succeeded", limit=1000)]
+
+    def inferd(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "inferd", "async", *arguments, "--url", f"http://{server.http_url}"],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    (tmp_path / "request.json").write_bytes(body([9.0, 8.0, 7.0, 6.0]))
+    submitted = inferd("submit", "picky", str(tmp_path / "request.json"), "--inference-id", "cli-1", "--wait")
+    assert submitted.returncode == 0, submitted.stderr
+    assert "cli-1: succeeded" in submitted.stdout and "cli-1.out" in submitted.stdout
+    assert "cli-1: succeeded" in inferd("status", "cli-1").stdout
+    listed = inferd("list", "--model", "picky", "--state", "succeeded", "--limit", "1000")
+    assert listed.returncode == 0 and "cli-1" in listed.stdout
+    (tmp_path / "negative.json").write_bytes(body([-9.0, 8.0, 7.0, 6.0]))
+    inferd("submit", "picky", str(tmp_path / "negative.json"), "--inference-id", "cli-2")
+    waited = inferd("wait", "cli-2", "--timeout", "60")
+    assert waited.returncode == 1 and "MODEL_RAISED" in waited.stdout and "refuses negative values" in waited.stdout
+    cancelled = inferd("cancel", "cli-1")
+    assert cancelled.returncode == 1 and "only a queued job can be cancelled" in cancelled.stderr
+
+
 def test_async_is_off_without_a_state_directory(repository: Path, tmp_path: Path) -> None:
     with run_server(repository, tmp_path / "server.log") as server:
         reply = http_request(server, "POST", "/v2/models/picky/infer_async", body([1.0] * 4))
@@ -273,6 +312,48 @@ def test_two_kill_9s_leave_exactly_one_result_per_job(repository: Path, tmp_path
     outputs = state / "async" / "results"
     assert sorted(p.name for p in outputs.iterdir()) == sorted(f"{job_id}.out" for job_id in ids)
     assert any(document["attempts"] > 1 for document in ended.values())  # some did run again
+
+
+def test_1000_s3_jobs_through_two_kill_9s_leave_one_result_each_written_once(
+    repository: Path, s3: Any, tmp_path: Path, receiver: Receiver
+) -> None:
+    """The bucket keeps every version of every object: one version per result proves that no job's
+    result was written twice, though some jobs ran twice."""
+    s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    for index in range(1000):
+        s3.put_object(Bucket=BUCKET, Key=f"in/{index}.json", Body=body([float(index), 1.0, 2.0, 3.0]))
+    arguments = ("--state-dir", str(tmp_path / "state"), "--async-input-root", f"s3://{BUCKET}/in",
+                 "--async-output-path", f"s3://{BUCKET}/out", "--async-webhook", receiver.url)  # fmt: skip
+    ids = [f"s3-job-{index}" for index in range(1000)]
+    for run in range(3):
+        with run_server(repository, tmp_path / f"server{run}.log", *arguments) as server:
+            if run == 0:
+                for index, job_id in enumerate(ids):
+                    location = json.dumps({"input_location": f"s3://{BUCKET}/in/{index}.json"}).encode()
+                    submit(server, "picky", location, f"?inference_id={job_id}")
+            if run < 2:
+                deadline = time.monotonic() + 120
+                while True:  # let a third (then two thirds) of the jobs end, then kill it mid-run
+                    listed = json.loads(http_request(server, "GET", "/v2/async?state=succeeded&limit=1000").body)
+                    if len(listed["jobs"]) >= 300 * (run + 1):
+                        break
+                    assert time.monotonic() < deadline
+                    time.sleep(0.02)
+                server.process.send_signal(signal.SIGKILL)
+                server.process.wait(timeout=30)
+                continue
+            ended = {job_id: wait(server, job_id) for job_id in ids}
+            receiver.wait_for(set(ids))
+    assert {document["state"] for document in ended.values()} == {"succeeded"}
+    versions: dict[str, int] = {}
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=BUCKET, Prefix="out/"):
+        for version in page.get("Versions", []):
+            versions[version["Key"]] = versions.get(version["Key"], 0) + 1
+    assert versions == {f"out/{job_id}.out": 1 for job_id in ids}
+    assert any(document["attempts"] > 1 for document in ended.values())  # some did run again
+    for index in (0, 499, 999):
+        result = json.loads(s3.get_object(Bucket=BUCKET, Key=f"out/s3-job-{index}.out")["Body"].read())
+        assert result["outputs"][0]["data"] == [float(index), 1.0, 2.0, 3.0]
 
 
 def test_boto3_invoke_endpoint_async_with_s3_and_sns(repository: Path, s3: Any, tmp_path: Path) -> None:

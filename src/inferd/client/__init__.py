@@ -8,6 +8,7 @@ An HTTP-only program imports no grpc: the gRPC transport is imported when a gRPC
 from typing import TYPE_CHECKING, Any
 
 from inferd.client.aio import AsyncClient, parse_url
+from inferd.client.async_jobs import AsyncJob
 from inferd.client.http import HttpInferenceClient
 from inferd.client.retry import NO_RETRIES, RetryPolicy
 from inferd.client.security import ClientTls
@@ -29,6 +30,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "NO_RETRIES",
     "AsyncClient",
+    "AsyncJob",
     "Client",
     "ClientTls",
     "GrpcInferenceClient",

@@ -14,12 +14,16 @@ inferd's typed errors (`inferd.errors`: `ShapeMismatchError`, `ModelNotFoundErro
 from __future__ import annotations
 
 import json
+import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Literal, TypedDict, TypeVar
 
 import numpy as np
 
+from inferd.client.async_jobs import AsyncJob, submit_query
+from inferd.client.http import HttpInferenceClient
 from inferd.client.retry import RetryPolicy, call_with_retries
 from inferd.client.security import ClientTls, bearer
 from inferd.client.transport import Transport
@@ -96,8 +100,6 @@ class AsyncClient:
                 authorization=bearer(token),
             )
         else:
-            from inferd.client.http import HttpInferenceClient
-
             self._transport = HttpInferenceClient(
                 address,
                 max_in_flight=max_in_flight,
@@ -187,14 +189,91 @@ class AsyncClient:
             lambda left: self._transport.unload_model(model, unload_dependents, timeout_s=left), timeout_s
         )
 
+    async def submit_async(
+        self,
+        model: str,
+        inputs: Inputs | None = None,
+        *,
+        input_location: str = "",
+        version: str = "",
+        inference_id: str = "",
+        ttl_s: float | None = None,
+        job_timeout_s: float | None = None,
+        priority: int = 0,
+        outputs: Iterable[str] = (),
+        parameters: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> AsyncJob:
+        """Keep an async inference job of `model` (answered at once): `inputs` sent inline, or the
+        object at `input_location` (under one of the server's --async-input-root) read later.
+        `inference_id` makes the submit idempotent; `ttl_s` expires it unstarted; `job_timeout_s`
+        fails it if it runs longer; a higher `priority` runs first. Not retried, unless it names
+        its `inference_id` (a retry is then the same job)."""
+        transport = self._http("submit_async")
+        query = submit_query(inference_id, ttl_s, job_timeout_s, priority)
+        request = None
+        location = None
+        if input_location:
+            location = {"model": model, "version": version, "body": {"input_location": input_location}}
+        elif inputs is not None:
+            request = InferRequest(
+                model_name=model,
+                model_version=version,
+                inputs=as_tensors(inputs),
+                outputs=tuple(RequestedOutput(name) for name in outputs),
+                parameters=dict(parameters or {}),
+                context=RequestContext(new_request_id()),
+            )
+        else:
+            raise ValueError("submit_async needs inputs or an input_location")
+
+        async def call(left: float) -> Any:
+            return await transport.submit_async(request, location, query, timeout_s=left)
+
+        left = self.timeout_s if timeout_s is None else timeout_s
+        answer = await (self._retrying(call, timeout_s) if inference_id else call(left))
+        return AsyncJob.from_json(answer)
+
+    async def async_job(self, inference_id: str, *, wait_s: float = 0.0, timeout_s: float | None = None) -> AsyncJob:
+        """The job; with `wait_s`, answered when it ends or after `wait_s` (120 at most), whichever is first."""
+        path = f"/v2/async/{urllib.parse.quote(inference_id, safe='')}" + (f"?wait_s={wait_s!r}" if wait_s else "")
+        left = (self.timeout_s if timeout_s is None else timeout_s) + wait_s
+        return AsyncJob.from_json(await self.call_json("GET", path, timeout_s=left))
+
+    async def wait_async(self, inference_id: str, *, timeout_s: float = 3600.0) -> AsyncJob:
+        """The job once it has ended (succeeded, failed, cancelled or expired), or after `timeout_s`
+        as it then is."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            job = await self.async_job(inference_id, wait_s=max(0.0, min(60.0, left)))
+            if job.ended or left <= 0:
+                return job
+
+    async def cancel_async(self, inference_id: str, *, timeout_s: float | None = None) -> AsyncJob:
+        """Cancel a queued job (a running or ended one is refused: AlreadyExistsError, 409)."""
+        path = f"/v2/async/{urllib.parse.quote(inference_id, safe='')}"
+        return AsyncJob.from_json(await self.call_json("DELETE", path, timeout_s=timeout_s))
+
+    async def list_async(
+        self, *, model: str = "", state: str = "", limit: int = 100, timeout_s: float | None = None
+    ) -> list[AsyncJob]:
+        """Jobs, newest first (a management call: it needs a management token when tokens are on)."""
+        query = urllib.parse.urlencode({k: v for k, v in (("model", model), ("state", state)) if v} | {"limit": limit})
+        answer = await self.call_json("GET", f"/v2/async?{query}", timeout_s=timeout_s)
+        return [AsyncJob.from_json(document) for document in answer["jobs"]]
+
+    def _http(self, call: str) -> HttpInferenceClient:
+
+        if not isinstance(self._transport, HttpInferenceClient):
+            raise UnsupportedError(f"{call} is an HTTP API: call the server with an http:// URL")
+        return self._transport
+
     async def call_json(self, method: str, path: str, document: Any = None, *, timeout_s: float | None = None) -> Any:
         """A JSON call over HTTP of an API the typed methods do not cover (`/v2/endpoints/...`):
         its answer as JSON. Not retried: such calls change the server's state."""
-        from inferd.client.http import HttpInferenceClient
-
-        if not isinstance(self._transport, HttpInferenceClient):
-            raise UnsupportedError(f"{method} {path} is an HTTP API: call the server with an http:// URL")
-        return await self._transport.call_json(
+        transport = self._http(f"{method} {path}")
+        return await transport.call_json(
             method, path, document, timeout_s=self.timeout_s if timeout_s is None else timeout_s
         )
 

@@ -90,6 +90,24 @@ class HttpInferenceClient:
         except (InferdError, ValueError) as exc:
             raise UnavailableError(f"server {self.url} sent a response that is not KServe v2: {exc}") from None
 
+    async def submit_async(
+        self, request: InferRequest | None, location: Mapping[str, Any] | None, query: str, *, timeout_s: float
+    ) -> Any:
+        """Keep an async job: `request` inline (as `infer` sends it), or the `location` form; the
+        202's JSON."""
+        if request is not None:
+            body, header_length = json_v2.encode_request(request, binary=self._binary)
+            content_type = "application/octet-stream" if header_length is not None else "application/json"
+            headers = [("Content-Type", content_type)]
+            if header_length is not None:
+                headers.append((json_v2.HEADER_LENGTH_HEADER, str(header_length)))
+            path = _model_path(request.model_name, request.model_version, "infer_async")
+        else:
+            assert location is not None
+            body, headers = json.dumps(location["body"]).encode(), [("Content-Type", "application/json")]
+            path = _model_path(location["model"], location.get("version", ""), "infer_async")
+        return json.loads((await self._ok("POST", path + query, body, timeout_s, headers))[1])
+
     async def server_live(self, *, timeout_s: float) -> bool:
         return await self._status("GET", "/v2/health/live", timeout_s) == 200
 
@@ -156,9 +174,10 @@ class HttpInferenceClient:
     async def _ok(
         self, method: str, path: str, body: bytes, timeout_s: float, headers: list[tuple[str, str]]
     ) -> tuple[dict[str, str], bytes]:
-        """The response's headers and body; its error, typed, when it is not a 200."""
+        """The response's headers and body; its error, typed, when it is not a 2xx (a 201 made, a 202
+        kept for later)."""
         status, response_headers, payload = await self._call(method, path, headers, body, timeout_s)
-        if status != 200:
+        if not 200 <= status < 300:
             raise json_v2.decode_error_response(status, payload, retry_after=response_headers.get("retry-after"))
         return response_headers, payload
 

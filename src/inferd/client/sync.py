@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
 from inferd.client.aio import AsyncClient, ClientOptions, Inputs
+from inferd.client.async_jobs import AsyncJob
 from inferd.types import InferRequest, InferResponse, ModelIndexEntry, ModelMetadata, ModelStatistics, ServerMetadata
 
 T = TypeVar("T")
@@ -95,6 +96,22 @@ class Client:
 
     def unload_model(self, model: str, *, unload_dependents: bool = False, timeout_s: float | None = None) -> None:
         self._run(self._client.unload_model(model, unload_dependents=unload_dependents, timeout_s=timeout_s))
+
+    def submit_async(self, model: str, inputs: Inputs | None = None, **options: Any) -> AsyncJob:
+        """See `AsyncClient.submit_async`."""
+        return self._run(self._client.submit_async(model, inputs, **options))
+
+    def async_job(self, inference_id: str, *, wait_s: float = 0.0, timeout_s: float | None = None) -> AsyncJob:
+        return self._run(self._client.async_job(inference_id, wait_s=wait_s, timeout_s=timeout_s))
+
+    def wait_async(self, inference_id: str, *, timeout_s: float = 3600.0) -> AsyncJob:
+        return self._run(self._client.wait_async(inference_id, timeout_s=timeout_s))
+
+    def cancel_async(self, inference_id: str, *, timeout_s: float | None = None) -> AsyncJob:
+        return self._run(self._client.cancel_async(inference_id, timeout_s=timeout_s))
+
+    def list_async(self, *, model: str = "", state: str = "", limit: int = 100) -> list[AsyncJob]:
+        return self._run(self._client.list_async(model=model, state=state, limit=limit))
 
     def call_json(self, method: str, path: str, document: Any = None, *, timeout_s: float | None = None) -> Any:
         return self._run(self._client.call_json(method, path, document, timeout_s=timeout_s))

@@ -228,12 +228,14 @@ class AsyncInference:
 
     async def _run(self, lease: Lease) -> None:
         job = lease.job
-        if await self._blocking(self.storage.exists, job.output_location):  # written before a crash
-            await self._end(lease, JobState.SUCCEEDED)
-            return
-        if await self._blocking(self.storage.exists, job.failure_location):
-            await self._end(lease, JobState.FAILED, job.error or "failed before the server restarted", job.error_code)
-            return
+        if job.attempts > 1:  # an earlier run may have written its end before it died
+            if await self._blocking(self.storage.exists, job.output_location):
+                await self._end(lease, JobState.SUCCEEDED)
+                return
+            if await self._blocking(self.storage.exists, job.failure_location):
+                why = job.error or "failed before the server restarted"
+                await self._end(lease, JobState.FAILED, why, job.error_code)
+                return
         if job.attempts > self._settings.max_attempts:
             why = f"dead letter: gave up after {job.attempts - 1} attempts" + (
                 f" (the last: {job.error})" if job.error else ""
