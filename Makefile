@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXAMPLE_REPOSITORY := examples/model_repository
 
-.PHONY: serve test docs setup setup-example perf-analyzer tfserving-client nginx chromium h2load example lint unit
+.PHONY: serve test docs setup setup-example perf-analyzer tfserving-client nginx redis chromium h2load example lint unit
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ tfserving-client:
 nginx:
 	scripts/install_nginx.sh
 
+# redis-server (Debian's), the shared job queue of the async inference tests.
+redis:
+	scripts/install_redis.sh
+
 # Chromium (Debian's), headless: the docs test opens every page of the built site in it.
 chromium:
 	scripts/install_chromium.sh
@@ -63,5 +67,5 @@ lint: setup
 	$(BIN)/lint-imports
 
 # The tests serve PyTorch models too: torch (CPU build) comes with the example's requirements.
-test: setup setup-example perf-analyzer tfserving-client nginx chromium lint
+test: setup setup-example perf-analyzer tfserving-client nginx redis chromium lint
 	$(BIN)/python -m pytest --durations=15

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from inferd.testing.models import misbehaving_model, mlp_model, write_config
+from inferd.testing.redis_server import run_redis
 from inferd.testing.server import ServerProcess, run_server
 from tests.e2e.conftest import http_request
 from tests.e2e.test_observability import scrape
@@ -354,6 +355,54 @@ def test_1000_s3_jobs_through_two_kill_9s_leave_one_result_each_written_once(
     for index in (0, 499, 999):
         result = json.loads(s3.get_object(Bucket=BUCKET, Key=f"out/s3-job-{index}.out")["Body"].read())
         assert result["outputs"][0]["data"] == [float(index), 1.0, 2.0, 3.0]
+
+
+def test_two_servers_share_a_redis_queue_and_one_takes_over_the_jobs_of_the_other_killed(
+    s3: Any, tmp_path: Path
+) -> None:
+    """Jobs submitted to the first server, run by both; the first killed mid-run: the second takes
+    over its pending jobs once their leases run out (a job's timeout, 2 s, and as long again), and
+    the bucket's versions show one result per job."""
+    s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    misbehaving_model(tmp_path / "repository" / "slow", sleep_ms=20)
+    with run_redis(tmp_path / "redis") as redis_url:
+        arguments = ("--async-queue", redis_url, "--async-payload-path", f"s3://{BUCKET}/payloads",
+                     "--async-output-path", f"s3://{BUCKET}/out", "--async-concurrency", "4")  # fmt: skip
+        with (
+            run_server(
+                tmp_path / "repository", tmp_path / "a.log", "--state-dir", str(tmp_path / "a"), *arguments
+            ) as a,
+            run_server(
+                tmp_path / "repository", tmp_path / "b.log", "--state-dir", str(tmp_path / "b"), *arguments
+            ) as b,
+        ):
+            ids = [submit(a, "slow", body([float(i), 0, 0, 0]), "?timeout_s=2")["inference_id"] for i in range(200)]
+            deadline = time.monotonic() + 60
+            while len(json.loads(http_request(b, "GET", "/v2/async?state=succeeded&limit=1000").body)["jobs"]) < 50:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            a.process.send_signal(signal.SIGKILL)
+            a.process.wait(timeout=30)
+            ended = {job_id: wait(b, job_id) for job_id in ids}
+    assert {document["state"] for document in ended.values()} == {"succeeded"}
+    versions: dict[str, int] = {}
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=BUCKET, Prefix="out/"):
+        for version in page.get("Versions", []):
+            versions[version["Key"]] = versions.get(version["Key"], 0) + 1
+    assert versions == {f"out/{job_id}.out": 1 for job_id in ids}
+    assert any(document["attempts"] > 1 for document in ended.values())  # those "a" held, run again by "b"
+
+
+def test_a_shared_queue_needs_shared_places(repository: Path, tmp_path: Path) -> None:
+    with run_redis(tmp_path / "redis") as redis_url:
+        run = subprocess.run(
+            [sys.executable, "-m", "inferd", "serve", "--model-repository", str(repository), "--http-port", "0",
+             "--grpc-port", "0", "--metrics-port", "0", "--state-dir", str(tmp_path / "state"),
+             "--async-queue", redis_url],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert run.returncode == 2
+    assert "--async-payload-path must be a place they all reach" in run.stdout + run.stderr
 
 
 def test_boto3_invoke_endpoint_async_with_s3_and_sns(repository: Path, s3: Any, tmp_path: Path) -> None:

@@ -463,6 +463,14 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     help="An SNS topic ARN told of each failed async job, as SageMaker's ErrorTopic is.",
 )
 @click.option(
+    "--async-queue",
+    default=None,
+    envvar="INFERD_ASYNC_QUEUE",
+    help="Where async jobs wait: by default an SQLite database in --state-dir (one server); redis://HOST:PORT/DB, "
+    "Redis Streams that several servers share (each takes over the jobs of one that died; --async-payload-path "
+    "and --async-output-path must then be s3:// places all of them reach).",
+)
+@click.option(
     "--async-max-attempts",
     default=3,
     show_default=True,

@@ -164,6 +164,9 @@ class ServerSettings(BaseModel):
     """An SNS topic ARN told of each succeeded async job (SageMaker's SuccessTopic)."""
     async_error_topic: str | None = None
     """An SNS topic ARN told of each failed async job (SageMaker's ErrorTopic)."""
+    async_queue: str | None = None
+    """Where async jobs wait: None, an SQLite database in the state directory (one server);
+    redis://HOST:PORT/DB, Redis Streams shared by several servers (payloads then on s3://)."""
     async_max_attempts: int = Field(default=3, gt=0)
     """Leases an async job gets; after the last it ends failed, as a dead letter (default 3)."""
     async_concurrency: int = Field(default=8, gt=0)

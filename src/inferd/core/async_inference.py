@@ -205,7 +205,7 @@ class AsyncInference:
         while True:
             self._work.clear()  # before the lease: a submit from now on wakes this worker
             try:
-                lease = await self._blocking(self._queue.lease, self._clock(), self._lease_s())
+                lease = await self._blocking(self._queue.lease, self._clock(), self._lease_s)
             except Exception:
                 logger.exception("async inference: the queue could not lease a job")
                 lease = None
@@ -223,8 +223,11 @@ class AsyncInference:
                 with contextlib.suppress(Exception):
                     await self._blocking(self._queue.requeue, lease, self._clock() + backoff, str(exc))
 
-    def _lease_s(self) -> float:
-        return self._settings.default_timeout_s + LEASE_MARGIN_S
+    def _lease_s(self, timeout_s: float | None = None) -> float:
+        """How long a lease holds for a job of `timeout_s`: its timeout, and a margin to write its end
+        in (as long again, up to LEASE_MARGIN_S); then another worker may take the job."""
+        timeout_s = timeout_s or self._settings.default_timeout_s
+        return timeout_s + min(LEASE_MARGIN_S, timeout_s)
 
     async def _run(self, lease: Lease) -> None:
         job = lease.job
@@ -243,8 +246,6 @@ class AsyncInference:
             await self._fail(lease, why, job.error_code or ErrorCode.UNAVAILABLE.value, dead_lettered=True)
             return
         timeout_s = job.timeout_s or self._settings.default_timeout_s
-        if job.timeout_s is not None:  # a lease that lasts as long as this job may
-            await self._blocking(self._queue.extend, lease, self._clock() + timeout_s + LEASE_MARGIN_S)
         try:
             body = await self._blocking(self.storage.read, job.input_location)
         except (OSError, ValueError) as exc:

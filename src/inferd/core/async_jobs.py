@@ -18,10 +18,10 @@ States (SageMaker's async inference has the same, bar `cancelled` and `expired`)
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 
 def iso_time(seconds: float) -> str:
@@ -94,6 +94,24 @@ class Job:
     def with_state(self, state: JobState, **changes: object) -> Job:
         return replace(self, state=state, **changes)  # type: ignore[arg-type]
 
+    def document(self) -> dict[str, Any]:
+        """The job as plain JSON values (what a queue that stores documents keeps)."""
+        document = {f.name: getattr(self, f.name) for f in fields(self)}
+        document["request"] = {f.name: getattr(self.request, f.name) for f in fields(self.request)}
+        return document
+
+    @staticmethod
+    def from_document(document: dict[str, Any]) -> Job:
+        values = dict(document)
+        request = dict(values.pop("request"))
+        request["door"] = JobDoor(request["door"])
+        values["state"] = JobState(values["state"])
+        return Job(request=JobRequest(**request), **values)
+
+
+# How long a lease holds for a job of a timeout (None: the job gave none).
+LeaseLength = Callable[[float | None], float]
+
 
 @dataclass(frozen=True, slots=True)
 class Lease:
@@ -138,9 +156,10 @@ class JobQueue(Protocol):
         once (a queue shared by several servers leaves them to their leases); how many."""
         ...
 
-    def lease(self, now: float, lease_s: float) -> Lease | None:
+    def lease(self, now: float, lease_s: LeaseLength) -> Lease | None:
         """The next job to run (highest priority, then oldest; a running job whose lease ran out
-        counts as queued), now running under a new token until `now + lease_s`; None when none."""
+        counts as queued), now running under a new token until `now + lease_s(its timeout_s)`;
+        None when none."""
         ...
 
     def extend(self, lease: Lease, until: float) -> bool:

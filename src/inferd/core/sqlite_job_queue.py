@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from inferd.core.async_jobs import Backlog, Job, JobDoor, JobQuery, JobRequest, JobState, Lease
+from inferd.core.async_jobs import Backlog, Job, JobDoor, JobQuery, JobRequest, JobState, Lease, LeaseLength
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -112,7 +112,7 @@ class SqliteJobQueue:
                 ).rowcount
             )
 
-    def lease(self, now: float, lease_s: float) -> Lease | None:
+    def lease(self, now: float, lease_s: LeaseLength) -> Lease | None:
         with self._lock, self._transaction() as db:
             row = db.execute(
                 f"{_SELECT} WHERE ((state = 'queued' AND not_before <= ?) OR (state = 'running' AND lease_until < ?))"
@@ -126,7 +126,7 @@ class SqliteJobQueue:
             db.execute(
                 "UPDATE jobs SET state = 'running', attempts = attempts + 1, token = ?, lease_until = ?,"
                 " started_at = COALESCE(started_at, ?) WHERE id = ?",
-                (token, now + lease_s, now, job.id),
+                (token, now + lease_s(job.timeout_s), now, job.id),
             )
             leased = self._one(db, job.id)
         assert leased is not None

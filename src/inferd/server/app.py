@@ -28,7 +28,7 @@ from inferd.core.statistics import ServingStatistics
 from inferd.protocol.tfserving_batching import read_batching_parameters
 from inferd.runtimes.base import keep_large_blocks_off_the_heap
 from inferd.server.async_api import AsyncApi
-from inferd.server.async_setup import build_async_inference
+from inferd.server.async_setup import AsyncSettingsError, build_async_inference
 from inferd.server.auth import Access, AccessPolicy, is_loopback_host, read_tokens
 from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.endpoint_file import EndpointFileError, apply_endpoint_file, follow_endpoint_file
@@ -71,7 +71,7 @@ def run(settings: ServerSettings) -> None:
         uvloop.run(serve(settings))
     except ImportError:  # pragma: no cover - uvloop is a dependency, but not on every platform
         asyncio.run(serve(settings))
-    except (UnsafeSettingsError, EndpointFileError) as exc:
+    except (UnsafeSettingsError, EndpointFileError, AsyncSettingsError) as exc:
         logger.error("not starting: %s", exc)
         raise SystemExit(2) from None
 

@@ -5,12 +5,14 @@ runs each job through the door it came by, on an inference call of the backgroun
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from inferd.config.server import ServerSettings
 from inferd.core.async_inference import Answer, AsyncInference, AsyncSettings
-from inferd.core.async_jobs import Job, JobDoor
+from inferd.core.async_jobs import Job, JobDoor, JobQueue
 from inferd.core.job_storage import JobStorage
+from inferd.core.redis_job_queue import RedisJobQueue
 from inferd.core.scheduler import Admission
 from inferd.core.service import InferenceService
 from inferd.core.sqlite_job_queue import SqliteJobQueue
@@ -19,6 +21,30 @@ from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.inference_call import CallTracing, InferenceCall
 from inferd.server.kserve import KServeDoor
 from inferd.server.sagemaker import SageMakerDoor
+
+
+class AsyncSettingsError(ValueError):
+    """Async settings that cannot work together: the server does not start."""
+
+
+def _queue(settings: ServerSettings, state: Path, storage: JobStorage) -> JobQueue:
+    if settings.async_queue is None:
+        return SqliteJobQueue(state / "jobs.sqlite")
+    if not settings.async_queue.startswith(("redis://", "rediss://", "unix://")):
+        raise AsyncSettingsError(f"--async-queue {settings.async_queue!r}: expected redis://HOST:PORT/DB")
+    # Servers that share a queue run each other's jobs: each must read every body and write every
+    # result, so none may live on one server's disk.
+    for flag, place in (("--async-payload-path", storage.payload_path), ("--async-output-path", storage.output_path),
+                        ("--async-failure-path", storage.failure_path)):  # fmt: skip
+        if place.startswith("file://"):
+            raise AsyncSettingsError(
+                f"--async-queue {settings.async_queue} is shared by servers: {flag} must be a place they all reach "
+                f"(s3://...), not {place}"
+            )
+    try:
+        return RedisJobQueue(settings.async_queue, consumer=f"{socket.gethostname()}:{settings.http_port}")
+    except Exception as exc:  # the server cannot reach it: say so, and do not start
+        raise AsyncSettingsError(f"--async-queue {settings.async_queue}: {exc}") from None
 
 
 def build_async_inference(
@@ -60,7 +86,7 @@ def build_async_inference(
         secret = Path(settings.async_webhook_secret_file).read_bytes().strip()
     notifier = JobNotifier(settings.async_webhooks, secret, settings.async_success_topic, settings.async_error_topic)
     return AsyncInference(
-        SqliteJobQueue(state / "jobs.sqlite"),
+        _queue(settings, state, storage),
         storage,
         replay,
         notifier,

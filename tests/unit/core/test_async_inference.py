@@ -149,12 +149,12 @@ async def test_a_result_written_before_a_crash_is_kept_and_a_job_that_keeps_dyin
     # "poison" took its worker down with it on every attempt (three leases never ended).
     await harness.jobs.submit(JobRequest("m"), body=b"poison", job_id="poison")
     for _ in range(3):
-        lease = harness.queue.lease(harness.clock(), 60.0)
+        lease = harness.queue.lease(harness.clock(), lambda _: 60.0)
         assert lease is not None and lease.job.id == "poison"
         harness.clock.advance(100.0)
     # "kept" was run and its result written; then the server died before it could end the job.
     await harness.jobs.submit(JobRequest("m"), body=b"kept", job_id="kept", priority=1)
-    lease = harness.queue.lease(harness.clock(), 60.0)
+    lease = harness.queue.lease(harness.clock(), lambda _: 60.0)
     assert lease is not None and lease.job.id == "kept"
     harness.storage.write_once(harness.storage.output_location("kept"), b"FIRST RESULT")
     harness.clock.advance(100.0)
