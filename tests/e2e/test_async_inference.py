@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import json
 import signal
 import subprocess
@@ -275,6 +276,80 @@ def test_the_client_and_the_cli_submit_wait_and_list(server: ServerProcess, inpu
     assert waited.returncode == 1 and "MODEL_RAISED" in waited.stdout and "refuses negative values" in waited.stdout
     cancelled = inferd("cancel", "cli-1")
     assert cancelled.returncode == 1 and "only a queued job can be cancelled" in cancelled.stderr
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_a_512_mb_body_goes_to_disk_as_it_arrives(tmp_path: Path) -> None:
+    """The server's RSS, sampled while a 512 MB submit streams in, grows by less than 64 MB; the
+    body is kept whole, byte for byte, as the job's payload."""
+    hold = tmp_path / "hold"
+    misbehaving_model(tmp_path / "repository" / "held", hold_file=hold)
+    state = tmp_path / "state"
+    arguments = ("--state-dir", str(state), "--async-concurrency", "1", "--max-request-bytes", "1048576",
+                 "--max-async-request-bytes", "600MiB")  # fmt: skip
+    with run_server(tmp_path / "repository", tmp_path / "server.log", *arguments) as server:
+        hold.touch()
+        busy = submit(server, "held", body([1.0] * 4))  # holds the only worker: the big job waits
+        rows = 512 * 1024 * 1024 // 16
+        header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 4],
+                                         "parameters": {"binary_data_size": rows * 16}}]}).encode()  # fmt: skip
+        chunk = b"\0" * (1 << 20)
+        before = rss_bytes(server.process.pid)
+        peak, done = [before], threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], rss_bytes(server.process.pid))
+                time.sleep(0.01)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=120)
+        try:
+            connection.putrequest("POST", "/v2/models/held/infer_async?inference_id=big")
+            connection.putheader("Content-Type", "application/octet-stream")
+            connection.putheader("Inference-Header-Content-Length", str(len(header)))
+            connection.putheader("Content-Length", str(len(header) + rows * 16))
+            connection.endheaders()
+            connection.send(header)
+            for _ in range(rows * 16 // len(chunk)):
+                connection.send(chunk)
+            response = connection.getresponse()
+            answer = json.loads(response.read())
+        finally:
+            done.set()
+            sampler.join()
+            connection.close()
+        assert response.status == 202, answer
+        assert peak[0] - before < 64 * 1024 * 1024, f"RSS grew by {(peak[0] - before) >> 20} MB"
+        payload = state / "async" / "payloads" / "big.in"
+        assert payload.stat().st_size == len(header) + rows * 16
+        assert not list((state / "async" / "spool").iterdir())  # the spooled body became the payload
+        cut = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+        cut.putrequest("POST", "/v2/models/held/infer_async")
+        cut.putheader("Content-Length", str(10 << 20))
+        cut.endheaders()
+        cut.send(chunk)  # a tenth of it, then the client is gone
+        deadline = time.monotonic() + 30
+        while not list((state / "async" / "spool").iterdir()):  # being written...
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        cut.close()
+        while list((state / "async" / "spool").iterdir()):  # ...and removed with the connection
+            assert time.monotonic() < deadline, "a body cut off midway was left on disk"
+            time.sleep(0.01)
+        too_big = http_request(server, "POST", "/v2/models/held/infer", b"x" * 2_000_000)
+        assert too_big.status == 413  # other routes keep --max-request-bytes
+        assert http_request(server, "DELETE", "/v2/async/big").status == 200
+        assert not payload.exists()  # a cancelled job's body is not kept
+        hold.unlink()
+        assert wait(server, busy["inference_id"])["state"] == "succeeded"
 
 
 def test_async_is_off_without_a_state_directory(repository: Path, tmp_path: Path) -> None:

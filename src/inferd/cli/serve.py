@@ -471,6 +471,15 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     "and --async-output-path must then be s3:// places all of them reach).",
 )
 @click.option(
+    "--max-async-request-bytes",
+    default=1 << 30,
+    show_default=True,
+    type=ByteSize(),
+    envvar="INFERD_MAX_ASYNC_REQUEST_BYTES",
+    help="Largest body an async submit (POST .../infer_async) takes, such as 4GiB: written to disk as it arrives, "
+    "never held in memory. Every other route keeps --max-request-bytes.",
+)
+@click.option(
     "--async-max-attempts",
     default=3,
     show_default=True,

@@ -167,6 +167,9 @@ class ServerSettings(BaseModel):
     async_queue: str | None = None
     """Where async jobs wait: None, an SQLite database in the state directory (one server);
     redis://HOST:PORT/DB, Redis Streams shared by several servers (payloads then on s3://)."""
+    max_async_request_bytes: int = Field(default=1 << 30, gt=0)
+    """Largest body an async submit takes (1 GiB): written to disk as it arrives, never held whole
+    in memory (inferd's own HTTP server; other routes keep max_request_bytes)."""
     async_max_attempts: int = Field(default=3, gt=0)
     """Leases an async job gets; after the last it ends failed, as a dead letter (default 3)."""
     async_concurrency: int = Field(default=8, gt=0)

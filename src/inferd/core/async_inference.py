@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from inferd.core.async_jobs import Backlog, Job, JobQuery, JobQueue, JobRequest, JobState, Lease
@@ -117,20 +118,24 @@ class AsyncInference:
         request: JobRequest,
         *,
         body: bytes | None = None,
+        body_file: Path | None = None,
         input_location: str | None = None,
         job_id: str = "",
         ttl_s: float | None = None,
         timeout_s: float | None = None,
         priority: int = 0,
     ) -> tuple[Job, bool]:
-        """Keep a job (from `body`, or the caller's `input_location`); True when it is new. The same
-        `job_id` again is the same job: nothing is kept twice."""
+        """Keep a job (from `body`, a spooled `body_file` it takes, or the caller's `input_location`);
+        True when it is new. The same `job_id` again is the same job: nothing is kept twice."""
         job_id = check_job_id(job_id) if job_id else new_job_id()
         existing = await self._blocking(self._queue.get, job_id)
         if existing is not None:
             return existing, False
         if input_location is not None:
             location = await self._blocking(self.storage.check_input, input_location)
+        elif body_file is not None:
+            location = self.storage.payload_location(job_id)
+            await self._blocking(self.storage.adopt, location, body_file)
         else:
             location = self.storage.payload_location(job_id)
             await self._blocking(self.storage.write_once, location, body or b"", request.content_type)

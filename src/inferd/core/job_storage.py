@@ -104,6 +104,21 @@ class JobStorage:
             data: bytes = file.read()
         return data
 
+    def adopt(self, location: str, path: Path) -> None:
+        """Keep the file at `path` (a body written to disk as it arrived) as the object at
+        `location`, unless one is there; the file is gone after. Local: linked into place (on one
+        filesystem, no copy); elsewhere: uploaded from the file in parts, never read whole."""
+        try:
+            if location.startswith("file://"):
+                with contextlib.suppress(FileExistsError):
+                    os.link(path, _local(location))
+            else:
+                filesystem, remote = _filesystem(location)
+                if not filesystem.exists(remote):
+                    filesystem.put_file(str(path), remote)
+        finally:
+            path.unlink(missing_ok=True)
+
     def discard_payload(self, location: str) -> None:
         """Remove an inline body the server kept (a caller's own input is never touched)."""
         if not location.startswith(self.payload_path + "/"):

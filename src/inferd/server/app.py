@@ -34,7 +34,7 @@ from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.endpoint_file import EndpointFileError, apply_endpoint_file, follow_endpoint_file
 from inferd.server.grpc import TokenInterceptor, build_grpc_server, new_grpc_server
 from inferd.server.http import HttpApp
-from inferd.server.http11 import HttpLimits, HttpServer
+from inferd.server.http11 import BodySpool, HttpLimits, HttpServer
 from inferd.server.inference_call import CallTracing, InferenceCall
 from inferd.server.kserve import KServeDoor
 from inferd.server.logging import configure_logging
@@ -158,6 +158,10 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         read_timeout_s=settings.read_timeout_s,
         write_timeout_s=settings.write_timeout_s,
         max_connections=settings.max_connections,
+        # Async submits' bodies go to disk as they arrive, beside the payloads they become.
+        spool=BodySpool(Path(settings.state_dir) / "async" / "spool", settings.max_async_request_bytes)
+        if jobs is not None and settings.state_dir is not None
+        else None,
     )
     management_app = None
     if settings.torchserve_management_port is not None:

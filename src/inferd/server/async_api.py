@@ -111,13 +111,17 @@ class AsyncApi:
         content_type = (request.headers.get(_CONTENT_TYPE) or json_v2.JSON_CONTENT_TYPE).decode("latin-1")
         header_length = _int_option(request.headers.get(_HEADER_LENGTH), "Inference-Header-Content-Length")
         body: bytes | None = request.body
+        body_file = request.body_file
         location: str | None = None
+        if body_file is not None and body_file.stat().st_size <= _LOCATION_FORM_MAX_BYTES:
+            body, body_file = body_file.read_bytes(), None  # small: read as any body (the file is removed)
         if (
             header_length is None
-            and len(request.body) <= _LOCATION_FORM_MAX_BYTES
-            and b'"input_location"' in request.body
+            and body is not None
+            and len(body) <= _LOCATION_FORM_MAX_BYTES
+            and b'"input_location"' in body
         ):
-            form = _location_form(request.body)
+            form = _location_form(body)
             location, content_type, header_length, body = (
                 form.input_location, form.content_type, form.inference_header_content_length, None,
             )  # fmt: skip
@@ -128,7 +132,9 @@ class AsyncApi:
                 "priority": form.priority or options.get("priority", 0),
             }
         job_request = JobRequest(model, version, JobDoor.KSERVE, content_type, "", header_length)
-        job, created = await jobs.submit(job_request, body=body, input_location=location, **_submit_options(options))
+        job, created = await jobs.submit(
+            job_request, body=body, body_file=body_file, input_location=location, **_submit_options(options)
+        )
         document = job_json(job)
         document["created"] = created
         return json_response(document, 202, [(b"location", document["status_url"].encode())])

@@ -33,14 +33,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import ssl
+import tempfile
 import time
 import urllib.parse
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import cast
+from pathlib import Path
+from typing import BinaryIO, cast
 
 import httptools
 
@@ -76,10 +79,23 @@ class HttpLimits:
     """Requests parsed and not yet answered on one connection at most."""
     linger_s: float = 2.0
     """After a refusal, how long unread request bytes are still read and dropped before closing."""
+    spool: BodySpool | None = None
+    """Routes whose bodies are written to disk as they arrive, never held in memory (async submits)."""
     discard_bytes_per_s: float = 1024 * 1024
     """How fast bytes are read and dropped after a refusal (past a first `DISCARD_BURST_BYTES`):
     enough for what a client had in flight; a client streaming a huge body is held back by TCP
     instead of costing the server a core of reads (an oversized-body flood's whole cost)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BodySpool:
+    """Bodies of POSTs to paths ending in `suffix` (`/infer_async`): written to a file in `folder` as
+    they arrive, up to `max_bytes` (not the server's body limit), and handed over as the request's
+    `body_file`. The handler takes the file (moves it away) or it is removed once answered."""
+
+    folder: Path
+    max_bytes: int
+    suffix: bytes = b"/infer_async"
 
 
 @dataclass(slots=True)
@@ -96,6 +112,8 @@ class HttpRequest:
     keep_alive: bool = True
     # The client is on this host (a loopback peer): what only such a client may do (shared memory).
     local_peer: bool = False
+    # A spooled body (HttpLimits.spool): its file, `body` then empty.
+    body_file: Path | None = None
 
 
 @dataclass(slots=True)
@@ -226,6 +244,10 @@ class _Connection(asyncio.Protocol):
         self._head_bytes = 0
         self._chunks: list[bytes] = []
         self._body_bytes = 0
+        # The body's file when its route spools bodies (HttpLimits.spool), and that route's limit.
+        self._spooled: BinaryIO | None = None
+        self._spooled_path = Path()
+        self._max_body_bytes = self._limits.max_request_bytes
         # Set when a request was answered from its head (an `Expect` refused, a body too large):
         # the rest of the message is not read.
         self._answered_early = False
@@ -302,6 +324,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        self._drop_spooled()  # a body cut off midway
         self._drop_pending()
         if self._task is not None:
             # The client is gone: whatever its request waits for (a batcher's queue, an instance)
@@ -356,6 +379,8 @@ class _Connection(asyncio.Protocol):
         self._chunks = []
         self._body_bytes = 0
         self._answered_early = False
+        self._drop_spooled()
+        self._max_body_bytes = self._limits.max_request_bytes
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -392,8 +417,17 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._head_ended_at = self.last_active
+        spool = self._limits.spool
+        if spool is not None and self._parser.get_method() == b"POST":
+            path = httptools.parse_url(self._url).path
+            if path.endswith(spool.suffix):
+                self._max_body_bytes = spool.max_bytes
+                spool.folder.mkdir(parents=True, exist_ok=True)
+                # Open across callbacks (closed when the body ends or the request goes): no `with`.
+                descriptor, name = tempfile.mkstemp(dir=spool.folder, prefix=".body-")
+                self._spooled, self._spooled_path = os.fdopen(descriptor, "wb"), Path(name)
         declared = self._headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self._limits.max_request_bytes:
+        if declared is not None and declared.isdigit() and int(declared) > self._max_body_bytes:
             # Refused by its declared length, before a byte of the body is read.
             self._answer_early(oversized=int(declared))
         elif self._headers.get(b"expect", b"").lower() == b"100-continue" and self._task is None and not self._pending:
@@ -405,10 +439,14 @@ class _Connection(asyncio.Protocol):
         if self._answered_early:
             return
         self._body_bytes += len(body)
-        if self._body_bytes > self._limits.max_request_bytes:
+        if self._body_bytes > self._max_body_bytes:
             # A chunked body, whose size shows only as it arrives.
             self._chunks = []
+            self._drop_spooled()
             self._answer_early(oversized=self._body_bytes)
+            return
+        if self._spooled is not None:
+            self._spooled.write(body)  # NOTE: on the loop, as the reads are: a disk keeps up with a socket
             return
         self._chunks.append(body)
 
@@ -440,6 +478,11 @@ class _Connection(asyncio.Protocol):
         if "%" in path:
             path = urllib.parse.unquote(path)
         chunks = self._chunks
+        body_file = None
+        if self._spooled is not None and not oversized:
+            self._spooled.close()
+            body_file, self._spooled = self._spooled_path, None
+        self._drop_spooled()
         request = HttpRequest(
             method=self._parser.get_method().decode("ascii"),
             path=path,
@@ -450,6 +493,7 @@ class _Connection(asyncio.Protocol):
             # After a refused body the stream is not at a request's start.
             keep_alive=self._parser.should_keep_alive() and not oversized,
             local_peer=self._local_peer,
+            body_file=body_file,
         )
         self._url = b""
         self._chunks = []
@@ -476,6 +520,8 @@ class _Connection(asyncio.Protocol):
                     # Answered, or cancelled because the client left (which dropped it already).
                     if self._pending and self._pending[0] is request:
                         self._pending.popleft()
+                    if request.body_file is not None:  # not taken by the handler
+                        request.body_file.unlink(missing_ok=True)
                 keep_alive = request.keep_alive and not response.close and not self._closing
                 self._send(response, request.method, keep_alive)
                 self.last_active = time.monotonic()
@@ -557,11 +603,19 @@ class _Connection(asyncio.Protocol):
             self._drop_pending(keep=1)
             logger.warning("closing a connection after its request in flight: %s", message)
 
+    def _drop_spooled(self) -> None:
+        if self._spooled is not None:
+            self._spooled.close()
+            self._spooled_path.unlink(missing_ok=True)
+            self._spooled = None
+
     def _drop_pending(self, keep: int = 0) -> None:
         """Forget the requests read but not answered, but for the first `keep` (the one in flight
         is `_pending[0]`)."""
         while len(self._pending) > keep:
-            self._pending.pop()
+            dropped = self._pending.pop()
+            if dropped.body_file is not None:
+                dropped.body_file.unlink(missing_ok=True)
 
     def close_when_done(self) -> None:
         """Close now if idle or lingering, else after the requests already read are answered."""
