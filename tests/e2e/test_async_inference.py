@@ -352,6 +352,17 @@ def test_a_512_mb_body_goes_to_disk_as_it_arrives(tmp_path: Path) -> None:
         assert wait(server, busy["inference_id"])["state"] == "succeeded"
 
 
+def test_a_job_loads_its_model_when_it_is_not_loaded(repository: Path, tmp_path: Path) -> None:
+    arguments = ("--model-control-mode", "explicit", "--state-dir", str(tmp_path / "state"))
+    with run_server(repository, tmp_path / "server.log", *arguments) as server:
+        assert http_request(server, "GET", "/v2/models/picky/ready").status != 200
+        accepted = submit(server, "picky", body([1.0, 2.0, 3.0, 4.0]))
+        assert wait(server, accepted["inference_id"])["state"] == "succeeded"
+        assert http_request(server, "GET", "/v2/models/picky/ready").status == 200
+        assert "loading model 'picky' for a job" in server.log()
+        assert http_request(server, "POST", "/v2/models/nowhere/infer_async", body([1.0] * 4)).status == 404
+
+
 def test_async_is_off_without_a_state_directory(repository: Path, tmp_path: Path) -> None:
     with run_server(repository, tmp_path / "server.log") as server:
         reply = http_request(server, "POST", "/v2/models/picky/infer_async", body([1.0] * 4))

@@ -18,7 +18,6 @@ operator said, under names made from the id (checked to be a plain name).
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +33,7 @@ from inferd.errors import (
     InvalidRequestError,
     MalformedRequestError,
     ModelNotReadyError,
+    NotFoundError,
     UnavailableError,
 )
 from inferd.protocol import json_v2
@@ -98,15 +98,21 @@ class AsyncApi:
             raise UnavailableError("async inference is off: start the server with --state-dir DIR to turn it on")
         return self._jobs
 
-    def _check_target(self, model: str, version: str) -> None:
-        """A job for a model (or endpoint) the server knows; one not loaded yet may be."""
-        with contextlib.suppress(ModelNotReadyError):
+    async def _check_target(self, model: str, version: str) -> None:
+        """A job for a model (or endpoint) the server knows; one not loaded yet may be (a model of
+        the repository, in explicit mode, is loaded for its job)."""
+        try:
             self._service.check_model_ready(model, version)
+        except ModelNotReadyError:
+            pass
+        except NotFoundError:
+            if version or model not in {entry.name for entry in await self._service.repository_index()}:
+                raise
 
     async def _submit(self, request: HttpRequest, params: Params) -> HttpResponse:
         jobs = self._running()
         model, version = params["model"], params.get("version", "")
-        self._check_target(model, version)
+        await self._check_target(model, version)
         options: dict[str, Any] = dict(_query(request))
         content_type = (request.headers.get(_CONTENT_TYPE) or json_v2.JSON_CONTENT_TYPE).decode("latin-1")
         header_length = _int_option(request.headers.get(_HEADER_LENGTH), "Inference-Header-Content-Length")
@@ -141,7 +147,7 @@ class AsyncApi:
 
     async def _sagemaker_submit(self, request: HttpRequest, model: str) -> HttpResponse:
         jobs = self._running()
-        self._check_target(model, "")
+        await self._check_target(model, "")
         headers = request.headers
         location = headers.get(SAGEMAKER_INPUT_LOCATION)
         if not location:

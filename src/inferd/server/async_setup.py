@@ -5,10 +5,11 @@ runs each job through the door it came by, on an inference call of the backgroun
 
 from __future__ import annotations
 
+import logging
 import socket
 from pathlib import Path
 
-from inferd.config.server import ServerSettings
+from inferd.config.server import ModelControlMode, ServerSettings
 from inferd.core.async_inference import Answer, AsyncInference, AsyncSettings
 from inferd.core.async_jobs import Job, JobDoor, JobQueue
 from inferd.core.job_storage import JobStorage
@@ -16,11 +17,14 @@ from inferd.core.redis_job_queue import RedisJobQueue
 from inferd.core.scheduler import Admission
 from inferd.core.service import InferenceService
 from inferd.core.sqlite_job_queue import SqliteJobQueue
+from inferd.errors import ModelNotFoundError, ModelNotReadyError
 from inferd.server.async_notify import JobNotifier
 from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.inference_call import CallTracing, InferenceCall
 from inferd.server.kserve import KServeDoor
 from inferd.server.sagemaker import SageMakerDoor
+
+logger = logging.getLogger(__name__)
 
 
 class AsyncSettingsError(ValueError):
@@ -45,6 +49,19 @@ def _queue(settings: ServerSettings, state: Path, storage: JobStorage) -> JobQue
         return RedisJobQueue(settings.async_queue, consumer=f"{socket.gethostname()}:{settings.http_port}")
     except Exception as exc:  # the server cannot reach it: say so, and do not start
         raise AsyncSettingsError(f"--async-queue {settings.async_queue}: {exc}") from None
+
+
+async def _load_on_demand(service: InferenceService, settings: ServerSettings, model: str) -> bool:
+    """A job's model of the repository that is not loaded (explicit mode), loaded for it: True when
+    it was. (Under a memory budget the dispatcher loads on demand itself; in the other modes every
+    model of the repository is loaded already.)"""
+    if settings.model_control_mode is not ModelControlMode.EXPLICIT or service.endpoints.is_endpoint(model):
+        return False
+    if model not in {entry.name for entry in await service.repository_index()}:
+        return False
+    logger.info("async inference: loading model '%s' for a job (it was not loaded)", model)
+    await service.load_model(model)
+    return True
 
 
 def build_async_inference(
@@ -72,6 +89,11 @@ def build_async_inference(
 
     async def replay(job: Job, body: bytes) -> Answer:
         door = kserve if job.request.door is JobDoor.KSERVE else sagemaker
+        try:
+            return await door.replay(job, body)
+        except (ModelNotReadyError, ModelNotFoundError):
+            if not await _load_on_demand(service, settings, job.request.model):
+                raise
         return await door.replay(job, body)
 
     output_path = settings.async_output_path or str(state / "results")
