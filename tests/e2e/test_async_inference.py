@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -135,6 +135,43 @@ def wait(server: ServerProcess, job_id: str) -> dict[str, Any]:
 def local(location: str) -> Path:
     assert location.startswith("file://"), location
     return Path(location.removeprefix("file://"))
+
+
+def versions_of(s3: Any, prefix: str) -> dict[str, int]:
+    """How many versions the (versioned) bucket keeps of each object under `prefix`."""
+    versions: dict[str, int] = {}
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=BUCKET, Prefix=prefix):
+        for version in page.get("Versions", []):
+            versions[version["Key"]] = versions.get(version["Key"], 0) + 1
+    return versions
+
+
+def kill_twice_then_wait(
+    start: Callable[[int], Any],
+    submit_all: Callable[[ServerProcess], None],
+    progressed: Callable[[ServerProcess, int], bool],
+    ids: list[str],
+    receiver: Receiver,
+) -> dict[str, dict[str, Any]]:
+    """Three runs of a server (`start(run)`): the first takes the jobs (`submit_all`), the first two
+    are killed with `kill -9` once `progressed(server, run)`, the third runs what is left. Each
+    job's end, once every one has ended and its notice has come (those owed when a server died
+    are sent after its restart; repeats carry the same key)."""
+    for run in range(3):
+        with start(run) as server:
+            if run == 0:
+                submit_all(server)
+            if run < 2:
+                deadline = time.monotonic() + 120
+                while not progressed(server, run):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.01)
+                server.process.send_signal(signal.SIGKILL)
+                server.process.wait(timeout=30)
+                continue
+            ended = {job_id: wait(server, job_id) for job_id in ids}
+            receiver.wait_for(set(ids))
+    return ended
 
 
 def test_a_job_is_answered_at_once_and_its_result_is_the_real_time_answer(server: ServerProcess) -> None:
@@ -375,23 +412,18 @@ def test_two_kill_9s_leave_exactly_one_result_per_job(repository: Path, tmp_path
     state = tmp_path / "state"
     arguments = ("--state-dir", str(state), "--async-webhook", receiver.url, "--async-concurrency", "4")
     ids: list[str] = []
-    for run in range(3):
-        with run_server(tmp_path / "repository", tmp_path / f"server{run}.log", *arguments) as server:
-            if run == 0:
-                ids = [submit(server, "slow", body([float(i), 0, 0, 0]))["inference_id"] for i in range(200)]
-            if run < 2:
-                results = state / "async" / "results"
-                deadline = time.monotonic() + 60
-                while len(list(results.glob("*.out"))) < 40 * (run + 1):
-                    assert time.monotonic() < deadline
-                    time.sleep(0.01)
-                server.process.send_signal(signal.SIGKILL)
-                server.process.wait(timeout=30)
-                continue
-            ended = {job_id: wait(server, job_id) for job_id in ids}
-            # A notice for every job (those owed when the server died, sent after it restarted);
-            # repeats (delivery is at least once) carry the same key.
-            receiver.wait_for(set(ids))
+    results = state / "async" / "results"
+
+    def submit_all(server: ServerProcess) -> None:
+        ids.extend(submit(server, "slow", body([float(i), 0, 0, 0]))["inference_id"] for i in range(200))
+
+    ended = kill_twice_then_wait(
+        lambda run: run_server(tmp_path / "repository", tmp_path / f"server{run}.log", *arguments),
+        submit_all,
+        lambda _, run: len(list(results.glob("*.out"))) >= 40 * (run + 1),
+        ids,
+        receiver,
+    )
     assert {document["state"] for document in ended.values()} == {"succeeded"}
     for index, job_id in enumerate(ids):
         result = json.loads(local(ended[job_id]["output_location"]).read_bytes())
@@ -412,31 +444,22 @@ def test_1000_s3_jobs_through_two_kill_9s_leave_one_result_each_written_once(
     arguments = ("--state-dir", str(tmp_path / "state"), "--async-input-root", f"s3://{BUCKET}/in",
                  "--async-output-path", f"s3://{BUCKET}/out", "--async-webhook", receiver.url)  # fmt: skip
     ids = [f"s3-job-{index}" for index in range(1000)]
-    for run in range(3):
-        with run_server(repository, tmp_path / f"server{run}.log", *arguments) as server:
-            if run == 0:
-                for index, job_id in enumerate(ids):
-                    location = json.dumps({"input_location": f"s3://{BUCKET}/in/{index}.json"}).encode()
-                    submit(server, "picky", location, f"?inference_id={job_id}")
-            if run < 2:
-                deadline = time.monotonic() + 120
-                while True:  # let a third (then two thirds) of the jobs end, then kill it mid-run
-                    listed = json.loads(http_request(server, "GET", "/v2/async?state=succeeded&limit=1000").body)
-                    if len(listed["jobs"]) >= 300 * (run + 1):
-                        break
-                    assert time.monotonic() < deadline
-                    time.sleep(0.02)
-                server.process.send_signal(signal.SIGKILL)
-                server.process.wait(timeout=30)
-                continue
-            ended = {job_id: wait(server, job_id) for job_id in ids}
-            receiver.wait_for(set(ids))
+
+    def submit_all(server: ServerProcess) -> None:
+        for index, job_id in enumerate(ids):
+            location = json.dumps({"input_location": f"s3://{BUCKET}/in/{index}.json"}).encode()
+            submit(server, "picky", location, f"?inference_id={job_id}")
+
+    def progressed(server: ServerProcess, run: int) -> bool:  # a third (then two thirds) of the jobs ended
+        listed = json.loads(http_request(server, "GET", "/v2/async?state=succeeded&limit=1000").body)
+        return len(listed["jobs"]) >= 300 * (run + 1)
+
+    ended = kill_twice_then_wait(
+        lambda run: run_server(repository, tmp_path / f"server{run}.log", *arguments),
+        submit_all, progressed, ids, receiver,
+    )  # fmt: skip
     assert {document["state"] for document in ended.values()} == {"succeeded"}
-    versions: dict[str, int] = {}
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=BUCKET, Prefix="out/"):
-        for version in page.get("Versions", []):
-            versions[version["Key"]] = versions.get(version["Key"], 0) + 1
-    assert versions == {f"out/{job_id}.out": 1 for job_id in ids}
+    assert versions_of(s3, "out/") == {f"out/{job_id}.out": 1 for job_id in ids}
     assert any(document["attempts"] > 1 for document in ended.values())  # some did run again
     for index in (0, 499, 999):
         result = json.loads(s3.get_object(Bucket=BUCKET, Key=f"out/s3-job-{index}.out")["Body"].read())
@@ -471,11 +494,7 @@ def test_two_servers_share_a_redis_queue_and_one_takes_over_the_jobs_of_the_othe
             a.process.wait(timeout=30)
             ended = {job_id: wait(b, job_id) for job_id in ids}
     assert {document["state"] for document in ended.values()} == {"succeeded"}
-    versions: dict[str, int] = {}
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=BUCKET, Prefix="out/"):
-        for version in page.get("Versions", []):
-            versions[version["Key"]] = versions.get(version["Key"], 0) + 1
-    assert versions == {f"out/{job_id}.out": 1 for job_id in ids}
+    assert versions_of(s3, "out/") == {f"out/{job_id}.out": 1 for job_id in ids}
     assert any(document["attempts"] > 1 for document in ended.values())  # those "a" held, run again by "b"
 
 

@@ -121,14 +121,7 @@ class AsyncClient:
     ) -> InferResponse:
         """Run `model` on `inputs` (name → numpy array, or Tensors); `outputs` narrows what comes
         back (default: every output). Arrays of str or bytes travel as BYTES."""
-        request = InferRequest(
-            model_name=model,
-            model_version=version,
-            inputs=as_tensors(inputs),
-            outputs=tuple(RequestedOutput(name) for name in outputs),
-            parameters=dict(parameters or {}),
-            context=RequestContext(request_id or new_request_id()),
-        )
+        request = _request(model, version, inputs, outputs, parameters, request_id)
         return await self.infer_request(request, timeout_s=timeout_s)
 
     async def infer_request(self, request: InferRequest, *, timeout_s: float | None = None) -> InferResponse:
@@ -216,14 +209,7 @@ class AsyncClient:
         if input_location:
             location = {"model": model, "version": version, "body": {"input_location": input_location}}
         elif inputs is not None:
-            request = InferRequest(
-                model_name=model,
-                model_version=version,
-                inputs=as_tensors(inputs),
-                outputs=tuple(RequestedOutput(name) for name in outputs),
-                parameters=dict(parameters or {}),
-                context=RequestContext(new_request_id()),
-            )
+            request = _request(model, version, inputs, outputs, parameters)
         else:
             raise ValueError("submit_async needs inputs or an input_location")
 
@@ -290,6 +276,24 @@ class AsyncClient:
 
     async def _retrying(self, call: Callable[[float], Awaitable[T]], timeout_s: float | None) -> T:
         return await call_with_retries(call, self.retry, self.timeout_s if timeout_s is None else timeout_s)
+
+
+def _request(
+    model: str,
+    version: str,
+    inputs: Inputs,
+    outputs: Iterable[str],
+    parameters: Mapping[str, Any] | None,
+    request_id: str = "",
+) -> InferRequest:
+    return InferRequest(
+        model_name=model,
+        model_version=version,
+        inputs=as_tensors(inputs),
+        outputs=tuple(RequestedOutput(name) for name in outputs),
+        parameters=dict(parameters or {}),
+        context=RequestContext(request_id or new_request_id()),
+    )
 
 
 def parse_url(url: str, protocol: Protocol | None = None) -> tuple[Protocol, str, bool]:

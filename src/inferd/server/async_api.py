@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from inferd.core.async_inference import AsyncInference
 from inferd.core.async_jobs import Job, JobDoor, JobQuery, JobRequest, JobState, iso_time
@@ -31,7 +31,6 @@ from inferd.core.service import InferenceService
 from inferd.errors import (
     AlreadyExistsError,
     InvalidRequestError,
-    MalformedRequestError,
     ModelNotReadyError,
     NotFoundError,
     UnavailableError,
@@ -41,6 +40,7 @@ from inferd.server.auth import Access
 from inferd.server.http import json_response
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.routes import READ, Params, Route
+from inferd.server.strict_json import decode_strict
 
 _CONTENT_TYPE = b"content-type"
 _ACCEPT = b"accept"
@@ -127,7 +127,7 @@ class AsyncApi:
             and len(body) <= _LOCATION_FORM_MAX_BYTES
             and b'"input_location"' in body
         ):
-            form = _location_form(body)
+            form = decode_strict(_LocationBody, "async submit", body)
             location, content_type, header_length, body = (
                 form.input_location, form.content_type, form.inference_header_content_length, None,
             )  # fmt: skip
@@ -224,15 +224,6 @@ def job_json(job: Job) -> dict[str, Any]:
     if job.dead_lettered:
         document["dead_lettered"] = True
     return document
-
-
-def _location_form(body: bytes) -> _LocationBody:
-    try:
-        return _LocationBody.model_validate(json_v2.load_json(body))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the body"
-        raise MalformedRequestError(f"async submit: {where}: {first['msg']}") from None
 
 
 def _query(request: HttpRequest) -> dict[str, str]:

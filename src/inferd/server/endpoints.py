@@ -12,9 +12,9 @@ number (a typo must not be a silently ignored setting).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from inferd.core.endpoint_control import EndpointControl
 from inferd.core.endpoints import Endpoint, EndpointSpec, Shadow, Variant, spec_document
@@ -22,12 +22,12 @@ from inferd.core.request_window import WindowSummary, combined_summary
 from inferd.core.rollout import Guards, Rollout, parse_duration
 from inferd.core.service import InferenceService
 from inferd.core.shadow import ShadowState
-from inferd.errors import MalformedRequestError, NotFoundError
-from inferd.protocol import json_v2
+from inferd.errors import NotFoundError
 from inferd.server.auth import Access
 from inferd.server.http import json_response
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.routes import READ, Params, Route
+from inferd.server.strict_json import decode_strict
 
 
 def _integer_as_text(value: Any) -> Any:
@@ -66,22 +66,9 @@ class _EndpointBody(BaseModel):
     shadow: list[_ShadowBody] = []
 
 
-Body = TypeVar("Body", bound=BaseModel)
-
-
-def _decode(model: type[Body], name: str, body: bytes) -> Body:
-    """A body read strictly; a 400 saying which field is wrong."""
-    try:
-        return model.model_validate(json_v2.load_json(body))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the body"
-        raise MalformedRequestError(f"endpoint '{name}': {where}: {first['msg']}") from None
-
-
 def decode_endpoint(name: str, body: bytes) -> EndpointSpec:
     """The endpoint a PUT body sets; a 400 saying which field is wrong."""
-    parsed = _decode(_EndpointBody, name, body)
+    parsed = decode_strict(_EndpointBody, f"endpoint '{name}'", body)
     variants = tuple(Variant(v.name, v.model, v.version, v.weight) for v in parsed.variants)
     shadows = tuple(Shadow(s.name, s.model, s.version, s.sample, s.log) for s in parsed.shadow)
     return EndpointSpec(name, variants, parsed.sticky, shadows)
@@ -227,7 +214,7 @@ class RolloutsApi:
                     f"endpoint '{name}' has had no rollout (POST /v2/endpoints/{name}/rollout starts one)"
                 )
             return json_response(rollout_json(current))
-        body = _decode(_RolloutBody, name, request.body)
+        body = decode_strict(_RolloutBody, f"endpoint '{name}'", request.body)
         delta = body.min_p99_delta
         delta_ms = parse_duration(delta) * 1000 if isinstance(delta, str) else delta
         guards = Guards(body.min_requests, body.max_error_rate_delta, body.max_p99_ratio, delta_ms)
