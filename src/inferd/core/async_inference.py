@@ -59,6 +59,19 @@ class Answer:
     content_type: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Ending:
+    """How a job ends: its state and error, and what is written first (its result, or a failure
+    document)."""
+
+    state: JobState
+    error: str = ""
+    code: str = ""
+    dead_lettered: bool = False
+    answer: Answer | None = None
+    document: bool = False
+
+
 # Runs a job's stored body through the door it came by; raises InferdError as that door would.
 Replay = Callable[[Job, bytes], Awaitable[Answer]]
 
@@ -108,6 +121,8 @@ class AsyncInference:
         self._work = asyncio.Event()
         self._ended = asyncio.Condition()
         self._tasks: list[asyncio.Task[None]] = []
+        # Jobs running now, each a task (the feeder keeps at most `concurrency`).
+        self._running: set[asyncio.Task[None]] = set()
         self._notify_tries: dict[str, tuple[int, float]] = {}
         self.backlog: Sequence[Backlog] = ()
 
@@ -128,17 +143,31 @@ class AsyncInference:
         """Keep a job (from `body`, a spooled `body_file` it takes, or the caller's `input_location`);
         True when it is new. The same `job_id` again is the same job: nothing is kept twice."""
         job_id = check_job_id(job_id) if job_id else new_job_id()
-        existing = await self._blocking(self._queue.get, job_id)
+        kept, created = await self._blocking(
+            self._keep, request, body, body_file, input_location, job_id, ttl_s, timeout_s, priority
+        )
+        if created:
+            self._work.set()
+        return kept, created
+
+    def _keep(
+        self, request: JobRequest, body: bytes | None, body_file: Path | None, input_location: str | None,
+        job_id: str, ttl_s: float | None, timeout_s: float | None, priority: int,
+    ) -> tuple[Job, bool]:  # fmt: skip
+        """A submit's blocking steps, on one thread hop: the body kept, then the job."""
+        existing = self._queue.get(job_id)
         if existing is not None:
+            if body_file is not None:
+                body_file.unlink(missing_ok=True)
             return existing, False
         if input_location is not None:
-            location = await self._blocking(self.storage.check_input, input_location)
+            location = self.storage.check_input(input_location)
         elif body_file is not None:
             location = self.storage.payload_location(job_id)
-            await self._blocking(self.storage.adopt, location, body_file)
+            self.storage.adopt(location, body_file)
         else:
             location = self.storage.payload_location(job_id)
-            await self._blocking(self.storage.write_once, location, body or b"", request.content_type)
+            self.storage.write_once(location, body or b"", request.content_type)
         job = Job(
             id=job_id,
             request=request,
@@ -150,9 +179,7 @@ class AsyncInference:
             timeout_s=timeout_s,
             priority=priority,
         )
-        kept, created = await self._blocking(self._queue.submit, job)
-        self._work.set()
-        return kept, created
+        return self._queue.submit(job)
 
     async def get(self, job_id: str, wait_s: float = 0.0) -> Job:
         """The job; with `wait_s`, once it has ended or `wait_s` (at most MAX_WAIT_S) has passed."""
@@ -192,41 +219,61 @@ class AsyncInference:
         if recovered:
             logger.info("async inference: %d job(s) that were running when the server stopped run again", recovered)
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._worker()) for _ in range(self._settings.concurrency)]
+        self._tasks = [loop.create_task(self._feed())]
         self._tasks.append(loop.create_task(self._upkeep()))
         if self._notifier.configured:
             self._tasks.append(loop.create_task(self._notifications()))
 
     async def stop(self) -> None:
         """Stop taking jobs; a job cut short keeps its lease and runs again after a restart."""
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._running]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks = []
         await self._blocking(self._queue.close)
         self._threads.shutdown(wait=False)
 
-    async def _worker(self) -> None:
+    async def _feed(self) -> None:
+        """Lease jobs for the free slots (as many at once as are free: one round trip to the queue)
+        and run each in a task of its own, at most `concurrency` at a time."""
+        freed = asyncio.Event()
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._running.discard(task)
+            freed.set()
+
         while True:
-            self._work.clear()  # before the lease: a submit from now on wakes this worker
+            free = self._settings.concurrency - len(self._running)
+            if free <= 0:
+                freed.clear()
+                await freed.wait()
+                continue
+            self._work.clear()  # before the lease: a submit from now on wakes the feeder
             try:
-                lease = await self._blocking(self._queue.lease, self._clock(), self._lease_s)
+                leases = await self._blocking(self._queue.lease_many, self._clock(), self._lease_s, free)
             except Exception:
-                logger.exception("async inference: the queue could not lease a job")
-                lease = None
-            if lease is None:
+                logger.exception("async inference: the queue could not lease jobs")
+                leases = []
+            if not leases:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._work.wait(), self._settings.poll_s)
                 continue
-            try:
-                await self._run(lease)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # storage or queue trouble: run it again later (or dead-letter it)
-                logger.exception("async inference: job '%s' could not be run", lease.job.id)
-                backoff = BACKOFF_S[min(lease.job.attempts - 1, len(BACKOFF_S) - 1)]
-                with contextlib.suppress(Exception):
-                    await self._blocking(self._queue.requeue, lease, self._clock() + backoff, str(exc))
+            for lease in leases:
+                task = asyncio.get_running_loop().create_task(self._run_guarded(lease))
+                self._running.add(task)
+                task.add_done_callback(done)
+
+    async def _run_guarded(self, lease: Lease) -> None:
+        try:
+            await self._run(lease)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # storage or queue trouble: run it again later (or dead-letter it)
+            logger.exception("async inference: job '%s' could not be run", lease.job.id)
+            backoff = BACKOFF_S[min(lease.job.attempts - 1, len(BACKOFF_S) - 1)]
+            with contextlib.suppress(Exception):
+                await self._blocking(self._queue.requeue, lease, self._clock() + backoff, str(exc))
 
     def _lease_s(self, timeout_s: float | None = None) -> float:
         """How long a lease holds for a job of `timeout_s`: its timeout, and a margin to write its end
@@ -236,80 +283,84 @@ class AsyncInference:
 
     async def _run(self, lease: Lease) -> None:
         job = lease.job
-        if job.attempts > 1:  # an earlier run may have written its end before it died
-            if await self._blocking(self.storage.exists, job.output_location):
-                await self._end(lease, JobState.SUCCEEDED)
-                return
-            if await self._blocking(self.storage.exists, job.failure_location):
-                why = job.error or "failed before the server restarted"
-                await self._end(lease, JobState.FAILED, why, job.error_code)
-                return
-        if job.attempts > self._settings.max_attempts:
-            why = f"dead letter: gave up after {job.attempts - 1} attempts" + (
-                f" (the last: {job.error})" if job.error else ""
-            )
-            await self._fail(lease, why, job.error_code or ErrorCode.UNAVAILABLE.value, dead_lettered=True)
+        prepared = await self._blocking(self._prepare, lease)
+        if isinstance(prepared, _Ending):
+            await self._settle(lease, prepared)
             return
         timeout_s = job.timeout_s or self._settings.default_timeout_s
         try:
-            body = await self._blocking(self.storage.read, job.input_location)
-        except (OSError, ValueError) as exc:
-            await self._fail(
-                lease,
-                f"its input location {job.input_location} could not be read: {exc}",
-                ErrorCode.INVALID_ARGUMENT.value,
-            )
-            return
-        try:
             async with asyncio.timeout(timeout_s):
-                answer = await self._replay(job, body)
+                answer = await self._replay(job, prepared)
         except TimeoutError:
-            await self._fail(
-                lease, f"it did not finish within its timeout of {timeout_s:g} s", ErrorCode.DEADLINE_UNREACHABLE.value
-            )
-            return
+            why = f"it did not finish within its timeout of {timeout_s:g} s"
+            ending = _Ending(JobState.FAILED, why, ErrorCode.DEADLINE_UNREACHABLE.value, document=True)
         except InferdError as exc:
             if exc.code in TRANSIENT and job.attempts < self._settings.max_attempts:
                 backoff = BACKOFF_S[min(job.attempts - 1, len(BACKOFF_S) - 1)]
                 await self._blocking(self._queue.requeue, lease, self._clock() + backoff, exc.message)
                 return
-            await self._fail(lease, exc.message, exc.code.value)
-            return
-        await self._blocking(self.storage.write_once, job.output_location, answer.body, answer.content_type)
-        await self._end(lease, JobState.SUCCEEDED)
-
-    async def _fail(self, lease: Lease, error: str, code: str, *, dead_lettered: bool = False) -> None:
-        job = lease.job
-        document = {
-            "inference_id": job.id,
-            "model": job.request.model,
-            "error": error,
-            "code": code,
-            "attempts": job.attempts,
-            "dead_lettered": dead_lettered,
-            "submitted_at": job.submitted_at,
-            "failed_at": self._clock(),
-        }
-        payload = json.dumps(document, indent=2).encode()
-        await self._blocking(self.storage.write_once, job.failure_location, payload, "application/json")
-        await self._end(lease, JobState.FAILED, error, code, dead_lettered=dead_lettered)
-
-    async def _end(
-        self, lease: Lease, state: JobState, error: str = "", code: str = "", *, dead_lettered: bool = False
-    ) -> None:
-        ended = await self._blocking(
-            self._queue.end, lease, state, self._clock(), error=error, error_code=code,
-            notify=self._notifier.configured, dead_lettered=dead_lettered,
-        )  # fmt: skip
-        if ended:
-            await self._discard(lease.job)
+            ending = _Ending(JobState.FAILED, exc.message, exc.code.value, document=True)
         else:
+            ending = _Ending(JobState.SUCCEEDED, answer=answer)
+        await self._settle(lease, ending)
+
+    def _prepare(self, lease: Lease) -> bytes | _Ending:
+        """A leased job's blocking first steps, on one thread hop: its body, or how it ends without
+        running (an earlier run's end found, a dead letter, an input that cannot be read)."""
+        job = lease.job
+        if job.attempts > 1:  # an earlier run may have written its end before it died
+            if self.storage.exists(job.output_location):
+                return _Ending(JobState.SUCCEEDED)
+            if self.storage.exists(job.failure_location):
+                return _Ending(JobState.FAILED, job.error or "failed before the server restarted", job.error_code)
+        if job.attempts > self._settings.max_attempts:
+            why = f"dead letter: gave up after {job.attempts - 1} attempts" + (
+                f" (the last: {job.error})" if job.error else ""
+            )
+            code = job.error_code or ErrorCode.UNAVAILABLE.value
+            return _Ending(JobState.FAILED, why, code, dead_lettered=True, document=True)
+        try:
+            return self.storage.read(job.input_location)
+        except (OSError, ValueError) as exc:
+            why = f"its input location {job.input_location} could not be read: {exc}"
+            return _Ending(JobState.FAILED, why, ErrorCode.INVALID_ARGUMENT.value, document=True)
+
+    async def _settle(self, lease: Lease, ending: _Ending) -> None:
+        if not await self._blocking(self._finish, lease, ending):
             logger.warning(
                 "async inference: job '%s' was fenced out (a later lease holds it): its end is that lease's",
                 lease.job.id,
             )
         async with self._ended:
             self._ended.notify_all()
+
+    def _finish(self, lease: Lease, ending: _Ending) -> bool:
+        """A job's end, on one thread hop: its one object written (the result, or the failure
+        document), the job ended in the queue, its inline body let go. False when fenced out."""
+        job = lease.job
+        if ending.answer is not None:
+            self.storage.write_once(job.output_location, ending.answer.body, ending.answer.content_type)
+        if ending.document:
+            document = {
+                "inference_id": job.id,
+                "model": job.request.model,
+                "error": ending.error,
+                "code": ending.code,
+                "attempts": job.attempts,
+                "dead_lettered": ending.dead_lettered,
+                "submitted_at": job.submitted_at,
+                "failed_at": self._clock(),
+            }
+            payload = json.dumps(document, indent=2).encode()
+            self.storage.write_once(job.failure_location, payload, "application/json")
+        ended = self._queue.end(
+            lease, ending.state, self._clock(), error=ending.error, error_code=ending.code,
+            notify=self._notifier.configured, dead_lettered=ending.dead_lettered,
+        )  # fmt: skip
+        if ended:
+            with contextlib.suppress(OSError):  # an inline body is not needed once its job ended
+                self.storage.discard_payload(job.input_location)
+        return ended
 
     # -- upkeep and notifications ------------------------------------------------------------
 

@@ -162,6 +162,10 @@ class JobQueue(Protocol):
         None when none."""
         ...
 
+    def lease_many(self, now: float, lease_s: LeaseLength, limit: int) -> list[Lease]:
+        """Up to `limit` jobs leased at once, in `lease`'s order (one round trip, where the queue can)."""
+        ...
+
     def extend(self, lease: Lease, until: float) -> bool:
         """Hold the lease until `until`; False when it was fenced out (another lease holds the job)."""
         ...

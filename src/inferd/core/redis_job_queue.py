@@ -175,6 +175,12 @@ class RedisJobQueue:
                 return lease
         return None
 
+    def lease_many(self, now: float, lease_s: LeaseLength, limit: int) -> list[Lease]:
+        leases: list[Lease] = []
+        while len(leases) < limit and (lease := self.lease(now, lease_s)) is not None:
+            leases.append(lease)
+        return leases
+
     def _claim_pending(self, stream: str, now: float, lease_s: LeaseLength) -> Lease | None:
         pending = self._redis.xpending_range(stream, GROUP, "-", "+", _PENDING_SCAN)
         if not pending:

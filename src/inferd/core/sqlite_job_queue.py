@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_to_run ON jobs (state, priority DESC, submitted_at);
 CREATE INDEX IF NOT EXISTS jobs_by_model ON jobs (model, state);
+CREATE INDEX IF NOT EXISTS jobs_by_lease ON jobs (state, lease_until);
 CREATE INDEX IF NOT EXISTS jobs_to_notify ON jobs (notify_pending) WHERE notify_pending = 1;
 """
 
@@ -113,24 +114,39 @@ class SqliteJobQueue:
             )
 
     def lease(self, now: float, lease_s: LeaseLength) -> Lease | None:
+        leases = self.lease_many(now, lease_s, 1)
+        return leases[0] if leases else None
+
+    def lease_many(self, now: float, lease_s: LeaseLength, limit: int) -> list[Lease]:
+        # Two walks of an index, each stopping at `limit`: running jobs whose lease ran out, and
+        # queued ones by priority and age (a job waiting out a backoff is skipped; they are few);
+        # then the two merged by priority and age. One `OR` of both would scan every open job.
         with self._lock, self._transaction() as db:
-            row = db.execute(
-                f"{_SELECT} WHERE ((state = 'queued' AND not_before <= ?) OR (state = 'running' AND lease_until < ?))"
-                " ORDER BY priority DESC, submitted_at LIMIT 1",
-                (now, now),
-            ).fetchone()
-            if row is None:
-                return None
-            job = _job(row)
-            token = job.token + 1
-            db.execute(
-                "UPDATE jobs SET state = 'running', attempts = attempts + 1, token = ?, lease_until = ?,"
-                " started_at = COALESCE(started_at, ?) WHERE id = ?",
-                (token, now + lease_s(job.timeout_s), now, job.id),
-            )
-            leased = self._one(db, job.id)
-        assert leased is not None
-        return Lease(leased, token)
+            expired = db.execute(
+                f"{_SELECT} WHERE state = 'running' AND lease_until < ? ORDER BY priority DESC, submitted_at LIMIT ?",
+                (now, limit),
+            ).fetchall()
+            queued = db.execute(
+                f"{_SELECT} WHERE state = 'queued' AND not_before <= ? ORDER BY priority DESC, submitted_at LIMIT ?",
+                (now, limit),
+            ).fetchall()
+            jobs = sorted(map(_job, expired + queued), key=lambda job: (-job.priority, job.submitted_at))[:limit]
+            leases = []
+            for job in jobs:
+                leased = job.with_state(
+                    JobState.RUNNING,
+                    attempts=job.attempts + 1,
+                    token=job.token + 1,
+                    lease_until=now + lease_s(job.timeout_s),
+                    started_at=job.started_at if job.started_at is not None else now,
+                )
+                db.execute(
+                    "UPDATE jobs SET state = 'running', attempts = ?, token = ?, lease_until = ?, started_at = ?"
+                    " WHERE id = ?",
+                    (leased.attempts, leased.token, leased.lease_until, leased.started_at, job.id),
+                )
+                leases.append(Lease(leased, leased.token))
+        return leases
 
     def extend(self, lease: Lease, until: float) -> bool:
         with self._lock:

@@ -15,10 +15,12 @@ and under the SageMaker model root, `mme_add_sub/model` (an add_sub copy) for PO
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferd.server.openapi.schemas import V2_EXAMPLE
 from inferd.testing.models import add_sub_model, mlp_model, python_model, write_config
 from inferd.testing.server import ServerProcess, run_server
 from inferd.tools.ports import free_ports
@@ -49,6 +51,12 @@ class EveryDoor:
     # --sagemaker-model-root: POST /models loads folders under it.
     model_root: Path
     tfserving_grpc_port: int
+
+    @property
+    def async_input(self) -> str:
+        """An object a SageMaker async invocation may name (a v2 request of add_sub, under the
+        server's --async-input-root)."""
+        return (self.repository.parent / "async-inputs" / "add_sub.json").as_uri()
 
     @property
     def sagemaker_url(self) -> str:
@@ -101,6 +109,8 @@ def serve_every_door(workspace: Path, *extra_args: str) -> Iterator[EveryDoor]:
     """Build the repository and the model root in `workspace` and serve them, every door on."""
     repository = build_repository(workspace / "repository")
     model_root = build_model_root(workspace / "sagemaker-models")
+    (workspace / "async-inputs").mkdir(exist_ok=True)
+    (workspace / "async-inputs" / "add_sub.json").write_text(json.dumps(V2_EXAMPLE))
     http_port, grpc_port, metrics_port, tfserving_grpc_port = free_ports(4)
     ports = (http_port, grpc_port, metrics_port)
     args = (
@@ -113,6 +123,11 @@ def serve_every_door(workspace: Path, *extra_args: str) -> Iterator[EveryDoor]:
         "*",
         "--tfserving-grpc-port",
         str(tfserving_grpc_port),
+        # Async inference too: its jobs kept in the workspace, its inputs read from one folder of it.
+        "--state-dir",
+        str(workspace / "state"),
+        "--async-input-root",
+        str(workspace / "async-inputs"),
         *extra_args,
     )
     # With --sagemaker the HTTP port is SageMaker's variable, as the platform sets it.

@@ -22,6 +22,7 @@ from inferd.server.openapi.build import (
 from inferd.server.openapi.schemas import (
     EXAMPLE_ENDPOINT,
     EXAMPLE_ENDPOINT_NAME,
+    EXAMPLE_JOB,
     EXAMPLE_MODEL,
     EXAMPLE_ROLLOUT,
     V2_EXAMPLE,
@@ -82,7 +83,7 @@ def _infer_ok() -> Json:
     }
 
 
-_JOB = path_parameter("job", "the job's inference id", "order-17")
+_JOB = path_parameter("job", "the job's inference id", EXAMPLE_JOB)
 _SUBMIT_OPTIONS = [
     query_parameter("inference_id", "the job's id (a submit of an id that exists is that job)", STRING_SCHEMA),
     query_parameter("ttl_s", "expire the job if it has not started this many seconds after its submit", NUMBER),

@@ -310,6 +310,7 @@ ROLLOUT = _object(
 )
 ROLLOUTS = _object({"rollouts": _array(ROLLOUT)}, ("rollouts",))
 EXAMPLE_ROLLOUT = {"to": "green", "strategy": "canary:10", "bake": "5m"}
+EXAMPLE_JOB = "order-17"
 EXAMPLE_ENDPOINT_NAME = "shop"
 EXAMPLE_ENDPOINT = {
     "variants": [
