@@ -90,6 +90,20 @@ def receiver() -> Iterator[Receiver]:
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("async") / "repository"
     misbehaving_model(root / "picky", fail_negative=1)
+    write_config(
+        root / "chain",
+        """
+        platform: "ensemble"
+        max_batch_size: 8
+        input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        ensemble_scheduling { step [ {
+          model_name: "picky" model_version: -1
+          input_map { key: "x" value: "x" }
+          output_map { key: "y" value: "y" }
+        } ] }
+        """,
+    )
     (root / "mlp" / "1").mkdir(parents=True)
     mlp_model(root / "mlp" / "1" / "model.onnx")
     write_config(root / "mlp", "max_batch_size: 8\ndynamic_batching { }")
@@ -185,6 +199,15 @@ def test_a_job_is_answered_at_once_and_its_result_is_the_real_time_answer(server
     assert ended["state"] == "succeeded" and ended["attempts"] == 1, ended
     result = json.loads(local(ended["output_location"]).read_bytes())
     real_time = json.loads(http_request(server, "POST", "/v2/models/mlp/infer", payload).body)
+    assert result["outputs"] == real_time["outputs"]
+
+
+def test_a_job_of_an_ensemble_runs_through_its_steps(server: ServerProcess) -> None:
+    accepted = submit(server, "chain", body([4.0, 3.0, 2.0, 1.0]))
+    ended = wait(server, accepted["inference_id"])
+    assert ended["state"] == "succeeded", ended
+    result = json.loads(local(ended["output_location"]).read_bytes())
+    real_time = json.loads(http_request(server, "POST", "/v2/models/chain/infer", body([4.0, 3.0, 2.0, 1.0])).body)
     assert result["outputs"] == real_time["outputs"]
 
 

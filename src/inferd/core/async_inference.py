@@ -381,7 +381,10 @@ class AsyncInference:
     async def _notifications(self) -> None:
         while True:
             try:
-                for job in await self._blocking(self._queue.pending_notifications, 64):
+                # Those waiting out a backoff, and 64 more: a receiver that refuses some never
+                # holds up the notices of the others.
+                owed = await self._blocking(self._queue.pending_notifications, 64 + len(self._notify_tries))
+                for job in owed:
                     await self._notify(job)
             except Exception:
                 logger.exception("async inference: notifications failed")

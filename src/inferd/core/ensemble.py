@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Final, Protocol
 
 from inferd.config.model import EnsembleStep, ModelConfig, TensorConfig
 from inferd.core.handle import Handle
@@ -42,14 +42,18 @@ from inferd.errors import (
     InvalidRequestError,
     ModelConfigError,
     ModelOutputError,
-    UnsupportedError,
     copied,
     with_context,
 )
 from inferd.types import ENSEMBLE_STEP, InferRequest, InferResponse, RequestContext, RequestedOutput, Tensor
 
-# How a step's request is answered: the dispatcher's `infer` (the step model's handle, counted).
-StepInference = Callable[[InferRequest], Awaitable[InferResponse]]
+
+class StepInference(Protocol):
+    """How a step's request is answered: the dispatcher's `infer` (the step model's handle,
+    counted), in the ensemble's request's admission class (a background job's steps are background
+    work too)."""
+
+    def __call__(self, request: InferRequest, *, admission: Admission = ...) -> Awaitable[InferResponse]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,27 +259,26 @@ class EnsembleHandle(Handle):
     plan: EnsemblePlan
     infer_step: StepInference
     # Requests that arrived in this loop turn, by what must be equal for them to run as one batch.
-    _arriving: dict[Hashable, list[_Arrival]] = field(default_factory=dict, init=False)
+    _arriving: dict[tuple[Admission, Hashable], list[_Arrival]] = field(default_factory=dict, init=False)
     # The merged batches running now (the loop keeps only weak references to tasks).
     _batches: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     async def infer(self, request: InferRequest, admission: Admission = Admission.REAL_TIME) -> InferResponse:
         """The answer to `request`, through the steps. (The dispatcher counts it in and out of the
         handle, as every request.)"""
-        if admission is Admission.BACKGROUND:  # its steps would run as real-time requests
-            raise UnsupportedError(f"ensemble '{self.config.name}' does not run background requests yet")
         _, rows = prepare_inputs(self.config, request)  # the ensemble's own inputs, checked
         request.context.timing.rows = rows
-        key = self._batch_key(request)
-        if key is None:
-            return await self._execute(request, rows)
+        shape = self._batch_key(request)
+        if shape is None:
+            return await self._execute(request, rows, admission)
+        key = (admission, shape)  # background requests batch with each other only
         if not self._arriving:
             asyncio.get_running_loop().call_soon(self._start_batches)
         arrival = _Arrival(request, rows, asyncio.get_running_loop().create_future())
         self._arriving.setdefault(key, []).append(arrival)
         response = await arrival.future
         if response is _RUN_ALONE:
-            return await self._execute(request, rows)
+            return await self._execute(request, rows, admission)
         return response
 
     def _batch_key(self, request: InferRequest) -> Hashable | None:
@@ -296,21 +299,21 @@ class EnsembleHandle(Handle):
         """Once the loop turn's requests have all arrived: each group runs as batches that fit
         max_batch_size; a request alone in its batch runs by itself, in its own task."""
         arriving, self._arriving = self._arriving, {}
-        for arrivals in arriving.values():
+        for (admission, _), arrivals in arriving.items():
             live = [arrival for arrival in arrivals if not arrival.future.done()]  # a client may be gone
             for batch in fill(live, _rows_of, self.config.max_batch_size):
                 if len(batch) == 1:
                     _answer(batch[0].future, _RUN_ALONE)
                     continue
-                task = asyncio.get_running_loop().create_task(self._execute_batch(batch))
+                task = asyncio.get_running_loop().create_task(self._execute_batch(batch, admission))
                 self._batches.add(task)
                 task.add_done_callback(self._batches.discard)
 
-    async def _execute_batch(self, batch: list[_Arrival]) -> None:
+    async def _execute_batch(self, batch: list[_Arrival], admission: Admission) -> None:
         rows = sum(arrival.rows for arrival in batch)
         merged = merge_requests([arrival.request for arrival in batch], rows)
         try:
-            response = await self._execute(merged, rows)
+            response = await self._execute(merged, rows, admission)
         except InvalidRequestError:
             # Only a request's own rows can be to blame: each runs alone, so only the faulty one fails.
             for arrival in batch:
@@ -343,7 +346,7 @@ class EnsembleHandle(Handle):
             )
             start = end
 
-    async def _execute(self, request: InferRequest, batch_size: int) -> InferResponse:
+    async def _execute(self, request: InferRequest, batch_size: int, admission: Admission) -> InferResponse:
         """Run `request` (checked, of `batch_size` rows) through the steps its outputs need."""
         started = time.perf_counter()
         names = output_names(self.config, request)
@@ -364,10 +367,10 @@ class EnsembleHandle(Handle):
                 together = _together(ready, tensors)
                 if len(together) == 1 and not running:
                     # A chain: the next request alone can run, so run it here, without a task.
-                    tensors.update(await self._run_steps(together[0], request))
+                    tensors.update(await self._run_steps(together[0], request, admission))
                     continue
                 for calls in together:
-                    running[asyncio.create_task(self._run_steps(calls, request))] = calls
+                    running[asyncio.create_task(self._run_steps(calls, request, admission))] = calls
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     del running[task]
@@ -385,19 +388,22 @@ class EnsembleHandle(Handle):
             id=request.id,
         )
 
-    async def _run_steps(self, calls: list[_StepCall], request: InferRequest) -> dict[str, Tensor]:
+    async def _run_steps(
+        self, calls: list[_StepCall], request: InferRequest, admission: Admission
+    ) -> dict[str, Tensor]:
         """Run steps of one model as one request (a single step as itself): the tensors they make."""
         if len(calls) == 1:
-            return await self._run_step(*calls[0], request)
+            return await self._run_step(*calls[0], request, admission)
         rows = [inputs[0].shape[0] for _, inputs in calls]
         first = calls[0][0]
         try:
             stacked = stack_tensors([inputs for _, inputs in calls], sum(rows))
-            response = await self.infer_step(_step_request(first, stacked, request))
+            response = await self.infer_step(_step_request(first, stacked, request), admission=admission)
         except InvalidRequestError:
             # Only a step's own rows can be to blame: each runs alone, so the error names its step.
             made: dict[str, Tensor] = {}
-            for outputs in await asyncio.gather(*(self._run_step(p, inputs, request) for p, inputs in calls)):
+            steps = (self._run_step(p, inputs, request, admission) for p, inputs in calls)
+            for outputs in await asyncio.gather(*steps):
                 made.update(outputs)
             return made
         except InferdError as exc:
@@ -415,11 +421,11 @@ class EnsembleHandle(Handle):
         return made
 
     async def _run_step(
-        self, planned: PlannedStep, inputs: tuple[Tensor, ...], request: InferRequest
+        self, planned: PlannedStep, inputs: tuple[Tensor, ...], request: InferRequest, admission: Admission
     ) -> dict[str, Tensor]:
         step = planned.step
         try:
-            response = await self.infer_step(_step_request(planned, inputs, request))
+            response = await self.infer_step(_step_request(planned, inputs, request), admission=admission)
         except InferdError as exc:
             raise with_context(exc, f"ensemble '{self.config.name}' {planned.describe()}") from exc
         return {
