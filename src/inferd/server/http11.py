@@ -418,14 +418,18 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._head_ended_at = self.last_active
         spool = self._limits.spool
-        if spool is not None and self._parser.get_method() == b"POST":
-            path = httptools.parse_url(self._url).path
-            if path.endswith(spool.suffix):
-                self._max_body_bytes = spool.max_bytes
-                spool.folder.mkdir(parents=True, exist_ok=True)
-                # Open across callbacks (closed when the body ends or the request goes): no `with`.
-                descriptor, name = tempfile.mkstemp(dir=spool.folder, prefix=".body-")
-                self._spooled, self._spooled_path = os.fdopen(descriptor, "wb"), Path(name)
+        # A substring test first: every other request (inference itself) pays only that.
+        if (
+            spool is not None
+            and spool.suffix in self._url
+            and self._parser.get_method() == b"POST"
+            and httptools.parse_url(self._url).path.endswith(spool.suffix)
+        ):
+            self._max_body_bytes = spool.max_bytes
+            spool.folder.mkdir(parents=True, exist_ok=True)
+            # Open across callbacks (closed when the body ends or the request goes): no `with`.
+            descriptor, name = tempfile.mkstemp(dir=spool.folder, prefix=".body-")
+            self._spooled, self._spooled_path = os.fdopen(descriptor, "wb"), Path(name)
         declared = self._headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self._max_body_bytes:
             # Refused by its declared length, before a byte of the body is read.
