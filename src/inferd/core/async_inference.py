@@ -1,13 +1,16 @@
 """`AsyncInference`: asynchronous inference, from the submit to the one result and its notices.
 
-A submit keeps the body (inline bodies in the payload path; a caller's location is only checked)
-and a queued job in a durable queue (`core.async_jobs`), and is answered at once. Workers lease
+A submit keeps the body (a small inline body in the queue, with its job; a larger one in the
+payload path; a caller's location is only checked) and a queued job in a durable queue
+(`core.async_jobs`), and is answered at once. Workers lease
 jobs and run each through the door it came by (`replay`, the same inference call as a real-time
 request, in the background admission class, so jobs batch with each other and yield to real-time
 requests). Each ends with exactly one object: the result at its output location, or a failure
-document at its failure location, written once per key (`core.job_storage`). Then its
-notifications are owed (an outbox in the queue), sent at least once each, with the job's id as
-their idempotency key.
+document at its failure location, written once per key (`core.job_storage`). The ends of jobs
+that finish together are written together (a group commit: their objects flushed to disk in one
+pass, their ends one transaction of the queue), so a job's end costs the disk a share of one
+flush rather than several of its own. Then its notifications are owed (an outbox in the queue),
+sent at least once each, with the job's id as their idempotency key.
 
 What can go wrong, and what the job does:
 - the model refuses for now (overloaded, not ready, unavailable): put back, retried with backoff;
@@ -31,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from inferd.core.async_jobs import Backlog, Job, JobQuery, JobQueue, JobRequest, JobState, Lease
-from inferd.core.job_storage import JobStorage, check_job_id, new_job_id
+from inferd.core.async_jobs import IN_QUEUE, Backlog, Job, JobEnd, JobQuery, JobQueue, JobRequest, JobState, Lease
+from inferd.core.job_storage import JobStorage, StoredObject, Written, check_job_id, new_job_id
 from inferd.errors import ErrorCode, InferdError, NotFoundError
 
 logger = logging.getLogger(__name__)
@@ -49,6 +52,14 @@ NOTIFY_TRIES = 12
 NOTIFY_BACKOFF_MAX_S = 300.0
 # The longest a GET may wait for a job's end (?wait_s=).
 MAX_WAIT_S = 120.0
+# Inline bodies up to this size are kept in the queue with their job (one row: no object written,
+# flushed and deleted); larger ones in the payload path.
+QUEUE_BODY_MAX_BYTES = 256 * 1024
+# The most job ends written together (a group commit).
+MAX_ENDS_TOGETHER = 256
+# Jobs running at once while real-time requests keep coming: a trickle, so a backlog still moves
+# but takes little of the cores (its bookkeeping, files and transactions, is not the model's).
+HELD_BACK_CONCURRENCY = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,13 +119,16 @@ class AsyncInference:
         notifier: Notifier,
         settings: AsyncSettings = AsyncSettings(),
         clock: Callable[[], float] = time.time,
+        realtime_active: Callable[[], bool] = lambda: False,
     ) -> None:
+        """`realtime_active`: whether real-time requests keep coming now (jobs then hold back)."""
         self._queue = queue
         self.storage = storage
         self._replay = replay
         self._notifier = notifier
         self._settings = settings
         self._clock = clock
+        self._realtime_active = realtime_active
         # The queue's and the storage's calls block (SQLite, S3): a pool of their own, so they
         # take none of the default executor's threads.
         self._threads = ThreadPoolExecutor(settings.concurrency + 2, thread_name_prefix="inferd-async")
@@ -124,6 +138,9 @@ class AsyncInference:
         # Jobs running now, each a task (the feeder keeps at most `concurrency`).
         self._running: set[asyncio.Task[None]] = set()
         self._notify_tries: dict[str, tuple[int, float]] = {}
+        # Job ends waiting to be written (by `_write_ends`, together), each with its waiter.
+        self._ends: list[tuple[Lease, _Ending, asyncio.Future[bool]]] = []
+        self._ends_due = asyncio.Event()
         self.backlog: Sequence[Backlog] = ()
 
     # -- the API's calls -----------------------------------------------------------------------
@@ -160,8 +177,11 @@ class AsyncInference:
             if body_file is not None:
                 body_file.unlink(missing_ok=True)
             return existing, False
+        kept_body = None
         if input_location is not None:
             location = self.storage.check_input(input_location)
+        elif body_file is None and len(body or b"") <= QUEUE_BODY_MAX_BYTES:
+            location, kept_body = IN_QUEUE, body or b""
         elif body_file is not None:
             location = self.storage.payload_location(job_id)
             self.storage.adopt(location, body_file)
@@ -179,7 +199,7 @@ class AsyncInference:
             timeout_s=timeout_s,
             priority=priority,
         )
-        return self._queue.submit(job)
+        return self._queue.submit(job, kept_body)
 
     async def get(self, job_id: str, wait_s: float = 0.0) -> Job:
         """The job; with `wait_s`, once it has ended or `wait_s` (at most MAX_WAIT_S) has passed."""
@@ -219,7 +239,7 @@ class AsyncInference:
         if recovered:
             logger.info("async inference: %d job(s) that were running when the server stopped run again", recovered)
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._feed())]
+        self._tasks = [loop.create_task(self._feed()), loop.create_task(self._write_ends())]
         self._tasks.append(loop.create_task(self._upkeep()))
         if self._notifier.configured:
             self._tasks.append(loop.create_task(self._notifications()))
@@ -236,7 +256,8 @@ class AsyncInference:
 
     async def _feed(self) -> None:
         """Lease jobs for the free slots (as many at once as are free: one round trip to the queue)
-        and run each in a task of its own, at most `concurrency` at a time."""
+        and run each in a task of its own, at most `concurrency` at a time, or HELD_BACK_CONCURRENCY
+        while real-time requests keep coming."""
         freed = asyncio.Event()
 
         def done(task: asyncio.Task[None]) -> None:
@@ -244,10 +265,12 @@ class AsyncInference:
             freed.set()
 
         while True:
-            free = self._settings.concurrency - len(self._running)
+            limit = HELD_BACK_CONCURRENCY if self._realtime_active() else self._settings.concurrency
+            free = limit - len(self._running)
             if free <= 0:
                 freed.clear()
-                await freed.wait()
+                with contextlib.suppress(TimeoutError):  # also when the real-time traffic stops
+                    await asyncio.wait_for(freed.wait(), self._settings.poll_s)
                 continue
             self._work.clear()  # before the lease: a submit from now on wakes the feeder
             try:
@@ -319,6 +342,11 @@ class AsyncInference:
             )
             code = job.error_code or ErrorCode.UNAVAILABLE.value
             return _Ending(JobState.FAILED, why, code, dead_lettered=True, document=True)
+        if job.input_location == IN_QUEUE:
+            if lease.body is None:  # the queue lost it (a key evicted from Redis, say)
+                why = "its body is no longer in the queue"
+                return _Ending(JobState.FAILED, why, ErrorCode.INVALID_ARGUMENT.value, document=True)
+            return lease.body
         try:
             return self.storage.read(job.input_location)
         except (OSError, ValueError) as exc:
@@ -326,41 +354,85 @@ class AsyncInference:
             return _Ending(JobState.FAILED, why, ErrorCode.INVALID_ARGUMENT.value, document=True)
 
     async def _settle(self, lease: Lease, ending: _Ending) -> None:
-        if not await self._blocking(self._finish, lease, ending):
+        """End the job, its end written with those of the jobs that finish with it (`_write_ends`)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._ends.append((lease, ending, waiter))
+        self._ends_due.set()
+        if not await waiter:
             logger.warning(
                 "async inference: job '%s' was fenced out (a later lease holds it): its end is that lease's",
                 lease.job.id,
             )
-        async with self._ended:
-            self._ended.notify_all()
 
-    def _finish(self, lease: Lease, ending: _Ending) -> bool:
-        """A job's end, on one thread hop: its one object written (the result, or the failure
-        document), the job ended in the queue, its inline body let go. False when fenced out."""
-        job = lease.job
-        if ending.answer is not None:
-            self.storage.write_once(job.output_location, ending.answer.body, ending.answer.content_type)
-        if ending.document:
-            document = {
-                "inference_id": job.id,
-                "model": job.request.model,
-                "error": ending.error,
-                "code": ending.code,
-                "attempts": job.attempts,
-                "dead_lettered": ending.dead_lettered,
-                "submitted_at": job.submitted_at,
-                "failed_at": self._clock(),
-            }
-            payload = json.dumps(document, indent=2).encode()
-            self.storage.write_once(job.failure_location, payload, "application/json")
-        ended = self._queue.end(
-            lease, ending.state, self._clock(), error=ending.error, error_code=ending.code,
-            notify=self._notifier.configured, dead_lettered=ending.dead_lettered,
-        )  # fmt: skip
-        if ended:
-            with contextlib.suppress(OSError):  # an inline body is not needed once its job ended
-                self.storage.discard_payload(job.input_location)
-        return ended
+    async def _write_ends(self) -> None:
+        """Write the ends waiting, together, one thread hop each time: the ends that arrive while
+        one group is written are the next group, so the more jobs finish at once, the fewer flushes
+        each costs, and a lone job waits for no company."""
+        while True:
+            await self._ends_due.wait()
+            group, self._ends = self._ends[:MAX_ENDS_TOGETHER], self._ends[MAX_ENDS_TOGETHER:]
+            if not self._ends:
+                self._ends_due.clear()
+            try:
+                outcomes = await self._blocking(self._finish, [(lease, ending) for lease, ending, _ in group])
+            except Exception as exc:  # the queue failed: each job runs again later (or dead-letters)
+                outcomes = [exc] * len(group)
+            for (_, _, waiter), outcome in zip(group, outcomes, strict=True):
+                if waiter.done():  # its job was cancelled (the server stops)
+                    continue
+                if isinstance(outcome, Exception):
+                    waiter.set_exception(outcome)
+                else:
+                    waiter.set_result(outcome)
+            async with self._ended:
+                self._ended.notify_all()
+
+    def _finish(self, group: Sequence[tuple[Lease, _Ending]]) -> list[Written]:
+        """Jobs' ends, on one thread hop: each job's one object written (its result, or its failure
+        document), all flushed together; then the jobs whose object is safe ended in one
+        transaction of the queue, and their stored bodies let go. For each job: True when ended,
+        False when fenced out, or what stopped its object being written."""
+        objects, owners = [], []
+        for i, (lease, ending) in enumerate(group):
+            job = lease.job
+            if ending.answer is not None:
+                objects.append(StoredObject(job.output_location, ending.answer.body, ending.answer.content_type))
+                owners.append(i)
+            if ending.document:
+                document = self._failure_document(job, ending)
+                objects.append(StoredObject(job.failure_location, document, "application/json"))
+                owners.append(i)
+        outcomes: list[Written] = [True] * len(group)
+        for owner, written in zip(owners, self.storage.write_all_once(objects), strict=True):
+            if isinstance(written, Exception):
+                outcomes[owner] = written
+        ending_now = [i for i, outcome in enumerate(outcomes) if not isinstance(outcome, Exception)]
+        ends = [
+            JobEnd(
+                group[i][0], group[i][1].state, group[i][1].error, group[i][1].code,
+                notify=self._notifier.configured, dead_lettered=group[i][1].dead_lettered,
+            )
+            for i in ending_now
+        ]  # fmt: skip
+        for i, ended in zip(ending_now, self._queue.end_many(ends, self._clock()), strict=True):
+            outcomes[i] = ended
+            if ended:
+                with contextlib.suppress(OSError):  # an inline body is not needed once its job ended
+                    self.storage.discard_payload(group[i][0].job.input_location)
+        return outcomes
+
+    def _failure_document(self, job: Job, ending: _Ending) -> bytes:
+        document = {
+            "inference_id": job.id,
+            "model": job.request.model,
+            "error": ending.error,
+            "code": ending.code,
+            "attempts": job.attempts,
+            "dead_lettered": ending.dead_lettered,
+            "submitted_at": job.submitted_at,
+            "failed_at": self._clock(),
+        }
+        return json.dumps(document, indent=2).encode()
 
     # -- upkeep and notifications ------------------------------------------------------------
 

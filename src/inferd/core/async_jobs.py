@@ -66,8 +66,9 @@ class JobRequest:
 class Job:
     id: str
     request: JobRequest
-    # Where the body is (a payload the server stored, or the caller's location), and where the
-    # result or the failure document goes (the server chose both).
+    # Where the body is (a payload the server stored, the caller's location, or IN_QUEUE: a small
+    # body kept in the queue with the job), and where the result or the failure document goes (the
+    # server chose both).
     input_location: str
     output_location: str
     failure_location: str
@@ -109,6 +110,10 @@ class Job:
         return Job(request=JobRequest(**request), **values)
 
 
+# The input location of a job whose body the queue keeps with it (a small inline body: one row,
+# no object to write, flush and delete).
+IN_QUEUE = ""
+
 # How long a lease holds for a job of a timeout (None: the job gave none).
 LeaseLength = Callable[[float | None], float]
 
@@ -119,6 +124,20 @@ class Lease:
 
     job: Job
     token: int
+    # The body, when the queue keeps it (the job's input location is IN_QUEUE).
+    body: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnd:
+    """How a leased job ends: its state, why (for a failure), and whether notices are owed."""
+
+    lease: Lease
+    state: JobState
+    error: str = ""
+    error_code: str = ""
+    notify: bool = False
+    dead_lettered: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +160,9 @@ class JobQueue(Protocol):
     """A durable queue of jobs. Every method is blocking (a database or a network call): the server
     calls them on a thread of their own."""
 
-    def submit(self, job: Job) -> tuple[Job, bool]:
-        """Keep `job` queued; when a job of its id exists, that job, untouched. True when new."""
+    def submit(self, job: Job, body: bytes | None = None) -> tuple[Job, bool]:
+        """Keep `job` queued (with `body`, when its input location is IN_QUEUE); when a job of its
+        id exists, that job, untouched. True when new."""
         ...
 
     def get(self, job_id: str) -> Job | None: ...
@@ -158,8 +178,8 @@ class JobQueue(Protocol):
 
     def lease(self, now: float, lease_s: LeaseLength) -> Lease | None:
         """The next job to run (highest priority, then oldest; a running job whose lease ran out
-        counts as queued), now running under a new token until `now + lease_s(its timeout_s)`;
-        None when none."""
+        counts as queued), now running under a new token until `now + lease_s(its timeout_s)`, with
+        its body when the queue keeps it; None when none."""
         ...
 
     def lease_many(self, now: float, lease_s: LeaseLength, limit: int) -> list[Lease]:
@@ -170,9 +190,10 @@ class JobQueue(Protocol):
         """Hold the lease until `until`; False when it was fenced out (another lease holds the job)."""
         ...
 
-    def end(self, lease: Lease, state: JobState, now: float, *, error: str = "", error_code: str = "",
-            notify: bool = False, dead_lettered: bool = False) -> bool:  # fmt: skip
-        """End the leased job with `state`; False (and nothing changed) when it was fenced out."""
+    def end_many(self, ends: Sequence[JobEnd], now: float) -> list[bool]:
+        """End leased jobs (at once, where the queue can: the ends of jobs that finish together are
+        one commit), letting go of the bodies it kept; for each, False (and nothing changed) when
+        it was fenced out."""
         ...
 
     def requeue(self, lease: Lease, not_before: float, error: str) -> bool:

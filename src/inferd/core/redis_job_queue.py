@@ -1,7 +1,8 @@
 """`RedisJobQueue`: async jobs in Redis Streams, one queue shared by several servers
 (`--async-queue redis://host:6379/0`).
 
-Each job is a hash (its document, as JSON, and the stream entry that carries it) and an entry in
+Each job is a hash (its document, as JSON, the stream entry that carries it, and a small inline
+body the queue keeps, until the job ends) and an entry in
 the stream of its priority, read by the consumer group `workers`: a server reads new entries with
 XREADGROUP, and an entry stays pending (in the group's PEL) until the job ends and the server
 acknowledges it. A job whose lease has run out (its server died, or it waits out a backoff) is
@@ -23,7 +24,7 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
-from inferd.core.async_jobs import Backlog, Job, JobQuery, JobState, Lease, LeaseLength
+from inferd.core.async_jobs import IN_QUEUE, Backlog, Job, JobEnd, JobQuery, JobState, Lease, LeaseLength
 
 GROUP = "workers"
 # Pending entries looked at a lease for claims (ones whose lease ran out, or whose backoff ended).
@@ -40,6 +41,7 @@ redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[4], ARGV[1])
 redis.call('SADD', KEYS[6], ARGV[5])
 if ARGV[6] ~= '' then redis.call('ZADD', KEYS[7], ARGV[6], ARGV[1]) end
+if ARGV[7] == '1' then redis.call('HSET', KEYS[1], 'body', ARGV[8]) end
 return false
 """
 
@@ -96,6 +98,7 @@ class RedisJobQueue:
         import redis
 
         self._redis: Any = redis.Redis.from_url(url, decode_responses=True)
+        self._bodies: Any = redis.Redis.from_url(url)  # bodies are bytes, not text
         self._redis.ping()  # a wrong URL is said at startup, not at the first job
         self._consumer = consumer or socket.gethostname()
         self._prefix = prefix
@@ -119,14 +122,15 @@ class RedisJobQueue:
             self._groups.add(stream)
         return stream
 
-    def submit(self, job: Job) -> tuple[Job, bool]:
+    def submit(self, job: Job, body: bytes | None = None) -> tuple[Job, bool]:
         expires = "" if job.ttl_s is None else repr(job.submitted_at + job.ttl_s)
         existing = self._submit(
             keys=[
                 self._key("job", job.id), self._stream(job.priority), self._key("priorities"),
                 self._key("submitted"), self._key("open", job.request.model), self._key("models"), self._key("ttl"),
             ],
-            args=[job.id, json.dumps(job.document()), job.priority, job.submitted_at, job.request.model, expires],
+            args=[job.id, json.dumps(job.document()), job.priority, job.submitted_at, job.request.model, expires,
+                  "0" if body is None else "1", body or b""],
         )  # fmt: skip
         if existing:
             return Job.from_document(json.loads(existing)), False
@@ -229,28 +233,22 @@ class RedisJobQueue:
         if not taken:
             return None
         job = Job.from_document(json.loads(taken))
-        return Lease(job, job.token)
+        body = self._bodies.hget(self._key("job", job_id), "body") if job.input_location == IN_QUEUE else None
+        return Lease(job, job.token, body)
 
     def extend(self, lease: Lease, until: float) -> bool:
         return bool(self._change(lease, {"lease_until": until}))
 
-    def end(
-        self,
-        lease: Lease,
-        state: JobState,
-        now: float,
-        *,
-        error: str = "",
-        error_code: str = "",
-        notify: bool = False,
-        dead_lettered: bool = False,
-    ) -> bool:
-        changes = {"state": state.value, "ended_at": now, "error": error, "error_code": error_code,
-                   "notify_pending": notify, "dead_lettered": dead_lettered}  # fmt: skip
-        ended = self._change(lease, changes)
+    def end_many(self, ends: Sequence[JobEnd], now: float) -> list[bool]:
+        return [self._end(end, now) for end in ends]
+
+    def _end(self, end: JobEnd, now: float) -> bool:
+        changes = {"state": end.state.value, "ended_at": now, "error": end.error, "error_code": end.error_code,
+                   "notify_pending": end.notify, "dead_lettered": end.dead_lettered}  # fmt: skip
+        ended = self._change(end.lease, changes)
         if ended is None:
             return False
-        self._closed(ended, notify)
+        self._closed(ended, end.notify)
         return True
 
     def requeue(self, lease: Lease, not_before: float, error: str) -> bool:
@@ -301,6 +299,7 @@ class RedisJobQueue:
 
     def close(self) -> None:
         self._redis.close()
+        self._bodies.close()
 
     # -- the steps each change shares ----------------------------------------------------------
 
@@ -317,7 +316,8 @@ class RedisJobQueue:
         return None if not raw else Job.from_document(json.loads(raw))
 
     def _closed(self, job: Job, notify: bool) -> None:
-        """An ended job leaves the stream's pending entries, the backlog and the expiry list."""
+        """An ended job leaves the stream's pending entries, the backlog and the expiry list, and
+        its body (if the queue kept it) is let go."""
         key = self._key("job", job.id)
         entry, stream = self._redis.hmget(key, "entry", "stream")
         pipeline = self._redis.pipeline(transaction=False)
@@ -325,6 +325,7 @@ class RedisJobQueue:
             pipeline.xack(stream, GROUP, entry)
         pipeline.zrem(self._key("open", job.request.model), job.id)
         pipeline.zrem(self._key("ttl"), job.id)
+        pipeline.hdel(key, "body")
         if notify:
             pipeline.sadd(self._key("notify"), job.id)
         pipeline.execute()

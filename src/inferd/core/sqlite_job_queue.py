@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from inferd.core.async_jobs import Backlog, Job, JobDoor, JobQuery, JobRequest, JobState, Lease, LeaseLength
+from inferd.core.async_jobs import Backlog, Job, JobDoor, JobEnd, JobQuery, JobRequest, JobState, Lease, LeaseLength
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     error TEXT NOT NULL,
     error_code TEXT NOT NULL,
     notify_pending INTEGER NOT NULL,
-    dead_lettered INTEGER NOT NULL
+    dead_lettered INTEGER NOT NULL,
+    body BLOB
 );
 CREATE INDEX IF NOT EXISTS jobs_to_run ON jobs (state, priority DESC, submitted_at);
 CREATE INDEX IF NOT EXISTS jobs_by_model ON jobs (model, state);
@@ -61,6 +62,8 @@ _COLUMNS = (
     "dead_lettered",
 )  # fmt: skip
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
+# A lease reads the body the queue keeps too (no other read does: a list of jobs is not their bodies).
+_SELECT_WITH_BODY = f"SELECT {', '.join(_COLUMNS)}, body FROM jobs"
 
 
 class SqliteJobQueue:
@@ -74,12 +77,16 @@ class SqliteJobQueue:
             self._connection.execute("PRAGMA journal_mode=WAL")
             self._connection.execute("PRAGMA synchronous=NORMAL")
             self._connection.executescript(_SCHEMA)
+            columns = {row[1] for row in self._connection.execute("PRAGMA table_info(jobs)")}
+            if "body" not in columns:  # a state directory from before the queue kept bodies
+                self._connection.execute("ALTER TABLE jobs ADD COLUMN body BLOB")
 
-    def submit(self, job: Job) -> tuple[Job, bool]:
+    def submit(self, job: Job, body: bytes | None = None) -> tuple[Job, bool]:
         with self._lock, self._transaction() as db:
             inserted = db.execute(
-                f"INSERT OR IGNORE INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
-                _row(job),
+                f"INSERT OR IGNORE INTO jobs ({', '.join(_COLUMNS)}, body)"
+                f" VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})",
+                (*_row(job), body),
             ).rowcount
             kept = self._one(db, job.id)
         assert kept is not None
@@ -123,16 +130,19 @@ class SqliteJobQueue:
         # then the two merged by priority and age. One `OR` of both would scan every open job.
         with self._lock, self._transaction() as db:
             expired = db.execute(
-                f"{_SELECT} WHERE state = 'running' AND lease_until < ? ORDER BY priority DESC, submitted_at LIMIT ?",
+                f"{_SELECT_WITH_BODY} WHERE state = 'running' AND lease_until < ?"
+                " ORDER BY priority DESC, submitted_at LIMIT ?",
                 (now, limit),
             ).fetchall()
             queued = db.execute(
-                f"{_SELECT} WHERE state = 'queued' AND not_before <= ? ORDER BY priority DESC, submitted_at LIMIT ?",
+                f"{_SELECT_WITH_BODY} WHERE state = 'queued' AND not_before <= ?"
+                " ORDER BY priority DESC, submitted_at LIMIT ?",
                 (now, limit),
             ).fetchall()
-            jobs = sorted(map(_job, expired + queued), key=lambda job: (-job.priority, job.submitted_at))[:limit]
+            found = sorted(((_job(row[:-1]), row[-1]) for row in expired + queued),
+                           key=lambda found: (-found[0].priority, found[0].submitted_at))[:limit]  # fmt: skip
             leases = []
-            for job in jobs:
+            for job, body in found:
                 leased = job.with_state(
                     JobState.RUNNING,
                     attempts=job.attempts + 1,
@@ -145,7 +155,7 @@ class SqliteJobQueue:
                     " WHERE id = ?",
                     (leased.attempts, leased.token, leased.lease_until, leased.started_at, job.id),
                 )
-                leases.append(Lease(leased, leased.token))
+                leases.append(Lease(leased, leased.token, body))
         return leases
 
     def extend(self, lease: Lease, until: float) -> bool:
@@ -156,24 +166,19 @@ class SqliteJobQueue:
             ).rowcount
         return bool(changed)
 
-    def end(
-        self,
-        lease: Lease,
-        state: JobState,
-        now: float,
-        *,
-        error: str = "",
-        error_code: str = "",
-        notify: bool = False,
-        dead_lettered: bool = False,
-    ) -> bool:
-        with self._lock:
-            changed = self._connection.execute(
-                "UPDATE jobs SET state = ?, ended_at = ?, error = ?, error_code = ?, notify_pending = ?,"
-                " dead_lettered = ? WHERE id = ? AND token = ? AND state = 'running'",
-                (state.value, now, error, error_code, int(notify), int(dead_lettered), lease.job.id, lease.token),
-            ).rowcount
-        return bool(changed)
+    def end_many(self, ends: Sequence[JobEnd], now: float) -> list[bool]:
+        with self._lock, self._transaction() as db:
+            return [
+                bool(
+                    db.execute(
+                        "UPDATE jobs SET state = ?, ended_at = ?, error = ?, error_code = ?, notify_pending = ?,"
+                        " dead_lettered = ?, body = NULL WHERE id = ? AND token = ? AND state = 'running'",
+                        (end.state.value, now, end.error, end.error_code, int(end.notify), int(end.dead_lettered),
+                         end.lease.job.id, end.lease.token),
+                    ).rowcount
+                )
+                for end in ends
+            ]  # fmt: skip
 
     def requeue(self, lease: Lease, not_before: float, error: str) -> bool:
         with self._lock:
@@ -187,7 +192,8 @@ class SqliteJobQueue:
     def cancel(self, job_id: str, now: float) -> Job | None:
         with self._lock, self._transaction() as db:
             db.execute(
-                "UPDATE jobs SET state = 'cancelled', ended_at = ? WHERE id = ? AND state = 'queued'", (now, job_id)
+                "UPDATE jobs SET state = 'cancelled', ended_at = ?, body = NULL WHERE id = ? AND state = 'queued'",
+                (now, job_id),
             )
             return self._one(db, job_id)
 
@@ -198,7 +204,7 @@ class SqliteJobQueue:
             ).fetchall()
             for row in rows:
                 db.execute(
-                    "UPDATE jobs SET state = 'expired', ended_at = ?, error = ? WHERE id = ?",
+                    "UPDATE jobs SET state = 'expired', ended_at = ?, error = ?, body = NULL WHERE id = ?",
                     (now, "its TTL passed before it ran", row[0]),
                 )
         return [_job(row).with_state(JobState.EXPIRED, ended_at=now) for row in rows]

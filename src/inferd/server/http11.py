@@ -89,12 +89,14 @@ class HttpLimits:
 
 @dataclass(frozen=True, slots=True)
 class BodySpool:
-    """Bodies of POSTs to paths ending in `suffix` (`/infer_async`): written to a file in `folder` as
-    they arrive, up to `max_bytes` (not the server's body limit), and handed over as the request's
-    `body_file`. The handler takes the file (moves it away) or it is removed once answered."""
+    """Bodies of POSTs to paths ending in `suffix` (`/infer_async`): up to `max_bytes` (not the
+    server's body limit). One past `memory_bytes` is written to a file in `folder` as it arrives and
+    handed over as the request's `body_file` (the handler takes the file, or it is removed once
+    answered); a smaller one is read as any body, with no file made for it."""
 
     folder: Path
     max_bytes: int
+    memory_bytes: int = 256 * 1024
     suffix: bytes = b"/infer_async"
 
 
@@ -244,7 +246,9 @@ class _Connection(asyncio.Protocol):
         self._head_bytes = 0
         self._chunks: list[bytes] = []
         self._body_bytes = 0
-        # The body's file when its route spools bodies (HttpLimits.spool), and that route's limit.
+        # The spool when the request's route spools bodies (HttpLimits.spool), the body's file once
+        # it is past the spool's memory_bytes, and the route's limit.
+        self._spooling: BodySpool | None = None
         self._spooled: BinaryIO | None = None
         self._spooled_path = Path()
         self._max_body_bytes = self._limits.max_request_bytes
@@ -426,10 +430,7 @@ class _Connection(asyncio.Protocol):
             and httptools.parse_url(self._url).path.endswith(spool.suffix)
         ):
             self._max_body_bytes = spool.max_bytes
-            spool.folder.mkdir(parents=True, exist_ok=True)
-            # Open across callbacks (closed when the body ends or the request goes): no `with`.
-            descriptor, name = tempfile.mkstemp(dir=spool.folder, prefix=".body-")
-            self._spooled, self._spooled_path = os.fdopen(descriptor, "wb"), Path(name)
+            self._spooling = spool
         declared = self._headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self._max_body_bytes:
             # Refused by its declared length, before a byte of the body is read.
@@ -453,6 +454,17 @@ class _Connection(asyncio.Protocol):
             self._spooled.write(body)  # NOTE: on the loop, as the reads are: a disk keeps up with a socket
             return
         self._chunks.append(body)
+        if self._spooling is not None and self._body_bytes > self._spooling.memory_bytes:
+            self._spool(self._spooling)
+
+    def _spool(self, spool: BodySpool) -> None:
+        """From here on the body goes to a file (what came so far first)."""
+        spool.folder.mkdir(parents=True, exist_ok=True)
+        # Open across callbacks (closed when the body ends or the request goes): no `with`.
+        descriptor, name = tempfile.mkstemp(dir=spool.folder, prefix=".body-")
+        self._spooled, self._spooled_path = os.fdopen(descriptor, "wb"), Path(name)
+        self._spooled.writelines(self._chunks)
+        self._chunks = []
 
     def on_message_complete(self) -> None:
         if not self._answered_early:
@@ -608,6 +620,7 @@ class _Connection(asyncio.Protocol):
             logger.warning("closing a connection after its request in flight: %s", message)
 
     def _drop_spooled(self) -> None:
+        self._spooling = None
         if self._spooled is not None:
             self._spooled.close()
             self._spooled_path.unlink(missing_ok=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from inferd.core.async_inference import Answer, AsyncInference, AsyncSettings
-from inferd.core.async_jobs import Job, JobRequest, JobState
-from inferd.core.job_storage import JobStorage
+from inferd.core.async_inference import QUEUE_BODY_MAX_BYTES, Answer, AsyncInference, AsyncSettings
+from inferd.core.async_jobs import IN_QUEUE, Job, JobRequest, JobState
+from inferd.core.job_storage import JobStorage, StoredObject, Written
 from inferd.core.sqlite_job_queue import SqliteJobQueue
 from inferd.errors import InvalidRequestError, ModelRaisedError, OverloadedError, PermissionDeniedError
 from inferd.testing.fakes import FakeClock
@@ -28,11 +28,14 @@ class Replay:
         self.calls: list[str] = []
         self.raises: dict[bytes, list[Exception]] = {}
         self.sleep_s = 0.0
+        self.gate: asyncio.Event | None = None  # when set: each job waits for it
 
     async def __call__(self, job: Job, body: bytes) -> Answer:
         self.calls.append(job.id)
         if self.sleep_s:
             await asyncio.sleep(self.sleep_s)
+        if self.gate is not None:
+            await self.gate.wait()
         pending = self.raises.get(body)
         if pending:
             raise pending.pop(0)
@@ -56,7 +59,8 @@ class Notifier:
 
 
 class Harness:
-    def __init__(self, root: Path, notifier: Notifier | None = None) -> None:
+    def __init__(self, root: Path, notifier: Notifier | None = None, concurrency: int = 2) -> None:
+        self.realtime_active = False
         self.root = root
         self.clock = FakeClock(1_000_000.0)
         self.replay = Replay()
@@ -65,8 +69,10 @@ class Harness:
             str(root / "payloads"), str(root / "out"), str(root / "failed"), (str(root / "inputs"),)
         )
         self.queue = SqliteJobQueue(root / "jobs.sqlite")
-        settings = AsyncSettings(max_attempts=3, concurrency=2, poll_s=0.01, default_timeout_s=5.0)
-        self.jobs = AsyncInference(self.queue, self.storage, self.replay, self.notifier, settings, self.clock)
+        settings = AsyncSettings(max_attempts=3, concurrency=concurrency, poll_s=0.01, default_timeout_s=5.0)
+        self.jobs = AsyncInference(
+            self.queue, self.storage, self.replay, self.notifier, settings, self.clock, lambda: self.realtime_active
+        )
 
     async def ended(self, job_id: str) -> Job:
         for _ in range(500):
@@ -95,13 +101,82 @@ async def test_a_job_ends_with_its_one_result_and_its_notice(harness: Harness) -
         ended = await harness.jobs.get("j1", wait_s=5)
         assert ended.state is JobState.SUCCEEDED and ended.attempts == 1
         assert read(ended.output_location) == b"HELLO"
-        assert not Path(job.input_location.removeprefix("file://")).exists()  # the inline body, no longer kept
+        assert job.input_location == IN_QUEUE  # a small body is kept in the queue, with its job
         assert harness.replay.calls == ["j1"]
         for _ in range(200):
             if harness.notifier.told:
                 break
             await asyncio.sleep(0.01)
         assert harness.notifier.told == [("j1", JobState.SUCCEEDED)]
+    finally:
+        await harness.jobs.stop()
+
+
+async def test_a_large_body_is_kept_in_the_payload_path_until_its_job_ends(harness: Harness) -> None:
+    body = b"x" * (QUEUE_BODY_MAX_BYTES + 1)
+    job, _ = await harness.jobs.submit(JobRequest("m"), body=body, job_id="big")
+    payload = Path(job.input_location.removeprefix("file://"))
+    assert payload.parent == harness.root / "payloads" and payload.read_bytes() == body
+    harness.jobs.start()
+    try:
+        ended = await harness.jobs.get("big", wait_s=5)
+        assert ended.state is JobState.SUCCEEDED and read(ended.output_location) == body.upper()
+        assert not payload.exists()  # let go once its job ended
+    finally:
+        await harness.jobs.stop()
+
+
+async def test_jobs_that_finish_together_are_written_together(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, concurrency=16)
+    groups: list[int] = []
+    write_all_once = harness.storage.write_all_once
+
+    def counted(objects: list[StoredObject]) -> list[Written]:
+        groups.append(len(objects))
+        return write_all_once(objects)
+
+    harness.storage.write_all_once = counted  # type: ignore[method-assign]
+    harness.replay.gate = asyncio.Event()
+    for i in range(16):
+        await harness.jobs.submit(JobRequest("m"), body=b"job %d" % i, job_id=f"j{i}")
+    harness.jobs.start()
+    try:
+        for _ in range(500):
+            if len(harness.replay.calls) == 16:
+                break
+            await asyncio.sleep(0.01)
+        harness.replay.gate.set()  # all 16 answer at once
+        for i in range(16):
+            ended = await harness.jobs.get(f"j{i}", wait_s=5)
+            assert ended.state is JobState.SUCCEEDED and read(ended.output_location) == b"JOB %d" % i
+        assert groups == [16]  # one group: one pass of flushes for all
+    finally:
+        await harness.jobs.stop()
+
+
+async def test_jobs_run_one_at_a_time_while_real_time_requests_keep_coming(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, concurrency=4)
+    harness.realtime_active = True
+    harness.replay.gate = asyncio.Event()
+    for i in range(4):
+        await harness.jobs.submit(JobRequest("m"), body=b"job %d" % i, job_id=f"j{i}")
+    harness.jobs.start()
+    try:
+        for _ in range(500):
+            if harness.replay.calls:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # ten polls: still one
+        assert len(harness.replay.calls) == 1
+        harness.realtime_active = False  # the real-time traffic stopped: all four run
+        for _ in range(500):
+            if len(harness.replay.calls) == 4:
+                break
+            await asyncio.sleep(0.01)
+        assert len(harness.replay.calls) == 4
+        harness.replay.gate.set()
+        for i in range(4):
+            assert (await harness.jobs.get(f"j{i}", wait_s=5)).state is JobState.SUCCEEDED
     finally:
         await harness.jobs.stop()
 

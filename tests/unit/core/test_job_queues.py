@@ -5,11 +5,12 @@ restart, backoff, cancel and expiry, the notification outbox, and the backlog.""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from inferd.core.async_jobs import Job, JobQuery, JobQueue, JobRequest, JobState
+from inferd.core.async_jobs import IN_QUEUE, Job, JobEnd, JobQuery, JobQueue, JobRequest, JobState, Lease
 from inferd.core.redis_job_queue import RedisJobQueue
 from inferd.core.sqlite_job_queue import SqliteJobQueue
 from inferd.testing.redis_server import run_redis
@@ -30,6 +31,11 @@ def job(
         ttl_s=ttl_s,
         priority=priority,
     )
+
+
+def end(queue: JobQueue, lease: Lease, state: JobState, now: float, **how: object) -> bool:
+    (ended,) = queue.end_many([JobEnd(lease, state, **how)], now)  # type: ignore[arg-type]
+    return ended
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +87,9 @@ def test_a_lease_that_ran_out_is_taken_again_and_fences_out_the_first(queue: Job
     assert first is not None and queue.lease(1030.0, lambda _: 60.0) is None  # held
     second = queue.lease(1061.0, lambda _: 60.0)
     assert second is not None and second.token == first.token + 1 and second.job.attempts == 2
-    assert not queue.end(first, JobState.SUCCEEDED, 1062.0)  # the late writer changes nothing
+    assert not end(queue, first, JobState.SUCCEEDED, 1062.0)  # the late writer changes nothing
     assert not queue.extend(first, 5000.0)
-    assert queue.end(second, JobState.SUCCEEDED, 1063.0, notify=True)
+    assert end(queue, second, JobState.SUCCEEDED, 1063.0, notify=True)
     ended = queue.get("a")
     assert ended is not None and ended.state is JobState.SUCCEEDED and ended.ended_at == 1063.0
     assert ended.notify_pending
@@ -139,7 +145,7 @@ def test_the_outbox_and_the_backlog(queue: JobQueue) -> None:
     lease = queue.lease(200.0, lambda _: 60.0)
     assert lease is not None and lease.job.id == "a"
     assert [(b.model, b.jobs, b.oldest_age_s) for b in queue.backlog(200.0)] == [("m", 2, 100.0), ("n", 1, 80.0)]
-    queue.end(lease, JobState.FAILED, 201.0, error="boom", error_code="MODEL_RAISED", notify=True)
+    end(queue, lease, JobState.FAILED, 201.0, error="boom", error_code="MODEL_RAISED", notify=True)
     assert [j.id for j in queue.pending_notifications(10)] == ["a"]
     queue.notified("a")
     assert queue.pending_notifications(10) == []
@@ -158,8 +164,52 @@ def test_servers_sharing_a_redis_queue_take_over_each_others_jobs(redis_url: str
     assert second.lease(1030.0, lambda _: 60.0) is None
     taken = second.lease(1061.0, lambda _: 60.0)  # "a" died holding "one": "b" takes it over
     assert taken is not None and taken.job.id == "one" and taken.token == held.token + 1
-    assert not first.end(held, JobState.SUCCEEDED, 1062.0)  # "a", late, is fenced out
-    assert second.end(taken, JobState.SUCCEEDED, 1063.0)
+    assert not end(first, held, JobState.SUCCEEDED, 1062.0)  # "a", late, is fenced out
+    assert end(second, taken, JobState.SUCCEEDED, 1063.0)
     assert second.recover(1064.0) == 1  # "b" restarted: it takes back "two" at once
     again = second.lease(1064.0, lambda _: 60.0)
     assert again is not None and again.job.id == "two" and again.job.attempts == 2
+
+
+def kept_body(queue: JobQueue, job_id: str) -> bytes | None:
+    """The body the queue holds for a job, read behind its back (no call gives it but a lease)."""
+    if isinstance(queue, SqliteJobQueue):
+        row = queue._connection.execute("SELECT body FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else row[0]
+    assert isinstance(queue, RedisJobQueue)
+    body: bytes | None = queue._bodies.hget(queue._key("job", job_id), "body")
+    return body
+
+
+def test_a_body_kept_in_the_queue_comes_with_each_lease_and_goes_with_the_end(queue: JobQueue) -> None:
+    body = bytes(range(256)) * 4  # bytes, not text
+    queue.submit(replace(job("a"), input_location=IN_QUEUE), body)
+    queue.submit(replace(job("b", 101.0), input_location=IN_QUEUE), b"{}")
+    queue.submit(job("c", 102.0))
+    first = queue.lease(1000.0, lambda _: 60.0)
+    assert first is not None and first.job.id == "a" and first.body == body
+    again = queue.lease(1061.0, lambda _: 60.0)  # its lease ran out: the next one has the body too
+    assert again is not None and again.job.id == "a" and again.body == body
+    assert end(queue, again, JobState.SUCCEEDED, 1062.0)
+    assert kept_body(queue, "a") is None
+    others = queue.lease_many(1063.0, lambda _: 60.0, 5)
+    assert [(lease.job.id, lease.body) for lease in others] == [("b", b"{}"), ("c", None)]
+    queue.submit(replace(job("d", 103.0), input_location=IN_QUEUE), b"[1]")
+    assert queue.cancel("d", 1064.0) is not None and kept_body(queue, "d") is None
+
+
+def test_ends_written_together_end_each_job_but_the_one_fenced_out(queue: JobQueue) -> None:
+    for i, name in enumerate("abc"):
+        queue.submit(job(name, 100.0 + i))
+    late = queue.lease(1000.0, lambda _: 10.0)  # "a", whose lease runs out
+    assert late is not None and late.job.id == "a"
+    leases = queue.lease_many(1011.0, lambda _: 60.0, 3)  # "a" again, "b", "c"
+    assert [lease.job.id for lease in leases] == ["a", "b", "c"]
+    ends = [JobEnd(late, JobState.SUCCEEDED)] + [
+        JobEnd(lease, state, error="boom" if state is JobState.FAILED else "", notify=True)
+        for lease, state in zip(leases, (JobState.SUCCEEDED, JobState.FAILED, JobState.SUCCEEDED), strict=True)
+    ]
+    assert queue.end_many(ends, 1012.0) == [False, True, True, True]
+    states = {j.id: (j.state, j.error) for j in queue.query(JobQuery())}
+    assert states == {"a": (JobState.SUCCEEDED, ""), "b": (JobState.FAILED, "boom"), "c": (JobState.SUCCEEDED, "")}
+    assert sorted(j.id for j in queue.pending_notifications(10)) == ["a", "b", "c"]
