@@ -40,7 +40,11 @@ nothing (the traffic came alone again). With `max_queue_delay` 0, the default, n
 Background work (`Admission.BACKGROUND`, see core.scheduler) waits in a queue of its own and
 forms batches of its own, only when no real-time request is queued and an instance is free beyond
 the one kept for real-time arrivals (`background_room`); its batches do not count as the model
-being busy, so a real-time request never waits for company because background work runs. A lone
+being busy, so a real-time request never waits for company because background work runs. While
+real-time requests keep coming (one in the last REALTIME_RECENT_S), a background batch is no
+larger than the last real-time batch: a real-time arrival that finds the instance taken by
+background work waits no longer than it would behind real-time work (a drain of a backlog at the
+model's full batch size would make every such arrival wait a whole large batch). A lone
 real-time arrival on an idle model runs on the direct scheduler's path (`DirectScheduler.run`), the
 one path a single request runs on.
 
@@ -65,6 +69,7 @@ from inferd.core.executor import Arrays, Execution, InstancePool, timed_execute
 from inferd.core.rows import merge_arrays, split_arrays
 from inferd.core.scheduler import (
     BACKGROUND_QUEUE_SIZE,
+    REALTIME_RECENT_S,
     Admission,
     BackgroundQueue,
     Clock,
@@ -144,6 +149,10 @@ class DynamicBatcher:
         self._background: BackgroundQueue[Arrays] = BackgroundQueue(model_name, background_queue_size)
         # Background batches executing now: their instances do not make the model busy.
         self._background_batches = 0
+        # When a real-time request last came, and the rows of the last real-time batch: the bound
+        # on a background batch's rows while real-time requests keep coming.
+        self._realtime_at_s = -math.inf
+        self._realtime_rows = 1
         # Whether a full queue can refuse a request before its body is decoded: a bounded queue, and
         # one priority level (with several, which queue a request joins is in its body).
         self.sheds = config.priority_levels <= 1 and any(
@@ -172,7 +181,7 @@ class DynamicBatcher:
             overloaded = self._overloaded(level, policy)
             if overloaded is not None:
                 raise overloaded
-        now = self._clock()
+        self._realtime_at_s = now = self._clock()
         deadline_s = work.deadline_s
         if deadline_s is not None:
             estimate_s = self.estimated_wait_s()
@@ -193,6 +202,7 @@ class DynamicBatcher:
             or self._dispatch_due
             or self._config.preserve_ordering
         ):
+            self._realtime_rows = work.rows
             return await self._run_alone(work)
         timeout_us = work.timeout_us
         timeout = timeout_us if (timeout_us > 0 and policy.allow_timeout_override) else policy.default_timeout_us
@@ -323,6 +333,7 @@ class DynamicBatcher:
                     # Requests that must queue before this come just too late for this batch.
                     self._late_until_s = now + self._delay_s
                 _take(queue, batch)
+                self._realtime_rows = rows
                 self._learn_company(len(batch))
                 self._learn_waiting(len(batch))
                 instance = self._pool.try_acquire()
@@ -375,14 +386,17 @@ class DynamicBatcher:
                 return queue
         return None
 
-    def _candidates(self, queue: deque[_Pending]) -> tuple[list[_Pending], int]:
+    def _candidates(self, queue: deque[_Pending], max_rows: int = 0) -> tuple[list[_Pending], int]:
+        """The batch the queue's head leads: the requests after it that merge with it, up to
+        `max_rows` (default the model's max_batch_size; the head goes whatever its rows)."""
+        max_rows = max_rows or self._max_batch_size
         head = queue[0]
         batch, rows = [head], head.work.rows
         for index in range(1, len(queue)):
-            if rows >= self._max_batch_size:
+            if rows >= max_rows:
                 break
             pending = queue[index]
-            if pending.key == head.key and rows + pending.work.rows <= self._max_batch_size:
+            if pending.key == head.key and rows + pending.work.rows <= max_rows:
                 batch.append(pending)
                 rows += pending.work.rows
         return batch, rows
@@ -394,7 +408,8 @@ class DynamicBatcher:
         background.drop_dead(now)
         if not background:
             return
-        batch, _ = self._candidates(background.entries)
+        realtime_recent = now - self._realtime_at_s < REALTIME_RECENT_S
+        batch, _ = self._candidates(background.entries, self._realtime_rows if realtime_recent else 0)
         _take(background.entries, batch)
         instance = self._pool.try_acquire()
         assert instance is not None

@@ -22,6 +22,7 @@ cannot miss a copy; `shed` refuses a full queue before a door decodes the body.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -61,6 +62,9 @@ class Dispatcher:
         self.tracer = tracer
         self._budget = budget
         self._load_on_demand = load_on_demand
+        # When (perf_counter) a real-time request last began: background work holds back while
+        # they keep coming (core.async_inference).
+        self.realtime_started_s = -math.inf
 
     # -- the handle for a request ------------------------------------------------------------------
 
@@ -145,6 +149,8 @@ class Dispatcher:
         gets the classification it asks for; an ensemble's step (None) is the ensemble's own work.
         `admission`: BACKGROUND work runs only in the room real-time requests leave (core.scheduler)."""
         started_s = time.perf_counter()
+        if admission is Admission.REAL_TIME:
+            self.realtime_started_s = started_s
         if self.tracer is not None:
             self.tracer.request_started(request)
         handle = None
@@ -168,7 +174,7 @@ class Dispatcher:
         """A client's request's responses as the model makes them (a decoupled model's several, any
         other's one), each held to `limits` as `infer`'s answer is; counted once, when the last is
         sent or an error ends them."""
-        started_s = time.perf_counter()
+        self.realtime_started_s = started_s = time.perf_counter()
         if self.tracer is not None:
             self.tracer.request_started(request)
         handle = None

@@ -50,6 +50,9 @@ Outcome = TypeVar("Outcome")
 
 # Background submissions one model holds waiting at most (each holds its request's arrays).
 BACKGROUND_QUEUE_SIZE = 1024
+# Real-time requests this recent (seconds) mean real-time traffic is coming: background work holds
+# back (a batcher's background batches no larger than its real-time ones; async jobs one at a time).
+REALTIME_RECENT_S = 1.0
 
 
 class Admission(enum.Enum):

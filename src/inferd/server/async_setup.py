@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from pathlib import Path
 
 from inferd.config.server import ModelControlMode, ServerSettings
@@ -14,7 +15,7 @@ from inferd.core.async_inference import Answer, AsyncInference, AsyncSettings
 from inferd.core.async_jobs import Job, JobDoor, JobQueue
 from inferd.core.job_storage import JobStorage
 from inferd.core.redis_job_queue import RedisJobQueue
-from inferd.core.scheduler import Admission
+from inferd.core.scheduler import REALTIME_RECENT_S, Admission
 from inferd.core.service import InferenceService
 from inferd.core.sqlite_job_queue import SqliteJobQueue
 from inferd.errors import ModelNotFoundError, ModelNotReadyError
@@ -106,6 +107,7 @@ def build_async_inference(
     secret = None
     if settings.async_webhook_secret_file is not None:
         secret = Path(settings.async_webhook_secret_file).read_bytes().strip()
+    dispatcher = service.dispatcher
     notifier = JobNotifier(settings.async_webhooks, secret, settings.async_success_topic, settings.async_error_topic)
     return AsyncInference(
         _queue(settings, state, storage),
@@ -113,4 +115,5 @@ def build_async_inference(
         replay,
         notifier,
         AsyncSettings(max_attempts=settings.async_max_attempts, concurrency=settings.async_concurrency),
+        realtime_active=lambda: time.perf_counter() - dispatcher.realtime_started_s < REALTIME_RECENT_S,
     )

@@ -15,7 +15,7 @@ import pytest
 from inferd.config.model import DynamicBatchingConfig, ModelConfig, QueuePolicy, SequenceBatchingConfig, TensorConfig
 from inferd.core.batcher import DynamicBatcher
 from inferd.core.executor import InstancePool
-from inferd.core.scheduler import Admission, DirectScheduler, Scheduler, Work
+from inferd.core.scheduler import REALTIME_RECENT_S, Admission, DirectScheduler, Scheduler, Work
 from inferd.core.sequence import SequenceBatcher
 from inferd.errors import ModelOutputError, OverloadedError, UnavailableError, UnsupportedError
 from inferd.testing.fakes import FakeClock, FakeRuntime, fake_work
@@ -194,6 +194,33 @@ async def test_background_work_leaves_one_instance_to_real_time_requests(kind: K
     assert answer["y"].tolist() == [[2.0, 2.0]]
     gate.set()
     await asyncio.wait_for(asyncio.gather(*background), timeout=10)
+    await scheduler.close()
+
+
+async def test_background_batches_are_no_larger_than_real_time_ones_while_real_time_requests_come(
+    gate: threading.Event,
+) -> None:
+    runtime = FakeRuntime(gate, may_run_inline=False)
+    clock = FakeClock()
+    scheduler = DynamicBatcher("fake", InstancePool([runtime], name="fake"), max_batch_size=8,
+                               config=DynamicBatchingConfig(), clock=clock)  # fmt: skip
+    running = started(scheduler, "dynamic", 1.0)  # a real-time request of one row, executing
+    await until(runtime.started.is_set)
+    background = [started(scheduler, "dynamic", 10.0 + i, admission=BACKGROUND) for i in range(3)]
+    await until(lambda: scheduler.queued == 3)
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(running, *background), timeout=10)
+    assert runtime.batches == [1, 1, 1, 1]  # one row at a time, as the real-time traffic came
+    held = threading.Event()
+    runtime.gate, runtime.started = held, threading.Event()
+    clock.advance(REALTIME_RECENT_S + 0.1)  # real-time traffic has stopped: full batches again
+    background = [started(scheduler, "dynamic", 20.0, admission=BACKGROUND)]
+    await until(runtime.started.is_set)
+    background += [started(scheduler, "dynamic", 21.0 + i, admission=BACKGROUND) for i in range(3)]
+    await until(lambda: scheduler.queued == 3)
+    held.set()
+    await asyncio.wait_for(asyncio.gather(*background), timeout=10)
+    assert runtime.batches[4:] == [1, 3]
     await scheduler.close()
 
 
