@@ -5,7 +5,9 @@ routing costs), and through an endpoint of two variants (90/10 over two versions
 and the batches the split makes smaller), in turns at each concurrency with wrk (serving.py's
 `in_turns`: the order reverses every round). Each ratio is the median of the rounds' ratios (each
 round's endpoint over the same round's model), with the lowest and highest round beside it: the
-machine's drift falls on both sides of a ratio alike.
+machine's drift falls on both sides of a ratio alike. Beside each, the server's CPU a request
+(user + system, from /proc), whose ratio moves far less with the neighbours' load than the
+throughput's: at saturation the throughput is the cores over the CPU a request.
 
     .venv/bin/python benchmarks/endpoints.py [--concurrency 1 8 32] [--rounds 5] [--seconds 3]
 
@@ -31,20 +33,20 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serving import Measurement, Setup, build_repository, in_turns, tiny_model, wrk
+from serving import Measurement, Setup, build_repository, in_turns, tiny_model, with_server_cpu, wrk
 
 from inferd.testing.server import run_server
 
-console = Console(width=160)
+console = Console(width=220)
 
 
 def median(values: Iterable[float]) -> float:
     return statistics.median(values)
 
 
-def ratios(measured: list[Measurement], baseline: list[Measurement]) -> str:
-    """The median of the rounds' throughput ratios, and [lowest, highest]."""
-    each = sorted(m.throughput / b.throughput for m, b in zip(measured, baseline, strict=True))
+def ratios(measured: list[Measurement], baseline: list[Measurement], field: str = "throughput") -> str:
+    """The median of the rounds' ratios of `field`, and [lowest, highest]."""
+    each = sorted(getattr(m, field) / getattr(b, field) for m, b in zip(measured, baseline, strict=True))
     return f"{statistics.median(each):.3f} [{each[0]:.2f}, {each[-1]:.2f}]"
 
 
@@ -62,7 +64,8 @@ def main() -> int:
     table = Table(title=f"tiny model: by name and through an endpoint, in turns ({args.rounds} rounds of "
                         f"{args.seconds:g} s, medians)")  # fmt: skip
     for column in ("concurrency", "model req/s", "one variant req/s", "one / model [range]", "90/10 req/s",
-                   "90/10 / model [range]", "p50 us: model, one, 90/10"):  # fmt: skip
+                   "90/10 / model [range]", "CPU us a request: model, one, 90/10", "CPU: one / model [range]",
+                   "p50 us: model, one, 90/10"):  # fmt: skip
         table.add_column(column, justify="right")
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
@@ -91,9 +94,12 @@ def main() -> int:
             for concurrency in args.concurrency:
                 with console.status(f"concurrency {concurrency}: {args.rounds} rounds, in turns"):
                     paths = {
-                        label: functools.partial(wrk, url, body, concurrency, args.seconds, scratch)
+                        label: functools.partial(
+                            with_server_cpu, server.process.pid, args.seconds,
+                            functools.partial(wrk, url, body, concurrency, args.seconds, scratch),
+                        )
                         for label, url in urls.items()
-                    }
+                    }  # fmt: skip
                     rounds = in_turns(paths, args.rounds)
                 bare, one, split = (rounds[label] for label in ("model", "one", "split"))
                 table.add_row(
@@ -103,6 +109,8 @@ def main() -> int:
                     ratios(one, bare),
                     f"{median(m.throughput for m in split):,.0f}",
                     ratios(split, bare),
+                    ", ".join(f"{median(m.cpu_us for m in ms):.0f}" for ms in (bare, one, split)),
+                    ratios(one, bare, "cpu_us"),
                     ", ".join(f"{median(m.p50_us for m in ms):.0f}" for ms in (bare, one, split)),
                 )
     console.print(table)

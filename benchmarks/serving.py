@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import csv
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -36,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +119,8 @@ class Measurement:
     p90_us: float = 0.0
     # Answers other than 2xx, and socket errors (paced_wrk counts them; the others raise).
     failures: int = 0
+    # The server's CPU (user + system) a request, where measured (`with_server_cpu`).
+    cpu_us: float = 0.0
 
 
 # -- model repositories -------------------------------------------------------------------------
@@ -260,6 +263,22 @@ def _wait_until_quiet(busy_below: float = 0.15, timeout_s: float = 60.0) -> None
         busy, total = second[0] - first[0], second[1] - first[1]
         if total <= 0 or busy / total < busy_below:
             return
+
+
+def process_cpu_s(pid: int) -> float:
+    """A process's CPU seconds so far (user + system, its threads included), from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def with_server_cpu(pid: int, seconds: float, measure: Callable[[], Measurement]) -> Measurement:
+    """`measure()` with the server's CPU a request beside its throughput: on a shared machine the
+    CPU a request costs moves far less with the neighbours' load than the requests a second do."""
+    before = process_cpu_s(pid)
+    measured = measure()
+    spent = process_cpu_s(pid) - before
+    return replace(measured, cpu_us=spent / max(1.0, measured.throughput * seconds) * 1e6)
 
 
 def _cpu_times() -> tuple[int, int]:

@@ -405,7 +405,14 @@ def test_a_512_mb_body_goes_to_disk_as_it_arrives(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "a body cut off midway was left on disk"
             time.sleep(0.01)
         too_big = http_request(server, "POST", "/v2/models/held/infer", b"x" * 2_000_000)
-        assert too_big.status == 413  # other routes keep --max-request-bytes
+        assert too_big.status == 413 and b"--max-request-bytes" in too_big.body  # other routes keep theirs
+        huge = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+        huge.putrequest("POST", "/v2/models/held/infer_async")
+        huge.putheader("Content-Length", str(700 << 20))  # refused by its declared length
+        huge.endheaders()
+        refused = huge.getresponse()
+        assert refused.status == 413 and b"(--max-async-request-bytes)" in refused.read()
+        huge.close()
         assert http_request(server, "DELETE", "/v2/async/big").status == 200
         assert not payload.exists()  # a cancelled job's body is not kept
         hold.unlink()

@@ -171,17 +171,17 @@ class AsyncInference:
         self, request: JobRequest, body: bytes | None, body_file: Path | None, input_location: str | None,
         job_id: str, ttl_s: float | None, timeout_s: float | None, priority: int,
     ) -> tuple[Job, bool]:  # fmt: skip
-        """A submit's blocking steps, on one thread hop: the body kept, then the job."""
-        existing = self._queue.get(job_id)
-        if existing is not None:
-            if body_file is not None:
-                body_file.unlink(missing_ok=True)
-            return existing, False
+        """A submit's blocking steps, on one thread hop: the body kept, then the job (a body kept in
+        the queue goes in the job's own row: a job of the same id there already keeps its own)."""
         kept_body = None
         if input_location is not None:
             location = self.storage.check_input(input_location)
         elif body_file is None and len(body or b"") <= QUEUE_BODY_MAX_BYTES:
             location, kept_body = IN_QUEUE, body or b""
+        elif (existing := self._queue.get(job_id)) is not None:  # no object written for a repeat
+            if body_file is not None:
+                body_file.unlink(missing_ok=True)
+            return existing, False
         elif body_file is not None:
             location = self.storage.payload_location(job_id)
             self.storage.adopt(location, body_file)

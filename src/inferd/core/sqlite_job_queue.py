@@ -4,6 +4,10 @@ SQLite in WAL mode: a commit is in the log before `submit` returns, so a `kill -
 loses no job that was answered 202 (synchronous=NORMAL: a power cut may lose the last commits, a
 process crash none). Every change is one transaction, so a job is never half leased or half ended.
 
+The log is copied into the database (a checkpoint, which flushes both to disk) by a thread of the
+queue's own, once a second, on a connection of its own: SQLite's default, a checkpoint inside the
+commit that fills the log past 1,000 pages, held every other call of the queue for milliseconds.
+
 One server owns the database (SQLite does not share a queue between hosts: that is what
 `--async-queue redis://` is for). Leases still matter to it: a job that was running when the
 server died has a lease that runs out, and the next lease (after the restart) runs it again,
@@ -66,6 +70,10 @@ _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
 _SELECT_WITH_BODY = f"SELECT {', '.join(_COLUMNS)}, body FROM jobs"
 
 
+# How often the log is checkpointed into the database (see the module's docstring).
+CHECKPOINT_EVERY_S = 1.0
+
+
 class SqliteJobQueue:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -76,10 +84,29 @@ class SqliteJobQueue:
         with self._lock:
             self._connection.execute("PRAGMA journal_mode=WAL")
             self._connection.execute("PRAGMA synchronous=NORMAL")
+            self._connection.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer's job
             self._connection.executescript(_SCHEMA)
             columns = {row[1] for row in self._connection.execute("PRAGMA table_info(jobs)")}
             if "body" not in columns:  # a state directory from before the queue kept bodies
                 self._connection.execute("ALTER TABLE jobs ADD COLUMN body BLOB")
+        self._closing = threading.Event()
+        self._checkpointer = threading.Thread(
+            target=self._checkpoint, args=(path,), name="inferd-async-checkpoint", daemon=True
+        )
+        self._checkpointer.start()
+
+    def _checkpoint(self, path: Path) -> None:
+        """Checkpoint the log every CHECKPOINT_EVERY_S until closed (PASSIVE: it waits for no
+        reader or writer, and what it could not copy this time it copies the next)."""
+        connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        try:
+            while not self._closing.wait(CHECKPOINT_EVERY_S):
+                try:
+                    connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.Error:  # busy, or the disk: the next one tries again
+                    continue
+        finally:
+            connection.close()
 
     def submit(self, job: Job, body: bytes | None = None) -> tuple[Job, bool]:
         with self._lock, self._transaction() as db:
@@ -88,7 +115,7 @@ class SqliteJobQueue:
                 f" VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})",
                 (*_row(job), body),
             ).rowcount
-            kept = self._one(db, job.id)
+            kept = job if inserted else self._one(db, job.id)
         assert kept is not None
         return kept, bool(inserted)
 
@@ -227,6 +254,8 @@ class SqliteJobQueue:
         return [Backlog(model, count, max(0.0, now - oldest)) for model, count, oldest in rows]
 
     def close(self) -> None:
+        self._closing.set()
+        self._checkpointer.join(timeout=30)
         with self._lock:
             self._connection.close()
 

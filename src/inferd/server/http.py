@@ -69,7 +69,7 @@ class HttpApp:
                 request_id = check_request_id(header_text(raw_id), "X-Request-ID")
                 current_request_id.set(request_id)
             if request.oversized:
-                raise self._too_large(request.oversized)
+                raise self._too_large(request)
             route, params = group.match(request, parts)
             if self._access is not None:
                 self._access.check(route.access, request.headers.get(_AUTHORIZATION))
@@ -84,11 +84,12 @@ class HttpApp:
         finally:
             current_request_id.reset(token)
 
-    def _too_large(self, size: int) -> RequestTooLargeError:
+    def _too_large(self, request: HttpRequest) -> RequestTooLargeError:
+        limit, setting = request.limit if request.limit[1] else (self._max_request_bytes, "--max-request-bytes")
         return RequestTooLargeError(
-            f"request body of {size} bytes or more exceeds the server's limit of {self._max_request_bytes} bytes "
-            "(--max-request-bytes)",
-            expected=f"<= {self._max_request_bytes} bytes",
+            f"request body of {request.oversized} bytes or more exceeds the server's limit of {limit} bytes "
+            f"({setting})",
+            expected=f"<= {limit} bytes",
         )
 
     def _error(self, request: HttpRequest, group: RouteGroup, error: InferdError, request_id: str) -> HttpResponse:

@@ -98,6 +98,8 @@ class BodySpool:
     max_bytes: int
     memory_bytes: int = 256 * 1024
     suffix: bytes = b"/infer_async"
+    # The setting that sets `max_bytes`, named when a body is refused for exceeding it.
+    setting: str = "--max-async-request-bytes"
 
 
 @dataclass(slots=True)
@@ -111,6 +113,8 @@ class HttpRequest:
     body: bytes
     # Bytes declared or seen when the body was over the limit (and dropped); 0 otherwise.
     oversized: int = 0
+    # The limit it was over, and the setting that sets it (the async routes have their own).
+    limit: tuple[int, str] = (0, "")
     keep_alive: bool = True
     # The client is on this host (a loopback peer): what only such a client may do (shared memory).
     local_peer: bool = False
@@ -447,8 +451,7 @@ class _Connection(asyncio.Protocol):
         if self._body_bytes > self._max_body_bytes:
             # A chunked body, whose size shows only as it arrives.
             self._chunks = []
-            self._drop_spooled()
-            self._answer_early(oversized=self._body_bytes)
+            self._answer_early(oversized=self._body_bytes)  # the spooled part, if any, is dropped
             return
         if self._spooled is not None:
             self._spooled.write(body)  # NOTE: on the loop, as the reads are: a disk keeps up with a socket
@@ -495,6 +498,8 @@ class _Connection(asyncio.Protocol):
             path = urllib.parse.unquote(path)
         chunks = self._chunks
         body_file = None
+        spool = self._spooling
+        limit = (spool.max_bytes, spool.setting) if spool is not None else (self._max_body_bytes, "--max-request-bytes")
         if self._spooled is not None and not oversized:
             self._spooled.close()
             body_file, self._spooled = self._spooled_path, None
@@ -506,6 +511,7 @@ class _Connection(asyncio.Protocol):
             headers=self._headers,
             body=chunks[0] if len(chunks) == 1 else b"".join(chunks),
             oversized=oversized,
+            limit=limit,
             # After a refused body the stream is not at a request's start.
             keep_alive=self._parser.should_keep_alive() and not oversized,
             local_peer=self._local_peer,

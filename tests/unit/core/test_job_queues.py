@@ -4,6 +4,7 @@ restart, backoff, cancel and expiry, the notification outbox, and the backlog.""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -213,3 +214,18 @@ def test_ends_written_together_end_each_job_but_the_one_fenced_out(queue: JobQue
     states = {j.id: (j.state, j.error) for j in queue.query(JobQuery())}
     assert states == {"a": (JobState.SUCCEEDED, ""), "b": (JobState.FAILED, "boom"), "c": (JobState.SUCCEEDED, "")}
     assert sorted(j.id for j in queue.pending_notifications(10)) == ["a", "b", "c"]
+
+
+def test_the_embedded_queue_checkpoints_its_log_on_a_thread_of_its_own(tmp_path: Path) -> None:
+    queue = SqliteJobQueue(tmp_path / "jobs.sqlite")
+    try:
+        for i in range(2000):  # no commit checkpoints: the log holds them all
+            queue.submit(replace(job(f"j{i}"), input_location=IN_QUEUE), b"x" * 1000)
+        database = tmp_path / "jobs.sqlite"
+        deadline = time.monotonic() + 10
+        while database.stat().st_size < 2000 * 1000:  # the checkpointer copied the log into it
+            assert time.monotonic() < deadline, "the log was never checkpointed"
+            time.sleep(0.05)
+        assert queue.lease(1000.0, lambda _: 60.0) is not None
+    finally:
+        queue.close()
