@@ -11,6 +11,8 @@ load generator) so the client is not what is measured:
 
     .venv/bin/python benchmarks/async_inference.py [--model tiny|minilm] [--rounds 3] [--seconds 3]
 
+What a job's durable steps cost this machine's disk alone: benchmarks/async_floor.py.
+
 Targets (issue "Async inference"): submit p50 under 5 ms; async throughput at least 0.9x the
 real-time throughput; real-time p99 during a drain within 10% of its p99 with no backlog.
 Needs wrk (apt-get install wrk).
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import statistics
@@ -90,18 +91,6 @@ def drain(server: ServerProcess, model: str, body: bytes, timeout_s: float = 600
     return time.monotonic() - started
 
 
-def file_create_us(folder: Path, files: int = 300) -> float:
-    """CPU microseconds this machine's filesystem takes to create an empty file (each job's result
-    is one): the floor under a job's cost that no code of inferd's changes."""
-    folder.mkdir()
-    started = time.process_time()
-    for i in range(files):
-        os.close(os.open(folder / str(i), os.O_CREAT | os.O_WRONLY, 0o644))
-    spent = time.process_time() - started
-    shutil.rmtree(folder)
-    return spent / files * 1e6
-
-
 def submit_flat_out(server: ServerProcess, script: Path, model: str, seconds: float) -> tuple[int, str]:
     output = run_wrk(f"http://{server.http_url}/v2/models/{model}/infer_async", script, 32, seconds)
     if "Non-2xx" in output:
@@ -125,7 +114,6 @@ def main() -> int:
     body = model.v2_json()
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
-        create_us = file_create_us(scratch / "creates")
         repository = build_repository(scratch / "repository", model, source, Setup(batching=True))
         script = post_script(scratch, body)
         with run_server(repository, scratch / "inferd.log", "--state-dir", str(scratch / "state")) as server:
@@ -172,7 +160,6 @@ def main() -> int:
     table.add_row("real-time requests/s (32 connections)", f"{capacity:,.0f}", "")
     table.add_row("async jobs/s (submitted flat out, until all written)", f"{statistics.median(async_rate):,.0f}", "")
     table.add_row("async / real-time", f"{ratio:.2f}", ">= 0.9")
-    table.add_row("CPU to create a file here (one a job)", f"{create_us:,.0f} us", "")
     p99_quiet, p99_busy = statistics.median(quiet), statistics.median(busy)
     table.add_row("real-time p99 at half capacity, no backlog", f"{p99_quiet / 1000:.2f} ms", "")
     table.add_row("real-time p99 at half capacity, backlog draining", f"{p99_busy / 1000:.2f} ms", "")

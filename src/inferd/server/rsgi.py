@@ -13,6 +13,8 @@ builds the same `HttpRequest` that `server.http11` builds and answers the `HttpA
   waits for its next request, so an idle connection closes after `read_timeout_s`.
 * `max_request_bytes`: here, by the declared Content-Length (the body is never read: 413, then
   hyper closes) or, chunked, as the body streams in.
+* `spool`: here, as in http11: an async submit's body past the spool's `memory_bytes` is written
+  to a file as it streams in, up to the spool's own limit, and handed over as `body_file`.
 * `min_body_bytes_per_s`: here, by a sweep over the bodies being read (as http11 does): a body
   behind its pace has its read cancelled and gets 408. A body under 64 KiB is read whole and must
   arrive within `read_timeout_s` of its head.
@@ -34,12 +36,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
+import tempfile
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd.server.auth import is_loopback_host
-from inferd.server.http11 import Handler, HttpLimits, HttpRequest, HttpResponse
+from inferd.server.http11 import BodySpool, Handler, HttpLimits, HttpRequest, HttpResponse
 
 if TYPE_CHECKING:
     from granian._granian import RSGIHTTPProtocol as HTTPProtocol
@@ -69,6 +74,13 @@ class _BodyClock:
 
 class _BodyTimeout(Exception):
     pass
+
+
+def _spool_file(spool: BodySpool) -> tuple[Any, Path]:
+    """A new file in the spool's folder, open for writing, and its path."""
+    spool.folder.mkdir(parents=True, exist_ok=True)
+    descriptor, name = tempfile.mkstemp(dir=spool.folder, prefix=".body-")
+    return os.fdopen(descriptor, "wb"), Path(name)
 
 
 class _BodyTooLarge(Exception):
@@ -202,6 +214,9 @@ class GranianServer:
                 except Exception:
                     logger.exception("unhandled error serving %s %s", scope.method, scope.path)
                     response = HttpResponse(500, b"internal error; see the server log", close=True)
+                finally:
+                    if request.body_file is not None:  # not taken by the handler
+                        request.body_file.unlink(missing_ok=True)
                 keep_alive = request.keep_alive and not response.close
             headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in response.headers]
             if not keep_alive:
@@ -234,7 +249,12 @@ class GranianServer:
             local_peer=is_loopback_host(scope.client.rpartition(":")[0]),
         )
         declared = headers.get(b"content-length")
-        limit = self.limits.max_request_bytes
+        spool = self.limits.spool
+        if spool is not None and scope.method == "POST" and scope.path.endswith(spool.suffix.decode()):
+            limit, request.limit = spool.max_bytes, (spool.max_bytes, spool.setting)
+        else:
+            spool, limit = None, self.limits.max_request_bytes
+            request.limit = (limit, "--max-request-bytes")
         if declared is not None and declared.isdigit():
             size = int(declared)
             if size > limit:
@@ -248,7 +268,11 @@ class GranianServer:
         else:
             size = -1
         try:
-            request.body = await self._read_body(protocol, task, size, limit)
+            body = await self._read_body(protocol, task, size, limit, spool)
+            if isinstance(body, Path):
+                request.body_file = body
+            else:
+                request.body = body
         except _BodyTooLarge as exc:
             request.oversized, request.keep_alive = exc.size, False
         except _BodyTimeout:
@@ -256,14 +280,18 @@ class GranianServer:
             return HttpResponse(408, f"request body arriving slower than {rate:g} bytes/s".encode(), close=True)
         return request
 
-    async def _read_body(self, protocol: HTTPProtocol, task: asyncio.Task[Any], size: int, limit: int) -> bytes:
-        """The body: `size` bytes as declared, or -1 (chunked: up to `limit`).
+    async def _read_body(
+        self, protocol: HTTPProtocol, task: asyncio.Task[Any], size: int, limit: int, spool: BodySpool | None
+    ) -> bytes | Path:
+        """The body: `size` bytes as declared, or -1 (chunked: up to `limit`); on a route that
+        spools (`spool`), one past its `memory_bytes` goes to a file as it arrives (its path).
 
         A small body is read whole, and must arrive within `read_timeout_s` of its head; a larger
         or chunked one is read as it streams in, at `min_body_bytes_per_s` on average after that
         grace (http11's rule)."""
         clock = _BodyClock(time.monotonic(), self.limits.read_timeout_s)
         self._reading[task] = clock
+        spooled: tuple[Any, Path] | None = None
         try:
             if 0 <= size < _READ_WHOLE_BELOW:
                 return await protocol()
@@ -272,7 +300,18 @@ class GranianServer:
                 clock.received += len(chunk)
                 if clock.received > limit:
                     raise _BodyTooLarge(clock.received)
+                if spooled is not None:
+                    spooled[0].write(chunk)  # NOTE: on the loop, as in http11: a disk keeps up with a socket
+                    continue
                 chunks.append(chunk)
+                if spool is not None and clock.received > spool.memory_bytes:
+                    spooled = _spool_file(spool)
+                    spooled[0].writelines(chunks)
+                    chunks = []
+            if spooled is not None:
+                spooled[0].close()
+                path, spooled = spooled[1], None
+                return path
             return b"".join(chunks)
         except asyncio.CancelledError:
             if not clock.expired:
@@ -281,3 +320,6 @@ class GranianServer:
             raise _BodyTimeout from None
         finally:
             del self._reading[task]
+            if spooled is not None:  # cut off, too large or too slow: not kept
+                spooled[0].close()
+                spooled[1].unlink(missing_ok=True)
