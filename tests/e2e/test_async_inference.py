@@ -568,6 +568,23 @@ def test_boto3_invoke_endpoint_async_with_s3_and_sns(repository: Path, s3: Any, 
         with pytest.raises(client.exceptions.ClientError) as refused:
             client.invoke_endpoint_async(EndpointName="picky", InputLocation=f"s3://{BUCKET}/elsewhere.json")
         assert "403" in str(refused.value) or "PERMISSION_DENIED" in str(refused.value)
+        # An inline Body (boto3's newer form), into a folder the caller names under the output path.
+        inline = client.invoke_endpoint_async(
+            EndpointName="picky", Body=body([2.0, 7.0, 1.0, 8.0]), ContentType="application/json",
+            InferenceId="boto-2", S3OutputPathExtension="team-a/2026",
+        )  # fmt: skip
+        assert inline["OutputLocation"] == f"s3://{BUCKET}/out/team-a/2026/boto-2.out"
+        assert wait(server, "boto-2")["state"] == "succeeded"
+        result = json.loads(s3.get_object(Bucket=BUCKET, Key="out/team-a/2026/boto-2.out")["Body"].read())
+        assert result["outputs"][0]["data"] == [2.0, 7.0, 1.0, 8.0]
+        for wrong in (
+            {"Body": body([1.0, 2.0, 3.0, 4.0]), "InputLocation": f"s3://{BUCKET}/in/rows.json"},  # both
+            {"Body": body([1.0, 2.0, 3.0, 4.0]), "Filename": "mine.out"},  # a name that could be another's
+            {"Body": body([1.0, 2.0, 3.0, 4.0]), "S3OutputPathExtension": "../models"},  # out of the path
+        ):
+            with pytest.raises(client.exceptions.ClientError) as refused:
+                client.invoke_endpoint_async(EndpointName="picky", ContentType="application/json", **wrong)
+            assert "400" in str(refused.value) or "INVALID_ARGUMENT" in str(refused.value)
         deadline = time.monotonic() + 30
         while not (messages := sqs.receive_message(QueueUrl=queue_url, WaitTimeSeconds=1).get("Messages")):
             assert time.monotonic() < deadline, "SNS was never told"

@@ -156,12 +156,14 @@ class AsyncInference:
         ttl_s: float | None = None,
         timeout_s: float | None = None,
         priority: int = 0,
+        output_extension: str = "",
     ) -> tuple[Job, bool]:
         """Keep a job (from `body`, a spooled `body_file` it takes, or the caller's `input_location`);
-        True when it is new. The same `job_id` again is the same job: nothing is kept twice."""
+        True when it is new. The same `job_id` again is the same job: nothing is kept twice.
+        `output_extension`: folders under the output and failure paths its objects go in."""
         job_id = check_job_id(job_id) if job_id else new_job_id()
         kept, created = await self._blocking(
-            self._keep, request, body, body_file, input_location, job_id, ttl_s, timeout_s, priority
+            self._keep, request, body, body_file, input_location, job_id, ttl_s, timeout_s, priority, output_extension
         )
         if created:
             self._work.set()
@@ -169,11 +171,12 @@ class AsyncInference:
 
     def _keep(
         self, request: JobRequest, body: bytes | None, body_file: Path | None, input_location: str | None,
-        job_id: str, ttl_s: float | None, timeout_s: float | None, priority: int,
+        job_id: str, ttl_s: float | None, timeout_s: float | None, priority: int, output_extension: str,
     ) -> tuple[Job, bool]:  # fmt: skip
         """A submit's blocking steps, on one thread hop: the body kept, then the job (a body kept in
         the queue goes in the job's own row: a job of the same id there already keeps its own)."""
         kept_body = None
+        extension = self.storage.output_extension(output_extension)
         if input_location is not None:
             location = self.storage.check_input(input_location)
         elif body_file is None and len(body or b"") <= QUEUE_BODY_MAX_BYTES:
@@ -192,8 +195,8 @@ class AsyncInference:
             id=job_id,
             request=request,
             input_location=location,
-            output_location=self.storage.output_location(job_id),
-            failure_location=self.storage.failure_location(job_id),
+            output_location=self.storage.output_location(job_id, extension),
+            failure_location=self.storage.failure_location(job_id, extension),
             submitted_at=self._clock(),
             ttl_s=ttl_s,
             timeout_s=timeout_s,

@@ -32,6 +32,8 @@ from urllib.parse import unquote, urlparse
 
 from inferd.errors import InvalidRequestError, PermissionDeniedError
 
+# Folders an output path extension may name, one in another.
+_MAX_EXTENSION_DEPTH = 8
 # A job id a caller may give (SageMaker's InferenceId is at most 64 printable characters): a plain
 # name, so that `{id}.out` stays inside its folder.
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
@@ -89,11 +91,28 @@ class JobStorage:
     def payload_location(self, job_id: str) -> str:
         return f"{self.payload_path}/{job_id}.in"
 
-    def output_location(self, job_id: str) -> str:
-        return f"{self.output_path}/{job_id}.out"
+    def output_location(self, job_id: str, extension: str = "") -> str:
+        return f"{self.output_path}/{extension}{job_id}.out"
 
-    def failure_location(self, job_id: str) -> str:
-        return f"{self.failure_path}/{job_id}-error.out"
+    def failure_location(self, job_id: str, extension: str = "") -> str:
+        return f"{self.failure_path}/{extension}{job_id}-error.out"
+
+    def output_extension(self, extension: str) -> str:
+        """A caller's extension of the output and failure paths (SageMaker's S3OutputPathExtension),
+        as the prefix `output_location` takes: a relative path of plain names (each as a job id
+        is, so none can climb out), at most 8 deep; its local folders are made."""
+        parts = [part for part in extension.strip("/").split("/") if part]
+        if not parts:
+            return ""
+        if len(parts) > _MAX_EXTENSION_DEPTH:
+            raise InvalidRequestError(f"output path extension {extension[:140]!r} is more than 8 folders deep")
+        for part in parts:
+            check_job_id(part)
+        prefix = "/".join(parts) + "/"
+        for place in {self.output_path, self.failure_path}:
+            if place.startswith("file://"):
+                (_local(place) / prefix).mkdir(parents=True, exist_ok=True)
+        return prefix
 
     def check_input(self, location: str) -> str:
         """`location` when it lies under an input root (a local one after links are followed);

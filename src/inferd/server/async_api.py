@@ -56,6 +56,8 @@ SAGEMAKER_ACCEPT = b"x-amzn-sagemaker-accept"
 SAGEMAKER_INFERENCE_ID = b"x-amzn-sagemaker-inference-id"
 SAGEMAKER_TTL = b"x-amzn-sagemaker-requestttlseconds"
 SAGEMAKER_TIMEOUT = b"x-amzn-sagemaker-invocationtimeoutseconds"
+SAGEMAKER_OUTPUT_EXTENSION = b"x-amzn-sagemaker-s3outputpathextension"
+SAGEMAKER_FILENAME = b"x-amzn-sagemaker-filename"
 
 
 class _LocationBody(BaseModel):
@@ -150,9 +152,17 @@ class AsyncApi:
         await self._check_target(model, "")
         headers = request.headers
         location = headers.get(SAGEMAKER_INPUT_LOCATION)
-        if not location:
+        inline = request.body or None
+        if bool(location) == bool(inline):
             raise InvalidRequestError(
-                "X-Amzn-SageMaker-InputLocation names no input: an async invocation reads its input there"
+                "an async invocation takes its input from X-Amzn-SageMaker-InputLocation or from its body "
+                "(boto3's InputLocation or Body): exactly one of them"
+            )
+        if headers.get(SAGEMAKER_FILENAME):
+            # A name a caller chose could be another job's: results are named by their job's id.
+            raise InvalidRequestError(
+                "X-Amzn-SageMaker-Filename is not supported: a result is named by its inference id "
+                "(ID.out); give X-Amzn-SageMaker-Inference-Id (boto3's InferenceId) to choose the name"
             )
         options = {
             "inference_id": (headers.get(SAGEMAKER_INFERENCE_ID) or b"").decode("latin-1"),
@@ -162,7 +172,11 @@ class AsyncApi:
         content_type = (headers.get(SAGEMAKER_CONTENT_TYPE) or json_v2.JSON_CONTENT_TYPE).decode("latin-1")
         accept = (headers.get(SAGEMAKER_ACCEPT) or b"").decode("latin-1")
         job_request = JobRequest(model, "", JobDoor.SAGEMAKER, content_type, accept)
-        job, _ = await jobs.submit(job_request, input_location=location.decode("latin-1"), **_submit_options(options))
+        extension = (headers.get(SAGEMAKER_OUTPUT_EXTENSION) or b"").decode("latin-1")
+        job, _ = await jobs.submit(
+            job_request, body=inline, input_location=location.decode("latin-1") if location else None,
+            output_extension=extension, **_submit_options(options),
+        )  # fmt: skip
         answer = [
             (b"x-amzn-sagemaker-outputlocation", job.output_location.encode()),
             (b"x-amzn-sagemaker-failurelocation", job.failure_location.encode()),

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from inferd.core.job_storage import JobStorage, StoredObject
+from inferd.errors import InvalidRequestError
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -31,3 +32,15 @@ def test_objects_written_together_are_each_written_once_and_one_failure_stops_on
     assert storage.write_all_once(objects[:1]) == [False]  # a retry writes nothing
     with pytest.raises(FileNotFoundError):
         storage.write_once(objects[2].location, b"X")
+
+
+def test_an_output_path_extension_is_folders_of_plain_names_under_the_operators_paths(tmp_path: Path) -> None:
+    storage = JobStorage(str(tmp_path / "payloads"), str(tmp_path / "out"), str(tmp_path / "failed"), ())
+    extension = storage.output_extension("/team-a//2026/")
+    assert extension == "team-a/2026/"
+    assert storage.output_location("j", extension) == (tmp_path / "out" / "team-a" / "2026" / "j.out").as_uri()
+    assert (tmp_path / "out" / "team-a" / "2026").is_dir() and (tmp_path / "failed" / "team-a" / "2026").is_dir()
+    assert storage.output_extension("") == ""
+    for wrong in ("../models", "a/../../b", "a/.hidden", "a b", "/".join("x" * 9)):
+        with pytest.raises(InvalidRequestError):
+            storage.output_extension(wrong)
