@@ -1,8 +1,8 @@
 """The async submit routes' bodies on both HTTP edges (http11 and the granian edge), over real
 sockets: a body past the spool's memory size reaches the handler as a file written as it arrived
 (removed once answered, unless taken), a smaller one as bytes with no file made, the submit
-routes take bodies up to their own limit and every other route keeps the server's, and a 413
-names the setting that was exceeded."""
+routes take bodies up to their own limit and every other route keeps the server's, a 413 names
+the setting that was exceeded, and a body cut off midway reaches no handler and leaves no file."""
 
 from __future__ import annotations
 
@@ -31,8 +31,10 @@ class SpoolHandler:
 
     def __init__(self) -> None:
         self.files: list[tuple[Path, bytes]] = []
+        self.paths: list[str] = []
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
+        self.paths.append(request.path)
         if request.oversized:
             limit, setting = request.limit
             return HttpResponse(413, b"over %d (%s)" % (limit, setting.encode()))
@@ -85,4 +87,25 @@ async def test_each_route_keeps_its_own_limit_and_a_refusal_names_it(served: tup
     declared = b"POST /v2/models/m/infer_async HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (SPOOL_LIMIT + 1)
     status, body = await exchange(server, declared)
     assert (status, body) == (413, b"over %d (--max-async-request-bytes)" % SPOOL_LIMIT)
+    assert not folder.exists() or not list(folder.iterdir())
+
+
+@pytest.mark.parametrize("sent", [40_000, 150_000, 500_000])  # read whole, in memory, spooled
+async def test_a_body_cut_off_midway_reaches_no_handler_and_leaves_no_file(
+    served: tuple[Any, SpoolHandler, Path], sent: int
+) -> None:
+    server, handler, folder = served
+    declared = 50_000 if sent < 50_000 else 600_000
+    _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"POST /v2/models/m/infer_async HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % declared)
+    writer.write(b"x" * sent)
+    await writer.drain()
+    await asyncio.sleep(0.2)
+    writer.close()  # the client goes midway
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    for _ in range(100):  # whatever the edge does with it, it does within a second
+        await asyncio.sleep(0.01)
+    assert await exchange(server, post("/after", b"ok")) == (200, b"memory 2")  # the edge still serves
+    assert handler.paths == ["/after"] and handler.files == []
     assert not folder.exists() or not list(folder.iterdir())

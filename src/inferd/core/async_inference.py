@@ -248,14 +248,20 @@ class AsyncInference:
             self._tasks.append(loop.create_task(self._notifications()))
 
     async def stop(self) -> None:
-        """Stop taking jobs; a job cut short keeps its lease and runs again after a restart."""
+        """Stop taking jobs; a job cut short keeps its lease and runs again after a restart. The
+        blocking calls under way (a group of ends being written) finish before the queue closes."""
         tasks = [*self._tasks, *self._running]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks = []
-        await self._blocking(self._queue.close)
-        self._threads.shutdown(wait=False)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._threads.shutdown, True)
+        await loop.run_in_executor(None, self._close)
+
+    def _close(self) -> None:
+        self._queue.close()
+        self.storage.close()
 
     async def _feed(self) -> None:
         """Lease jobs for the free slots (as many at once as are free: one round trip to the queue)

@@ -62,8 +62,8 @@ class Dispatcher:
         self.tracer = tracer
         self._budget = budget
         self._load_on_demand = load_on_demand
-        # When (perf_counter) a real-time request last began: background work holds back while
-        # they keep coming (core.async_inference).
+        # When (perf_counter) a real-time request a model serves last began, whichever model:
+        # async jobs hold back while they keep coming (core.async_inference).
         self.realtime_started_s = -math.inf
 
     # -- the handle for a request ------------------------------------------------------------------
@@ -149,8 +149,6 @@ class Dispatcher:
         gets the classification it asks for; an ensemble's step (None) is the ensemble's own work.
         `admission`: BACKGROUND work runs only in the room real-time requests leave (core.scheduler)."""
         started_s = time.perf_counter()
-        if admission is Admission.REAL_TIME:
-            self.realtime_started_s = started_s
         if self.tracer is not None:
             self.tracer.request_started(request)
         handle = None
@@ -161,6 +159,8 @@ class Dispatcher:
                 handle = await self.lease(request.model_name, request.model_version)
             if handle.config.decoupled:
                 raise StreamOnlyModelError(request.model_name)
+            if admission is Admission.REAL_TIME:  # a request a model serves (not any a client sends)
+                self.realtime_started_s = started_s
             response = await self._answer(handle, request, admission)
             if limits is not None:
                 response = _client_answer(request, response, classes, handle.config, limits)
@@ -174,7 +174,7 @@ class Dispatcher:
         """A client's request's responses as the model makes them (a decoupled model's several, any
         other's one), each held to `limits` as `infer`'s answer is; counted once, when the last is
         sent or an error ends them."""
-        self.realtime_started_s = started_s = time.perf_counter()
+        started_s = time.perf_counter()
         if self.tracer is not None:
             self.tracer.request_started(request)
         handle = None
@@ -184,6 +184,7 @@ class Dispatcher:
             handle = self.lookup(request.model_name, request.model_version)
             if handle is None:
                 handle = await self.lease(request.model_name, request.model_version)
+            self.realtime_started_s = started_s
             if isinstance(handle, ModelHandle) and handle.config.decoupled:
                 async for response in handle.stream(request):
                     yield _client_answer(request, response, classes, handle.config, limits)

@@ -34,6 +34,8 @@ from inferd.errors import InvalidRequestError, PermissionDeniedError
 
 # Folders an output path extension may name, one in another.
 _MAX_EXTENSION_DEPTH = 8
+# How the names of jobs' objects end: no folder of an extension may be named so.
+_OBJECT_SUFFIXES = (".out", ".in", ".partial")
 # A job id a caller may give (SageMaker's InferenceId is at most 64 printable characters): a plain
 # name, so that `{id}.out` stays inside its folder.
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
@@ -88,6 +90,10 @@ class JobStorage:
             if place.startswith("file://"):
                 _local(place).mkdir(parents=True, exist_ok=True)
 
+    def close(self) -> None:
+        if self._remote_writers is not None:
+            self._remote_writers.shutdown(wait=True)
+
     def payload_location(self, job_id: str) -> str:
         return f"{self.payload_path}/{job_id}.in"
 
@@ -108,10 +114,17 @@ class JobStorage:
             raise InvalidRequestError(f"output path extension {extension[:140]!r} is more than 8 folders deep")
         for part in parts:
             check_job_id(part)
+            if part.endswith(_OBJECT_SUFFIXES):  # a folder where a job's object goes would squat it
+                raise InvalidRequestError(f"output path extension {extension[:140]!r}: {part!r} names an object")
         prefix = "/".join(parts) + "/"
         for place in {self.output_path, self.failure_path}:
             if place.startswith("file://"):
-                (_local(place) / prefix).mkdir(parents=True, exist_ok=True)
+                try:
+                    (_local(place) / prefix).mkdir(parents=True, exist_ok=True)
+                except (FileExistsError, NotADirectoryError):
+                    raise InvalidRequestError(
+                        f"output path extension {extension[:140]!r} names an object, not a folder"
+                    ) from None
         return prefix
 
     def check_input(self, location: str) -> str:
@@ -265,6 +278,8 @@ def _write_local_all_once(objects: Sequence[StoredObject]) -> list[Written]:
             try:
                 os.link(partial, path)
             except FileExistsError:
+                if not path.is_file():  # something else holds the name: not this object
+                    written[i] = FileExistsError(f"{path} exists and is not a file")
                 continue
             except OSError as exc:
                 written[i] = exc

@@ -4,9 +4,10 @@ SQLite in WAL mode: a commit is in the log before `submit` returns, so a `kill -
 loses no job that was answered 202 (synchronous=NORMAL: a power cut may lose the last commits, a
 process crash none). Every change is one transaction, so a job is never half leased or half ended.
 
-The log is copied into the database (a checkpoint, which flushes both to disk) by a thread of the
-queue's own, once a second, on a connection of its own: SQLite's default, a checkpoint inside the
-commit that fills the log past 1,000 pages, held every other call of the queue for milliseconds.
+The log is copied into the database by SQLite's own checkpoints (inside the commit that fills it
+past 1,000 pages), and cut back to JOURNAL_SIZE_LIMIT after each: with bodies in the rows, a log
+left to grow would fill the state disk while a backlog drains. (A checkpoint on a thread of its
+own, tried once, never let the log start over under a steady load of commits.)
 
 One server owns the database (SQLite does not share a queue between hosts: that is what
 `--async-queue redis://` is for). Leases still matter to it: a job that was running when the
@@ -70,8 +71,8 @@ _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
 _SELECT_WITH_BODY = f"SELECT {', '.join(_COLUMNS)}, body FROM jobs"
 
 
-# How often the log is checkpointed into the database (see the module's docstring).
-CHECKPOINT_EVERY_S = 1.0
+# The log's size on disk after a checkpoint (see the module's docstring).
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 
 
 class SqliteJobQueue:
@@ -84,29 +85,11 @@ class SqliteJobQueue:
         with self._lock:
             self._connection.execute("PRAGMA journal_mode=WAL")
             self._connection.execute("PRAGMA synchronous=NORMAL")
-            self._connection.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer's job
+            self._connection.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
             self._connection.executescript(_SCHEMA)
             columns = {row[1] for row in self._connection.execute("PRAGMA table_info(jobs)")}
             if "body" not in columns:  # a state directory from before the queue kept bodies
                 self._connection.execute("ALTER TABLE jobs ADD COLUMN body BLOB")
-        self._closing = threading.Event()
-        self._checkpointer = threading.Thread(
-            target=self._checkpoint, args=(path,), name="inferd-async-checkpoint", daemon=True
-        )
-        self._checkpointer.start()
-
-    def _checkpoint(self, path: Path) -> None:
-        """Checkpoint the log every CHECKPOINT_EVERY_S until closed (PASSIVE: it waits for no
-        reader or writer, and what it could not copy this time it copies the next)."""
-        connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-        try:
-            while not self._closing.wait(CHECKPOINT_EVERY_S):
-                try:
-                    connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                except sqlite3.Error:  # busy, or the disk: the next one tries again
-                    continue
-        finally:
-            connection.close()
 
     def submit(self, job: Job, body: bytes | None = None) -> tuple[Job, bool]:
         with self._lock, self._transaction() as db:
@@ -254,8 +237,6 @@ class SqliteJobQueue:
         return [Backlog(model, count, max(0.0, now - oldest)) for model, count, oldest in rows]
 
     def close(self) -> None:
-        self._closing.set()
-        self._checkpointer.join(timeout=30)
         with self._lock:
             self._connection.close()
 

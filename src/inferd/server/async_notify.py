@@ -23,7 +23,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from inferd.core.async_jobs import Job, JobState, iso_time
+from inferd.core.async_jobs import IN_QUEUE, Job, JobState, iso_time
 
 TIMEOUT_S = 10.0
 IDEMPOTENCY_HEADER = "Inferd-Idempotency-Key"
@@ -118,7 +118,9 @@ def sagemaker_notice(job: Job) -> dict[str, Any]:
         "requestParameters": {
             "contentType": job.request.content_type,
             "endpointName": job.request.model,
-            "inputLocation": job.input_location,
+            # An inline body (kept in the queue) has no location: the key is left out, as SageMaker
+            # leaves it out for an inline Body.
+            **({"inputLocation": job.input_location} if job.input_location != IN_QUEUE else {}),
         },
         "responseParameters": {"contentType": job.request.accept or job.request.content_type},
         "inferenceId": job.id,

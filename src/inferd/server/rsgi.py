@@ -15,6 +15,9 @@ builds the same `HttpRequest` that `server.http11` builds and answers the `HttpA
   hyper closes) or, chunked, as the body streams in.
 * `spool`: here, as in http11: an async submit's body past the spool's `memory_bytes` is written
   to a file as it streams in, up to the spool's own limit, and handed over as `body_file`.
+A body shorter than its Content-Length (the client went midway) reaches no handler, and its file
+is removed. A chunked body cut off between two chunks looks whole to this edge (granian ends the
+stream as it does at the last chunk): it reaches the handler as far as it came.
 * `min_body_bytes_per_s`: here, by a sweep over the bodies being read (as http11 does): a body
   behind its pace has its read cancelled and gets 408. A body under 64 KiB is read whole and must
   arrive within `read_timeout_s` of its head.
@@ -81,6 +84,12 @@ def _spool_file(spool: BodySpool) -> tuple[Any, Path]:
     spool.folder.mkdir(parents=True, exist_ok=True)
     descriptor, name = tempfile.mkstemp(dir=spool.folder, prefix=".body-")
     return os.fdopen(descriptor, "wb"), Path(name)
+
+
+class _BodyCutOff(Exception):
+    def __init__(self, received: int) -> None:
+        super().__init__(received)
+        self.received = received
 
 
 class _BodyTooLarge(Exception):
@@ -278,6 +287,8 @@ class GranianServer:
         except _BodyTimeout:
             rate = self.limits.min_body_bytes_per_s
             return HttpResponse(408, f"request body arriving slower than {rate:g} bytes/s".encode(), close=True)
+        except _BodyCutOff as exc:  # the client is gone: nothing of it reaches a handler
+            return HttpResponse(400, f"request body cut off after {exc.received} of {size} bytes".encode(), close=True)
         return request
 
     async def _read_body(
@@ -294,7 +305,10 @@ class GranianServer:
         spooled: tuple[Any, Path] | None = None
         try:
             if 0 <= size < _READ_WHOLE_BELOW:
-                return await protocol()
+                whole: bytes = await protocol()
+                if len(whole) != size:
+                    raise _BodyCutOff(len(whole))
+                return whole
             chunks: list[bytes] = []
             async for chunk in protocol:
                 clock.received += len(chunk)
@@ -308,6 +322,10 @@ class GranianServer:
                     spooled = _spool_file(spool)
                     spooled[0].writelines(chunks)
                     chunks = []
+            if 0 <= size != clock.received:
+                # granian ends the body's stream when the client goes: it was cut off. (NOTE: a
+                # chunked body cut off between chunks cannot be told from a whole one here.)
+                raise _BodyCutOff(clock.received)
             if spooled is not None:
                 spooled[0].close()
                 path, spooled = spooled[1], None

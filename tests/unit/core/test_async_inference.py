@@ -181,6 +181,41 @@ async def test_jobs_run_one_at_a_time_while_real_time_requests_keep_coming(tmp_p
         await harness.jobs.stop()
 
 
+async def test_a_job_whose_result_could_not_be_written_is_not_ended_but_run_again(harness: Harness) -> None:
+    write_all_once = harness.storage.write_all_once
+    failures = [OSError("the disk is full")]
+
+    def failing_for_bad(objects: list[StoredObject]) -> list[Written]:
+        """The bad job's object fails once (the disk full for it alone); the rest are written."""
+        failing = {i for i, o in enumerate(objects) if "bad" in o.location and failures}
+        outcomes = iter(write_all_once([o for i, o in enumerate(objects) if i not in failing]))
+        return [failures.pop() if i in failing else next(outcomes) for i in range(len(objects))]
+
+    harness.storage.write_all_once = failing_for_bad  # type: ignore[method-assign]
+    harness.replay.gate = asyncio.Event()
+    for name in ("good", "bad"):
+        await harness.jobs.submit(JobRequest("m"), body=name.encode(), job_id=name)
+    harness.jobs.start()
+    try:
+        for _ in range(500):
+            if len(harness.replay.calls) == 2:
+                break
+            await asyncio.sleep(0.01)
+        harness.replay.gate.set()  # both end in one group; the bad one's object fails
+        assert (await harness.jobs.get("good", wait_s=5)).state is JobState.SUCCEEDED
+        for _ in range(500):
+            bad = await harness.jobs.get("bad")
+            if bad.state is JobState.QUEUED:
+                break
+            await asyncio.sleep(0.01)
+        assert bad.state is JobState.QUEUED and "disk is full" in bad.error  # not ended: put back
+        harness.clock.advance(5.0)  # past its backoff
+        bad = await harness.jobs.get("bad", wait_s=5)
+        assert bad.state is JobState.SUCCEEDED and bad.attempts == 2 and read(bad.output_location) == b"BAD"
+    finally:
+        await harness.jobs.stop()
+
+
 async def test_a_refused_request_fails_with_a_document_and_a_transient_one_is_retried(harness: Harness) -> None:
     harness.replay.raises[b"bad"] = [ModelRaisedError("model m raised: no")]
     harness.replay.raises[b"busy"] = [OverloadedError("the queue is full")]

@@ -30,6 +30,9 @@ def test_objects_written_together_are_each_written_once_and_one_failure_stops_on
     leftovers = [p.name for p in tmp_path.rglob("*") if p.name.endswith(".partial")]
     assert leftovers == []
     assert storage.write_all_once(objects[:1]) == [False]  # a retry writes nothing
+    (tmp_path / "out" / "squatted.out").mkdir()  # not an object: writing there fails, never "written"
+    (squatted,) = storage.write_all_once([StoredObject(storage.output_location("squatted"), b"S")])
+    assert isinstance(squatted, FileExistsError)
     with pytest.raises(FileNotFoundError):
         storage.write_once(objects[2].location, b"X")
 
@@ -41,6 +44,8 @@ def test_an_output_path_extension_is_folders_of_plain_names_under_the_operators_
     assert storage.output_location("j", extension) == (tmp_path / "out" / "team-a" / "2026" / "j.out").as_uri()
     assert (tmp_path / "out" / "team-a" / "2026").is_dir() and (tmp_path / "failed" / "team-a" / "2026").is_dir()
     assert storage.output_extension("") == ""
-    for wrong in ("../models", "a/../../b", "a/.hidden", "a b", "/".join("x" * 9)):
+    (tmp_path / "out" / "plain").write_bytes(b"not a folder")
+    wrong_ones = ("../models", "a/../../b", "a/.hidden", "a b", "/".join("x" * 9), "victim.out", "plain/x")
+    for wrong in wrong_ones:
         with pytest.raises(InvalidRequestError):
             storage.output_extension(wrong)
