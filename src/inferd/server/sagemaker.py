@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
+
 from inferd.core.async_inference import Answer
 from inferd.core.async_jobs import Job
 from inferd.core.service import InferenceService
 from inferd.errors import (
     AlreadyExistsError,
+    InferdError,
     InvalidRequestError,
     LoadRequestError,
     ModelNotFoundError,
@@ -27,9 +30,10 @@ from inferd.limits import RequestLimits
 from inferd.protocol import json_v2, sagemaker
 from inferd.protocol.codecs import sagemaker as sagemaker_codecs
 from inferd.protocol.codecs.base import Target
+from inferd.protocol.status import HTTP_STATUS
 from inferd.server.async_api import AsyncApi
 from inferd.server.auth import Access
-from inferd.server.http import json_response, kserve_error
+from inferd.server.http import json_response
 from inferd.server.http11 import HttpRequest, HttpResponse
 from inferd.server.inference_call import InferenceCall
 from inferd.server.routes import READ, Params, Route, RouteGroup
@@ -86,8 +90,7 @@ class SageMakerDoor:
             if self._async_api is not None:
                 routes.append(self._async_api.sagemaker_route(self._endpoint_target))
             roots += ("endpoints", "models")
-        # Errors are KServe-shaped JSON: SageMaker passes a container's error body to the caller as it is.
-        return RouteGroup(protocol=Door.SAGEMAKER, roots=roots, routes=tuple(routes), encode_error=kserve_error)
+        return RouteGroup(protocol=Door.SAGEMAKER, roots=roots, routes=tuple(routes), encode_error=sagemaker_error)
 
     async def _ping(self, request: HttpRequest, params: Params) -> HttpResponse:
         if self._service.ready():
@@ -206,3 +209,11 @@ class SageMakerDoor:
 
 def _is_model_folder(folder: Path) -> bool:
     return (folder / "config.pbtxt").is_file() or any(p.is_dir() and p.name.isdigit() for p in folder.iterdir())
+
+
+def sagemaker_error(error: InferdError, request_id: str) -> tuple[int, bytes, bytes]:
+    """KServe-shaped JSON (SageMaker passes a container's error body to its caller as it is), with
+    the message also under `message`: where botocore reads it, so boto3 called straight at inferd
+    says what went wrong rather than nothing."""
+    document = {"error": error.message, "message": error.message, **error.details(), "request_id": request_id}
+    return HTTP_STATUS[error.code], orjson.dumps(document), json_v2.JSON_CONTENT_TYPE

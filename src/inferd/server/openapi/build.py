@@ -117,7 +117,7 @@ def _code_is(door: str, codes: list[str], status: int) -> Json:
 
 KSERVE = Door("KServe", "Error", HTTP_STATUS)
 TFSERVING = Door("TFServing", "Error", TFSERVING_HTTP_STATUS)
-SAGEMAKER = Door("SageMaker", "Error", HTTP_STATUS)
+SAGEMAKER = Door("SageMaker", "SageMakerError", HTTP_STATUS)
 OPENAI = Door("OpenAI", "OpenAIError", HTTP_STATUS)
 TORCHSERVE = Door("TorchServe", "TorchServeError", HTTP_STATUS)
 DOORS = (KSERVE, TFSERVING, SAGEMAKER, OPENAI, TORCHSERVE)

@@ -44,19 +44,18 @@ def _array(items: Json, **constraints: Any) -> Json:
 
 # -- errors ---------------------------------------------------------------------------------------
 
-ERROR = _object(
-    {
-        "error": STRING,
-        "code": ref("ErrorCode"),
-        "tensor": STRING,
-        "expected": STRING,
-        "actual": STRING,
-        "retry_after_ms": {"type": "number", "minimum": 0},
-        "request_id": STRING,
-    },
-    ("error", "code", "request_id"),
-    closed=True,
-)
+_ERROR_FIELDS: dict[str, Json] = {
+    "error": STRING,
+    "code": ref("ErrorCode"),
+    "tensor": STRING,
+    "expected": STRING,
+    "actual": STRING,
+    "retry_after_ms": {"type": "number", "minimum": 0},
+    "request_id": STRING,
+}
+ERROR = _object(_ERROR_FIELDS, ("error", "code", "request_id"), closed=True)
+# SageMaker's doors: the same, with the message under `message` too (where botocore reads it).
+SAGEMAKER_ERROR = _object({**_ERROR_FIELDS, "message": STRING}, ("error", "message", "code", "request_id"), closed=True)
 OPENAI_ERROR = _object(
     {
         "error": _object(
@@ -551,6 +550,7 @@ SCHEMAS: Json = {
     "DataType": {"type": "string", "enum": [datatype.value for datatype in DataType]},
     "ErrorCode": {"type": "string", "enum": [code.value for code in ErrorCode]},
     "Error": ERROR,
+    "SageMakerError": SAGEMAKER_ERROR,
     "OpenAIError": OPENAI_ERROR,
     "TorchServeError": TORCHSERVE_ERROR,
     "TensorMetadata": TENSOR_METADATA,
