@@ -101,6 +101,12 @@ class BodySpool:
     # The setting that sets `max_bytes`, named when a body is refused for exceeding it.
     setting: str = "--max-async-request-bytes"
 
+    def open(self) -> tuple[BinaryIO, Path]:
+        """A new file in the folder for a body, open for writing, and its path: both edges' one way."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        descriptor, name = tempfile.mkstemp(dir=self.folder, prefix=".body-")
+        return os.fdopen(descriptor, "wb"), Path(name)
+
 
 @dataclass(slots=True)
 class HttpRequest:
@@ -462,10 +468,8 @@ class _Connection(asyncio.Protocol):
 
     def _spool(self, spool: BodySpool) -> None:
         """From here on the body goes to a file (what came so far first)."""
-        spool.folder.mkdir(parents=True, exist_ok=True)
         # Open across callbacks (closed when the body ends or the request goes): no `with`.
-        descriptor, name = tempfile.mkstemp(dir=spool.folder, prefix=".body-")
-        self._spooled, self._spooled_path = os.fdopen(descriptor, "wb"), Path(name)
+        self._spooled, self._spooled_path = spool.open()
         self._spooled.writelines(self._chunks)
         self._chunks = []
 

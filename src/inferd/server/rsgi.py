@@ -39,12 +39,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
-import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from inferd.server.auth import is_loopback_host
 from inferd.server.http11 import BodySpool, Handler, HttpLimits, HttpRequest, HttpResponse
@@ -77,13 +75,6 @@ class _BodyClock:
 
 class _BodyTimeout(Exception):
     pass
-
-
-def _spool_file(spool: BodySpool) -> tuple[Any, Path]:
-    """A new file in the spool's folder, open for writing, and its path."""
-    spool.folder.mkdir(parents=True, exist_ok=True)
-    descriptor, name = tempfile.mkstemp(dir=spool.folder, prefix=".body-")
-    return os.fdopen(descriptor, "wb"), Path(name)
 
 
 class _BodyCutOff(Exception):
@@ -302,7 +293,7 @@ class GranianServer:
         grace (http11's rule)."""
         clock = _BodyClock(time.monotonic(), self.limits.read_timeout_s)
         self._reading[task] = clock
-        spooled: tuple[Any, Path] | None = None
+        spooled: tuple[BinaryIO, Path] | None = None
         try:
             if 0 <= size < _READ_WHOLE_BELOW:
                 whole: bytes = await protocol()
@@ -319,7 +310,7 @@ class GranianServer:
                     continue
                 chunks.append(chunk)
                 if spool is not None and clock.received > spool.memory_bytes:
-                    spooled = _spool_file(spool)
+                    spooled = spool.open()
                     spooled[0].writelines(chunks)
                     chunks = []
             if 0 <= size != clock.received:

@@ -17,6 +17,7 @@ from inferd.core.job_storage import JobStorage, StoredObject, Written
 from inferd.core.sqlite_job_queue import SqliteJobQueue
 from inferd.errors import InvalidRequestError, ModelRaisedError, OverloadedError, PermissionDeniedError
 from inferd.testing.fakes import FakeClock
+from tests.unit.core.test_batcher import until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -141,10 +142,7 @@ async def test_jobs_that_finish_together_are_written_together(tmp_path: Path) ->
         await harness.jobs.submit(JobRequest("m"), body=b"job %d" % i, job_id=f"j{i}")
     harness.jobs.start()
     try:
-        for _ in range(500):
-            if len(harness.replay.calls) == 16:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: len(harness.replay.calls) == 16)
         harness.replay.gate.set()  # all 16 answer at once
         for i in range(16):
             ended = await harness.jobs.get(f"j{i}", wait_s=5)
@@ -162,17 +160,11 @@ async def test_jobs_run_one_at_a_time_while_real_time_requests_keep_coming(tmp_p
         await harness.jobs.submit(JobRequest("m"), body=b"job %d" % i, job_id=f"j{i}")
     harness.jobs.start()
     try:
-        for _ in range(500):
-            if harness.replay.calls:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: harness.replay.calls)
         await asyncio.sleep(0.1)  # ten polls: still one
         assert len(harness.replay.calls) == 1
         harness.realtime_active = False  # the real-time traffic stopped: all four run
-        for _ in range(500):
-            if len(harness.replay.calls) == 4:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: len(harness.replay.calls) == 4)
         assert len(harness.replay.calls) == 4
         harness.replay.gate.set()
         for i in range(4):
@@ -197,17 +189,11 @@ async def test_a_job_whose_result_could_not_be_written_is_not_ended_but_run_agai
         await harness.jobs.submit(JobRequest("m"), body=name.encode(), job_id=name)
     harness.jobs.start()
     try:
-        for _ in range(500):
-            if len(harness.replay.calls) == 2:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: len(harness.replay.calls) == 2)
         harness.replay.gate.set()  # both end in one group; the bad one's object fails
         assert (await harness.jobs.get("good", wait_s=5)).state is JobState.SUCCEEDED
-        for _ in range(500):
-            bad = await harness.jobs.get("bad")
-            if bad.state is JobState.QUEUED:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: harness.queue.get("bad").state is JobState.QUEUED)  # type: ignore[union-attr]
+        bad = await harness.jobs.get("bad")
         assert bad.state is JobState.QUEUED and "disk is full" in bad.error  # not ended: put back
         harness.clock.advance(5.0)  # past its backoff
         bad = await harness.jobs.get("bad", wait_s=5)
