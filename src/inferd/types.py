@@ -98,7 +98,9 @@ class Door(enum.StrEnum):
 ENSEMBLE_STEP = "ensemble"
 # The `protocol` label of an endpoint's shadow copy: counted apart from the client's own request.
 SHADOW_COPY = "shadow"
-PROTOCOLS = (*(door.value for door in Door), ENSEMBLE_STEP, SHADOW_COPY)
+# The `protocol` label of a batch transform's requests, made in-process (`inferd batch`).
+BATCH_TRANSFORM = "batch"
+PROTOCOLS = (*(door.value for door in Door), ENSEMBLE_STEP, SHADOW_COPY, BATCH_TRANSFORM)
 
 
 _REQUEST_ID_PREFIX = os.urandom(4).hex()

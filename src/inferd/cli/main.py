@@ -7,6 +7,7 @@ import click
 from inferd import __version__
 from inferd.cli.analyze import analyze
 from inferd.cli.async_jobs import async_jobs
+from inferd.cli.batch import batch
 from inferd.cli.deploy import deploy
 from inferd.cli.fleet import fleet
 from inferd.cli.health import health
@@ -37,6 +38,7 @@ cli.add_command(deploy)
 cli.add_command(fleet)
 cli.add_command(rollout)
 cli.add_command(async_jobs)
+cli.add_command(batch)
 
 
 def main() -> None:

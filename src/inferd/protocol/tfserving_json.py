@@ -66,11 +66,11 @@ def encode_predict(outputs: Sequence[Tensor], *, row_format: bool) -> bytes:
     Infinity and -Infinity for the values JSON has no number for)."""
     document: dict[str, Any]
     if row_format:
-        document = {"predictions": _predictions(outputs)}
+        document = {"predictions": prediction_rows(outputs)}
     elif len(outputs) == 1:
-        document = {"outputs": _json_value(outputs[0])}
+        document = {"outputs": json_value(outputs[0])}
     else:
-        document = {"outputs": {tensor.name: _json_value(tensor) for tensor in outputs}}
+        document = {"outputs": {tensor.name: json_value(tensor) for tensor in outputs}}
     return json_v2.encode_tensor_json(document)
 
 
@@ -236,8 +236,10 @@ def _is_b64(value: Any) -> bool:
 # -- encoding ------------------------------------------------------------------------------------
 
 
-def _predictions(outputs: Sequence[Tensor]) -> Any:
-    values = {tensor.name: _json_value(tensor) for tensor in outputs}
+def prediction_rows(outputs: Sequence[Tensor]) -> Any:
+    """The row format's "predictions": a list of rows, each a value when there is one output,
+    else an object naming each output (their first dimensions must agree)."""
+    values = {tensor.name: json_value(tensor) for tensor in outputs}
     if len(outputs) == 1:
         only = values[outputs[0].name]
         return only if _row_count(only) is not None else [only]
@@ -258,9 +260,9 @@ def _row_count(value: Any) -> int | None:
     return len(value) if isinstance(value, list) else None
 
 
-def _json_value(tensor: Tensor) -> Any:
-    """Numbers stay an array (written by `json_v2.encode_tensor_json`); strings become JSON text or
-    base64 objects."""
+def json_value(tensor: Tensor) -> Any:
+    """A tensor's JSON value: numbers stay an array (written by `json_v2.encode_tensor_json`);
+    strings become JSON text or base64 objects."""
     data = tensor.data
     if tensor.datatype is not DataType.BYTES:
         return data

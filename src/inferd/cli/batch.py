@@ -1,0 +1,190 @@
+"""`inferd batch`: run a model over a dataset (SageMaker batch transform's knobs), resumable."""
+
+from __future__ import annotations
+
+import asyncio
+
+import click
+
+from inferd.tools.batch.options import AssembleWith, BatchStrategy, JoinSource, SplitType
+
+
+class BatchUsage(click.ClickException):
+    exit_code = 2
+
+
+def _columns(text: str) -> dict[str, str]:
+    mapping: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        column, sep, name = item.partition("=")
+        if not sep or not column or not name:
+            raise BatchUsage(f"--columns takes COLUMN=INPUT pairs, not {item!r}")
+        mapping[column] = name
+    return mapping
+
+
+def _choice(
+    enum_type: type[SplitType] | type[BatchStrategy] | type[AssembleWith] | type[JoinSource],
+) -> click.Choice[str]:
+    return click.Choice([member.value for member in enum_type])
+
+
+@click.command()
+@click.argument("model")
+@click.option(
+    "--model-repository",
+    "repositories",
+    multiple=True,
+    required=True,
+    help="The model repository (a folder or fsspec URL; repeat for several), as inferd serve takes it.",
+)
+@click.option("--model-version", default="", help="The version to run (default: the one the model's policy serves).")
+@click.option("--input", "input_uri", required=True, help="A file, a folder or a prefix, local or s3://.")
+@click.option("--output", "output_uri", required=True, help="Where the .out files, manifest, errors and summary go.")
+@click.option(
+    "--content-type",
+    default="application/jsonlines",
+    show_default=True,
+    help="application/jsonlines, application/json, text/csv, application/x-npy, application/x-npz, "
+    "application/vnd.apache.parquet, text/plain, or any other type for raw files (image/jpeg, ...).",
+)
+@click.option(
+    "--split-type",
+    type=_choice(SplitType),
+    help="Line: a record per line; None: a record per file (default: Line for JSON Lines and CSV, None otherwise).",
+)
+@click.option("--batch-strategy", type=_choice(BatchStrategy), default="MultiRecord", show_default=True)
+@click.option(
+    "--max-payload-mb",
+    type=float,
+    default=6.0,
+    show_default=True,
+    help="A mini-batch's records at most this many MB (0: no bound); a larger record is an error.",
+)
+@click.option(
+    "--max-concurrent-transforms",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Mini-batches running at once.",
+)
+@click.option("--assemble-with", type=_choice(AssembleWith), default="Line", show_default=True)
+@click.option("--input-filter", default="$", show_default=True, help="JSONPath: what of each record the model gets.")
+@click.option(
+    "--output-filter", default="$", show_default=True, help="JSONPath: what of each output record is written."
+)
+@click.option(
+    "--join-source",
+    type=_choice(JoinSource),
+    default="None",
+    show_default=True,
+    help="Input: each output beside its input record (JSON: under SageMakerOutput; CSV: appended).",
+)
+@click.option(
+    "--invocations-timeout-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="A mini-batch's time limit.",
+)
+@click.option(
+    "--invocations-max-retries",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Tries after the first of a mini-batch that timed out or found the model unavailable.",
+)
+@click.option(
+    "--max-error-rate",
+    type=click.FloatRange(0, 1),
+    default=0.01,
+    show_default=True,
+    help="The share of records that may fail before the job stops (exit 1).",
+)
+@click.option("--columns", default="", help="Parquet: COLUMN=INPUT,... (default: each input from its column).")
+@click.option(
+    "--shard-records",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="Records per shard: the unit a rerun resumes from.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local"]),
+    default="local",
+    show_default=True,
+    help="local: the model loaded in this process.",
+)
+@click.option("--execution-threads", type=click.IntRange(min=0), default=0, help="Worker threads (0: the default).")
+@click.option("--quiet", is_flag=True, help="No progress display; the summary only.")
+def batch(
+    model: str,
+    repositories: tuple[str, ...],
+    model_version: str,
+    input_uri: str,
+    output_uri: str,
+    content_type: str,
+    split_type: str | None,
+    batch_strategy: str,
+    max_payload_mb: float,
+    max_concurrent_transforms: int,
+    assemble_with: str,
+    input_filter: str,
+    output_filter: str,
+    join_source: str,
+    invocations_timeout_seconds: float,
+    invocations_max_retries: int,
+    max_error_rate: float,
+    columns: str,
+    shard_records: int,
+    engine: str,
+    execution_threads: int,
+    quiet: bool,
+) -> None:
+    """Run MODEL of a repository over every record of --input and write the outputs to --output,
+    one `<input>.out` per input file, in input order, beside `_errors.jsonl` (each record that
+    failed: its file, position and why), `_manifest.json` and `_summary.json`. Running the same
+    command again after a crash or Ctrl-C resumes: only the shards not finished run again. Exits
+    0 when done within --max-error-rate, 1 when it stopped on errors, 2 for bad usage."""
+    from rich.console import Console
+
+    from inferd.errors import InferdError
+    from inferd.tools.batch.options import BatchOptions, BatchUsageError
+    from inferd.tools.batch.report import RichProgress, summary_table
+    from inferd.tools.batch.run import run_batch
+
+    options = BatchOptions(
+        model=model,
+        model_version=model_version,
+        input=input_uri,
+        output=output_uri,
+        content_type=content_type,
+        split_type=SplitType(split_type) if split_type else None,
+        batch_strategy=BatchStrategy(batch_strategy),
+        max_payload_mb=max_payload_mb,
+        max_concurrent_transforms=max_concurrent_transforms,
+        assemble_with=AssembleWith(assemble_with),
+        input_filter=input_filter,
+        output_filter=output_filter,
+        join_source=JoinSource(join_source),
+        invocations_timeout_s=invocations_timeout_seconds,
+        invocations_max_retries=invocations_max_retries,
+        max_error_rate=max_error_rate,
+        columns=_columns(columns),
+        shard_records=shard_records,
+    )
+    console = Console(stderr=True)
+    progress = None if quiet or not console.is_terminal else RichProgress(console)
+    try:
+        summary = asyncio.run(run_batch(options, repositories, progress=progress, execution_threads=execution_threads))
+    except BatchUsageError as exc:
+        raise BatchUsage(str(exc)) from None
+    except InferdError as exc:
+        raise BatchUsage(exc.message) from None
+    except KeyboardInterrupt:
+        console.print("interrupted: run the same command again to resume (finished shards are kept)")
+        raise SystemExit(130) from None
+    out = Console() if Console().is_terminal else Console(width=200)
+    out.print(summary_table(summary, output_uri))
+    raise SystemExit(summary.exit_code)

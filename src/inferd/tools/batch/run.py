@@ -1,0 +1,565 @@
+"""A batch job, start to end: plan against what the output already holds, read, run, keep.
+
+Each input file is read in order (on a thread) and cut into shards of --shard-records records,
+each shard into mini-batches (one record with SingleRecord; with MultiRecord as many as the
+model's max_batch_size and --max-payload-mb allow; never across a shard or a file). At most
+--max-concurrent-transforms mini-batches run at once. A mini-batch that times out or finds the
+engine unavailable is tried again (--invocations-max-retries, with backoff), then its records are
+errors; one the model refuses is split in halves until the records it refuses are found, so one
+bad record costs only itself. When a shard's mini-batches are all done its part is written whole
+(`store`): from then on no rerun redoes it. A file whose shards are all done is assembled into its
+`.out`. The job stops early when its errors pass --max-error-rate of the records read (judged once
+`ERROR_RATE_MIN_RECORDS` are read, and over all of them at the end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import itertools
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from inferd.errors import InferdError, UnavailableError
+from inferd.tools.batch.convert import Converter, Group, RecordError
+from inferd.tools.batch.engines import Engine
+from inferd.tools.batch.options import BatchOptions, BatchStrategy, BatchUsageError
+from inferd.tools.batch.records import InputFile, Record, list_inputs, read_records
+from inferd.tools.batch.store import ERRORS, MANIFEST, SUMMARY, OutputStore, same_location
+
+MANIFEST_FORMAT = "inferd.batch/1"
+ERROR_RATE_MIN_RECORDS = 1000
+MANIFEST_EVERY_S = 1.0
+PIECES_PER_READ = 32
+RETRY_BACKOFF_S = (0.1, 0.5, 2.0, 5.0)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A mini-batch: records of one shard of one file; `last`: the shard's last."""
+
+    file_index: int
+    shard: int
+    seq: int  # its place in its shard
+    records: list[Record]
+    oversized: list[Record]
+    last: bool
+
+
+@dataclass(frozen=True)
+class FileEnd:
+    file_index: int
+    shards: int
+    records: int
+
+
+@dataclass
+class Phases:
+    """Where the job's time went (seconds; the engine's is summed over concurrent mini-batches)."""
+
+    read_s: float = 0.0
+    decode_s: float = 0.0
+    infer_s: float = 0.0
+    encode_s: float = 0.0
+    write_s: float = 0.0
+
+
+@dataclass
+class Summary:
+    status: str = "running"  # complete | stopped
+    reason: str = ""
+    records: int = 0
+    records_run: int = 0  # by this run: its throughput's
+    outputs: int = 0
+    errors: int = 0
+    files: int = 0
+    files_done: int = 0
+    shards_found: int = 0  # done by an earlier run
+    shards_run: int = 0
+    wall_s: float = 0.0
+    phases: Phases = field(default_factory=Phases)
+    error_budget: float = 0.0
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.records if self.records else 0.0
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records_run / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.status == "complete" and self.error_rate <= self.error_budget else 1
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "records": self.records,
+            "outputs": self.outputs,
+            "errors": self.errors,
+            "error_rate": round(self.error_rate, 6),
+            "max_error_rate": self.error_budget,
+            "files": self.files,
+            "files_done": self.files_done,
+            "shards_found_done": self.shards_found,
+            "shards_run": self.shards_run,
+            "seconds": round(self.wall_s, 3),
+            "records_per_second": round(self.records_per_s, 1),
+            "phases_seconds": {name: round(value, 3) for name, value in vars(self.phases).items()},
+        }
+
+
+class Progress:
+    """What the job reports as it goes (the CLI draws it with rich; tests pass none)."""
+
+    def start(self, files: Sequence[InputFile], total_bytes: int) -> None:
+        pass
+
+    def advance(self, records: int, errors: int) -> None:
+        pass
+
+    def read(self, read_bytes: int) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+@dataclass
+class _FileState:
+    file: InputFile
+    shards: int | None = None  # known once read to its end
+    done: set[int] = field(default_factory=set)
+    assembled: bool = False
+
+
+@dataclass
+class _ShardState:
+    pieces: int = 0  # finished
+    expected: int | None = None  # known when its last piece was read
+    outputs: dict[int, bytes] = field(default_factory=dict)
+    errors: list[RecordError] = field(default_factory=list)
+    records: int = 0
+
+
+@dataclass
+class JobPlan:
+    """What the job found before it began: its inputs, its output location and what the output
+    already holds (the manifest of an earlier run of the same job, or None)."""
+
+    fs: Any
+    files: list[InputFile]
+    store: OutputStore
+    manifest: dict[str, Any] | None
+
+    @property
+    def complete(self) -> bool:
+        return self.manifest is not None and self.manifest.get("status") == "complete"
+
+
+def plan_job(options: BatchOptions) -> JobPlan:
+    """List the inputs and read the output's manifest: BatchUsageError when the output holds
+    another job, or the same job over inputs that changed since."""
+    options.check()
+    if same_location(options.input, options.output):
+        raise BatchUsageError("--output must not be the input or inside it: its files would be read as input")
+    fs, files = list_inputs(options.input)
+    store = OutputStore(options.output)
+    manifest = store.read_json(MANIFEST)
+    if manifest is not None:
+        check_same_job(manifest, options, files)
+    return JobPlan(fs, files, store, manifest)
+
+
+class BatchJob:
+    def __init__(
+        self,
+        options: BatchOptions,
+        engine: Engine,
+        plan: JobPlan,
+        *,
+        engine_name: str = "local",
+        progress: Progress | None = None,
+    ) -> None:
+        options.check()
+        self._options = options
+        self._engine = engine
+        self._engine_name = engine_name
+        self._progress = progress or Progress()
+        self._converter = Converter(options, engine.signature, engine.max_batch_size)
+        self._max_records = 1
+        if options.batch_strategy is BatchStrategy.MULTI_RECORD and engine.max_batch_size > 0:
+            self._max_records = engine.max_batch_size
+        self._summary = Summary(error_budget=options.max_error_rate)
+        self._fs, self._files, self._store = plan.fs, plan.files, plan.store
+        self._manifest = plan.manifest
+        self._stop: str | None = None
+        self._manifest_written_s = 0.0
+        self._lock = asyncio.Lock()
+        self._read_bytes = 0  # written by the reading thread, read by the loop
+
+    # -- the job -------------------------------------------------------------------------------
+
+    async def run(self) -> Summary:
+        files, store, manifest = self._files, self._store, self._manifest
+        self._states = [_FileState(file) for file in files]
+        self._run_record: dict[str, Any] = {"started": _now(), "engine": self._engine_name}
+        self._runs: list[dict[str, Any]] = list(manifest.get("runs", [])) if manifest else []
+        await self._count_done(await asyncio.to_thread(store.parts_done))
+        self._summary.files = len(files)
+        await self._write_manifest("running", force=True)
+        started = time.perf_counter()
+        self._progress.start(files, sum(file.size for file in files))
+        try:
+            await self._run_pieces()
+        finally:
+            self._progress.stop()
+        self._summary.wall_s = time.perf_counter() - started
+        await self._finish()
+        return self._summary
+
+    async def _count_done(self, done: dict[int, set[int]]) -> None:
+        for file_index, shards in done.items():
+            if file_index >= len(self._states):
+                continue
+            self._states[file_index].done |= shards
+            for shard in shards:
+                header = await asyncio.to_thread(self._store.part_header, file_index, shard)
+                self._summary.records += int(header["records"])
+                self._summary.outputs += int(header["outputs"])
+                self._summary.errors += len(header["errors"])
+                self._summary.shards_found += 1
+
+    async def _run_pieces(self) -> None:
+        slots = asyncio.Semaphore(self._options.max_concurrent_transforms)
+        running: set[asyncio.Task[None]] = set()
+        shards: dict[tuple[int, int], _ShardState] = {}
+        items = self._items()
+        failure: list[BaseException] = []
+
+        def ended(task: asyncio.Task[None]) -> None:
+            running.discard(task)
+            slots.release()
+            if not task.cancelled() and task.exception() is not None:
+                failure.append(task.exception())  # type: ignore[arg-type]
+
+        try:
+            while self._stop is None and not failure:
+                read_started = time.perf_counter()
+                batch = await asyncio.to_thread(lambda: list(itertools.islice(items, PIECES_PER_READ)))
+                self._summary.phases.read_s += time.perf_counter() - read_started
+                self._progress.read(self._read_bytes)
+                if not batch:
+                    break
+                for item in batch:
+                    if isinstance(item, FileEnd):
+                        state = self._states[item.file_index]
+                        state.shards = item.shards
+                        await self._maybe_assemble(item.file_index)
+                        continue
+                    await slots.acquire()
+                    if self._stop is not None or failure:
+                        slots.release()
+                        break
+                    shard = shards.setdefault((item.file_index, item.shard), _ShardState())
+                    task = asyncio.create_task(self._piece(item, shard, shards))
+                    running.add(task)
+                    task.add_done_callback(ended)
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+        finally:
+            for task in running:
+                task.cancel()
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+        if failure:
+            raise failure[0]
+
+    def _items(self) -> Iterator[Piece | FileEnd]:
+        """Every mini-batch still to run, in order, and each file's end (on the reading thread)."""
+        limit = self._options.max_payload_bytes
+        shard_records = self._options.shard_records
+        found = [frozenset(state.done) for state in self._states]  # by earlier runs
+        for file_index, state in enumerate(self._states):
+            done = found[file_index]
+            count = 0
+            seq = 0
+            file_start = self._read_bytes
+            pending: list[Record] = []
+            pending_bytes = 0
+            shard = 0
+            oversized: list[Record] = []
+            for record in read_records(self._fs, state.file, self._options):
+                count += 1
+                self._read_bytes += record.size + 1
+                shard = record.index // shard_records
+                if shard in done:
+                    continue
+                last_of_shard = (record.index + 1) % shard_records == 0
+                if limit is not None and record.size > limit:
+                    oversized.append(record)
+                else:
+                    if pending and (
+                        len(pending) >= self._max_records or (limit and pending_bytes + record.size > limit)
+                    ):
+                        yield Piece(file_index, shard, seq, pending, oversized, last=False)
+                        pending, pending_bytes, oversized, seq = [], 0, [], seq + 1
+                    pending.append(record)
+                    pending_bytes += record.size
+                if last_of_shard:
+                    yield Piece(file_index, shard, seq, pending, oversized, last=True)
+                    pending, pending_bytes, oversized, seq = [], 0, [], 0
+            if pending or oversized:
+                yield Piece(file_index, shard, seq, pending, oversized, last=True)
+            elif count == 0 and 0 not in done:
+                yield Piece(file_index, 0, 0, [], [], last=True)  # an empty file: an empty output
+            self._read_bytes = file_start + state.file.size
+            yield FileEnd(file_index, max(1, -(-count // shard_records)), count)
+
+    # -- one mini-batch ------------------------------------------------------------------------
+
+    async def _piece(self, piece: Piece, shard: _ShardState, shards: dict[tuple[int, int], _ShardState]) -> None:
+        started = time.perf_counter()
+        groups, errors = self._converter.decode(piece.records)
+        limit = self._options.max_payload_mb
+        errors += [
+            RecordError(record, f"the record is {record.size} bytes, more than --max-payload-mb {limit:g}", "TOO_LARGE")
+            for record in piece.oversized
+        ]
+        self._summary.phases.decode_s += time.perf_counter() - started
+        for group in groups:
+            await self._run_group(group, shard, errors)
+        shard.errors.extend(errors)
+        shard.records += len(piece.records) + len(piece.oversized)
+        shard.pieces += 1
+        if piece.last:
+            shard.expected = piece.seq + 1
+        self._count(len(piece.records) + len(piece.oversized), len(errors))
+        if shard.expected is not None and shard.pieces >= shard.expected:
+            shards.pop((piece.file_index, piece.shard), None)
+            await self._write_shard(piece.file_index, piece.shard, shard)
+
+    async def _run_group(self, group: Group, shard: _ShardState, errors: list[RecordError]) -> None:
+        timeout = self._options.invocations_timeout_s
+        for attempt in itertools.count(1):
+            started = time.perf_counter()
+            try:
+                outputs = await asyncio.wait_for(self._engine.infer(group.inputs, timeout), timeout)
+            except (TimeoutError, UnavailableError) as exc:
+                self._summary.phases.infer_s += time.perf_counter() - started
+                if attempt > self._options.invocations_max_retries:
+                    why = f"timed out after {timeout:g} s" if isinstance(exc, TimeoutError) else exc.message
+                    code = "TIMEOUT" if isinstance(exc, TimeoutError) else exc.code.value
+                    tries = "try" if attempt == 1 else "tries"
+                    errors.extend(RecordError(r, f"{why} ({attempt} {tries})", code) for r in group.records)
+                    return
+                await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S)) - 1])
+                continue
+            except InferdError as exc:
+                self._summary.phases.infer_s += time.perf_counter() - started
+                if len(group.records) == 1:
+                    errors.append(RecordError(group.records[0], exc.message, exc.code.value))
+                    return
+                for half in _halves(group):  # find the records the model refuses
+                    await self._run_group(half, shard, errors)
+                return
+            self._summary.phases.infer_s += time.perf_counter() - started
+            break
+        started = time.perf_counter()
+        try:
+            written, failed = self._converter.encode(group, outputs)
+        except InferdError as exc:
+            errors.extend(RecordError(r, exc.message, exc.code.value) for r in group.records)
+            return
+        finally:
+            self._summary.phases.encode_s += time.perf_counter() - started
+        errors.extend(failed)
+        for record, output in zip(group.records, written, strict=True):
+            if output is not None:
+                shard.outputs[record.index] = output
+
+    def _count(self, records: int, errors: int) -> None:
+        summary = self._summary
+        summary.records += records
+        summary.records_run += records
+        summary.errors += errors
+        self._progress.advance(records, errors)
+        if summary.records >= ERROR_RATE_MIN_RECORDS and summary.error_rate > self._options.max_error_rate:
+            self._stop = (
+                f"stopped on errors: {summary.errors} of {summary.records} records failed "
+                f"({summary.error_rate:.2%}), more than --max-error-rate {self._options.max_error_rate:g}"
+            )
+
+    # -- keeping the work ----------------------------------------------------------------------
+
+    async def _write_shard(self, file_index: int, shard: int, state: _ShardState) -> None:
+        started = time.perf_counter()
+        body = b"".join(state.outputs[index] for index in sorted(state.outputs))
+        errors = sorted(state.errors, key=lambda error: error.record.index)
+        header = {
+            "file": self._states[file_index].file.name,
+            "shard": shard,
+            "records": state.records,
+            "outputs": len(state.outputs),
+            "errors": [_error_row(error) for error in errors],
+        }
+        await asyncio.to_thread(self._store.write_part, file_index, shard, header, body)
+        self._summary.phases.write_s += time.perf_counter() - started
+        self._summary.outputs += len(state.outputs)
+        self._summary.shards_run += 1
+        self._states[file_index].done.add(shard)
+        await self._maybe_assemble(file_index)
+        await self._write_manifest("running")
+
+    async def _maybe_assemble(self, file_index: int) -> None:
+        state = self._states[file_index]
+        if state.assembled or state.shards is None or len(state.done) < state.shards:
+            return
+        started = time.perf_counter()
+        name = self._store.output_name(state.file.name)
+        await asyncio.to_thread(self._store.assemble, file_index, range(state.shards), name)
+        self._summary.phases.write_s += time.perf_counter() - started
+        state.assembled = True
+        self._summary.files_done += 1
+        await self._write_manifest("running", force=True)
+
+    async def _finish(self) -> None:
+        summary = self._summary
+        complete = all(state.assembled for state in self._states)
+        summary.status = "complete" if complete and self._stop is None else "stopped"
+        if self._stop is not None:
+            summary.reason = self._stop
+        elif complete and summary.error_rate > self._options.max_error_rate:
+            summary.reason = (
+                f"{summary.errors} of {summary.records} records failed ({summary.error_rate:.2%}), "
+                f"more than --max-error-rate {self._options.max_error_rate:g}"
+            )
+        await asyncio.to_thread(self._write_errors)
+        self._run_record.update(ended=_now(), status=summary.status, shards_run=summary.shards_run)
+        await asyncio.to_thread(self._store.write_json, SUMMARY, summary.document())
+        await self._write_manifest(summary.status, force=True)
+        if summary.status == "complete":
+            await asyncio.to_thread(self._store.remove_parts)
+
+    def _write_errors(self) -> None:
+        lines: list[bytes] = []
+        for file_index, state in enumerate(self._states):
+            for shard in sorted(state.done):
+                for row in self._store.part_header(file_index, shard)["errors"]:
+                    lines.append(orjson.dumps({"file": state.file.name, **row}) + b"\n")
+        self._store.write(ERRORS, b"".join(lines))
+
+    async def _write_manifest(self, status: str, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._manifest_written_s < MANIFEST_EVERY_S:
+            return
+        self._manifest_written_s = now
+        async with self._lock:
+            run = {
+                **self._run_record,
+                "shards_found_done": self._summary.shards_found,
+                "shards_run": self._summary.shards_run,
+            }
+            document = {
+                "format": MANIFEST_FORMAT,
+                "status": status,
+                "job": self._options.identity(),
+                "inputs": [state.file.describe() for state in self._states],
+                "files": [
+                    {
+                        "name": state.file.name,
+                        "output": self._store.output_name(state.file.name),
+                        "shards": state.shards,
+                        "shards_done": sorted(state.done),
+                        "assembled": state.assembled,
+                    }
+                    for state in self._states
+                ],
+                "runs": [*self._runs, run],
+            }
+            await asyncio.to_thread(self._store.write_json, MANIFEST, document)
+
+
+def check_same_job(manifest: dict[str, Any], options: BatchOptions, files: Sequence[InputFile]) -> None:
+    """A rerun into an output must be the same job over the same inputs (BatchUsageError)."""
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise BatchUsageError(f"{options.output} holds a manifest of another format ({manifest.get('format')!r})")
+    job = options.identity()
+    differ = sorted(key for key in set(job) | set(manifest.get("job", {})) if job.get(key) != manifest["job"].get(key))
+    if differ:
+        was = ", ".join(f"{key}={manifest['job'].get(key)!r}" for key in differ)
+        raise BatchUsageError(
+            f"{options.output} holds another job ({was}): run it with the same options to resume it, "
+            "or choose another --output"
+        )
+    inputs = [file.describe() for file in files]
+    if manifest.get("inputs") != inputs:
+        before = {entry["name"]: entry for entry in manifest.get("inputs", [])}
+        changed = [entry["name"] for entry in inputs if before.get(entry["name"]) != entry] or sorted(
+            set(before) - {entry["name"] for entry in inputs}
+        )
+        raise BatchUsageError(
+            f"the input changed since the job in {options.output} began ({', '.join(changed[:3])}): "
+            "its outputs would mix two datasets; choose another --output"
+        )
+
+
+def finished_summary(previous: dict[str, Any] | None, options: BatchOptions) -> Summary:
+    summary = Summary(status="complete", error_budget=options.max_error_rate)
+    if previous:
+        summary.records = int(previous.get("records", 0))
+        summary.outputs = int(previous.get("outputs", 0))
+        summary.errors = int(previous.get("errors", 0))
+        summary.files = summary.files_done = int(previous.get("files", 0))
+        summary.shards_found = int(previous.get("shards_run", 0)) + int(previous.get("shards_found_done", 0))
+    summary.reason = "already complete: nothing to do"
+    return summary
+
+
+def _halves(group: Group) -> list[Group]:
+    middle = len(group.records) // 2
+    return [
+        Group(
+            group.records[part],
+            tuple(type(t)(t.name, t.datatype, t.data[part].shape, t.data[part]) for t in group.inputs),
+            group.sources[part],
+        )
+        for part in (slice(0, middle), slice(middle, None))
+    ]
+
+
+def _error_row(error: RecordError) -> dict[str, Any]:
+    row: dict[str, Any] = {"record": error.record.index}
+    if error.record.line:
+        row["line"] = error.record.line
+    row.update(error=error.reason, code=error.code)
+    return row
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+async def run_batch(
+    options: BatchOptions, repositories: Sequence[str], *, progress: Progress | None = None, execution_threads: int = 0
+) -> Summary:
+    """The job of `options` on the local engine: the model of `repositories` loaded in this process."""
+    from inferd.tools.batch.engines import LocalEngine
+
+    plan = await asyncio.to_thread(plan_job, options)
+    if plan.complete:
+        return finished_summary(await asyncio.to_thread(plan.store.read_json, SUMMARY), options)
+    engine = await LocalEngine.open(
+        repositories, options.model, options.model_version, execution_threads=execution_threads
+    )
+    try:
+        return await BatchJob(options, engine, plan, engine_name="local", progress=progress).run()
+    finally:
+        await engine.close()

@@ -1,0 +1,81 @@
+"""Records to tensors and answers to output records (inferd.tools.batch.convert), and how the
+job cuts files into shards and mini-batches: no model, no files beyond tmp_path."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+
+from inferd.tools.batch.convert import Converter
+from inferd.tools.batch.options import BatchOptions, JoinSource
+from inferd.tools.batch.records import Record
+from inferd.types import DataType, ModelMetadata, Tensor, TensorMetadata
+
+ONE_INPUT = ModelMetadata(
+    "m", ("1",), "onnxruntime_onnx", (TensorMetadata("x", "FP32", (-1, 3)),), (TensorMetadata("y", "FP32", (-1, 2)),)
+)
+TWO_INPUTS = ModelMetadata(
+    "m",
+    ("1",),
+    "onnxruntime_onnx",
+    (TensorMetadata("a", "INT64", (-1, 2)), TensorMetadata("b", "FP32", (-1,))),
+    (TensorMetadata("y", "FP32", (-1, 2)), TensorMetadata("z", "BYTES", (-1,))),
+)
+
+
+def lines(*texts: bytes) -> list[Record]:
+    return [Record(index=i, line=i + 1, raw=t, size=len(t)) for i, t in enumerate(texts)]
+
+
+def test_rows_stack_into_one_request_and_a_bad_record_is_its_own_error() -> None:
+    converter = Converter(BatchOptions("m", "i", "o"), ONE_INPUT, max_batch_size=8)
+    groups, errors = converter.decode(lines(b"[1, 2, 3]", b"not json", b'{"x": [4, 5, 6]}', b"[7, 8]", b"[9, 10, 11]"))
+    assert [(e.record.index, e.code) for e in errors] == [(1, "MALFORMED_RECORD")]
+    # the rest read; a row of another shape starts a group of its own (the model will refuse it)
+    assert [[r.index for r in g.records] for g in groups] == [[0, 2], [3], [4]]
+    np.testing.assert_array_equal(groups[0].inputs[0].data, [[1, 2, 3], [4, 5, 6]])
+
+
+def test_a_good_mini_batch_decodes_at_once() -> None:
+    converter = Converter(BatchOptions("m", "i", "o"), ONE_INPUT, max_batch_size=8)
+    groups, errors = converter.decode(lines(b"[1, 2, 3]", b"[4, 5, 6]"))
+    assert not errors and len(groups) == 1
+    (x,) = groups[0].inputs
+    assert x.datatype is DataType.FP32 and x.shape == (2, 3)
+
+
+def test_named_inputs_and_outputs_as_rows_joined_and_filtered() -> None:
+    options = BatchOptions(
+        "m",
+        "i",
+        "o",
+        input_filter="$['a','b']",
+        join_source=JoinSource.INPUT,
+        output_filter="$['id','SageMakerOutput']",
+    )
+    converter = Converter(options, TWO_INPUTS, max_batch_size=8)
+    groups, errors = converter.decode(lines(b'{"id": 1, "a": [1, 2], "b": 0.5}', b'{"id": 2, "a": [3, 4], "b": 1.5}'))
+    assert not errors
+    (group,) = groups
+    assert [t.name for t in group.inputs] == ["a", "b"] and group.inputs[0].data.dtype == np.int64
+    y = Tensor("y", DataType.FP32, (2, 2), np.array([[0.1, 0.2], [0.3, 0.4]], dtype=np.float32))
+    z = np.empty(2, dtype=object)
+    z[:] = [b"first", b"\xff"]
+    written, failed = converter.encode(group, [Tensor("z", DataType.BYTES, (2,), z), y])
+    assert not failed
+    assert [orjson.loads(w) for w in written if w] == [
+        {"id": 1, "SageMakerOutput": {"y": [0.1, 0.2], "z": "first"}},
+        {"id": 2, "SageMakerOutput": {"y": [0.3, 0.4], "z": {"b64": "/w=="}}},  # not UTF-8: base64, as TF Serving
+    ]
+    assert all(w is not None and w.endswith(b"\n") for w in written)
+
+
+def test_csv_fields_feed_the_one_input_and_the_join_appends_the_outputs() -> None:
+    options = BatchOptions("m", "i", "o", content_type="text/csv", input_filter="$[1:]", join_source=JoinSource.INPUT)
+    converter = Converter(options, ONE_INPUT, max_batch_size=8)
+    (group,), errors = converter.decode(lines(b'"a,b",1,2,3', b"c,4,5,6"))
+    assert not errors
+    np.testing.assert_array_equal(group.inputs[0].data, [[1, 2, 3], [4, 5, 6]])
+    y = Tensor("y", DataType.FP32, (2, 2), np.array([[0.1, 0.2], [0.3, 0.4]], dtype=np.float32))
+    written, _ = converter.encode(group, [y])
+    assert written == [b'"a,b",1,2,3,0.1,0.2\n', b"c,4,5,6,0.3,0.4\n"]  # float32's shortest form
