@@ -721,6 +721,8 @@ def _shape(raw: Any, name: str) -> tuple[int, ...]:
 _INT_TYPE = frozenset({int})
 # What numpy infers from JSON numbers, per target datatype kind: ints must stay ints, etc.
 _ACCEPTED_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
+# Dimensions a tensor read from nested JSON lists may have (TF Serving's rows and columns).
+MAX_DIMS = 32
 # The element types of a flat list that converts straight to a target of each kind.
 _PLAIN_TYPES = {"b": frozenset({bool}), "i": frozenset({int}), "u": frozenset({int}), "f": frozenset({float, int})}
 # simdjson reads a whole array of numbers into one buffer of this type, or refuses any other element.
@@ -791,6 +793,37 @@ def numbers_from_json(name: str, datatype: DataType, data: list[Any], where: str
         with np.errstate(over="ignore"):
             return _checked_numbers(name, datatype, data, where)
     return _checked_numbers(name, datatype, data, where)
+
+
+def nested_numbers(data: list[Any], datatype: DataType, *, only_numbers: bool = False) -> np.ndarray[Any, Any] | None:
+    """Nested lists of plain numbers (rows of rows: TF Serving's instances, a batch job's records)
+    as an array of `datatype`, read by numpy at C speed, which also finds them rectangular; None
+    when they are anything else (ragged, strings, booleans among numbers, integers past the
+    target's range, floats for integers), which the checked path then names.
+    `only_numbers`: the caller found their JSON text holds nothing but numbers, brackets and
+    commas (no string, true, false or null), which spares a look at every value: a float target
+    then takes them in one conversion."""
+    target = datatype.numpy_dtype
+    if only_numbers and target.kind == "f":
+        try:
+            with np.errstate(over="ignore"):
+                array = np.array(data, dtype=target)
+        except (ValueError, TypeError, OverflowError):
+            return None
+        return array if array.ndim <= MAX_DIMS else None
+    try:
+        inferred = np.array(data)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    kind = inferred.dtype.kind
+    if kind not in "iuf" or kind not in _ACCEPTED_KINDS[target.kind] or inferred.ndim > MAX_DIMS:
+        return None
+    if (not only_numbers and _holds_booleans(data)) or _outside_range(inferred, target):
+        return None
+    if target.kind == "f":
+        with np.errstate(over="ignore"):
+            return inferred.astype(target, copy=False)
+    return inferred.astype(target, copy=False)
 
 
 def _checked_numbers(name: str, datatype: DataType, data: list[Any], where: str) -> np.ndarray[Any, Any]:

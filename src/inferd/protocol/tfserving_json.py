@@ -197,14 +197,17 @@ def _shape_of(value: Any, where: str) -> tuple[int, ...]:
             raise TensorDataError(f"{where}: lists at depth {len(shape)} differ in length {sorted(lengths)}")
         shape.append(lengths.pop())
         level = [element for item in level for element in item]
-        if len(shape) > 32:
-            raise TensorDataError(f"{where}: more than 32 dimensions")
+        if len(shape) > json_v2.MAX_DIMS:
+            raise TensorDataError(f"{where}: more than {json_v2.MAX_DIMS} dimensions")
     if any(isinstance(item, list) for item in level):
         raise TensorDataError(f"{where}: values and lists are mixed at depth {len(shape)}")
     return tuple(shape)
 
 
 def _number_array(value: Any, name: str, datatype: DataType, where: str) -> np.ndarray[Any, Any]:
+    fast = json_v2.nested_numbers(value, datatype) if isinstance(value, list) else None
+    if fast is not None:
+        return fast
     shape = _shape_of(value, where)
     flat = [value] if not shape else value if len(shape) == 1 else list(json_v2.leaves(value))
     return json_v2.numbers_from_json(name, datatype, flat, where).reshape(shape)

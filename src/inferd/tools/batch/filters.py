@@ -35,6 +35,7 @@ class JsonFilter:
     text: str
     _path: Any
     _singular: bool
+    _everything: bool = False
 
     @classmethod
     def compile(cls, text: str, option: str) -> JsonFilter:
@@ -47,7 +48,10 @@ class JsonFilter:
 
     @property
     def selects_all(self) -> bool:
-        return self.text.strip() == "$"
+        return self._everything
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_everything", self.text.strip() == "$")
 
     def apply(self, value: Any) -> Any:
         """What this path selects of `value` (see the module's docstring); FilterError when a path

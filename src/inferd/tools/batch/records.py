@@ -11,9 +11,9 @@ line), which its output's order and its error row follow.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import fsspec
 import numpy as np
@@ -22,6 +22,8 @@ from inferd.tools.batch.options import BatchOptions, BatchUsageError, Format, Sp
 
 OUTPUT_SUFFIX = ".out"
 PARQUET_BATCH_ROWS = 1024
+READ_BYTES = 1024 * 1024  # a line-split file is read a block at a time
+ROWS_PER_CHUNK = 4096  # an array's rows are handed on this many at a time
 
 
 @dataclass(frozen=True)
@@ -35,13 +37,102 @@ class InputFile:
         return {"name": self.name, "size": self.size, "version": self.version}
 
 
-@dataclass(slots=True)
 class Record:
-    index: int  # its position in its file, from 0
-    line: int  # its line (from 1) in line-split input, else 0
-    raw: bytes  # its bytes as read (a line without its end, a file); b"" for a row of an array or table
-    value: Any = None  # a row's values: {name: array or value}, or one array (NPY)
-    size: int = 0  # bytes counted toward --max-payload-mb
+    """One record of a file. A plain class with slots, made positionally: a job makes one per
+    line, so its cost is counted in the job's throughput."""
+
+    __slots__ = ("index", "line", "raw", "size", "value")
+
+    def __init__(self, index: int, line: int, raw: bytes, size: int, value: Any = None) -> None:
+        self.index = index  # its position in its file, from 0
+        self.line = line  # its line (from 1) in line-split input, else 0
+        self.raw = raw  # its bytes as read (a line without its end, a file); b"" for a row of an array or table
+        self.size = size  # bytes counted toward --max-payload-mb (and the progress's read bytes)
+        self.value = value  # a row's values: {name: array or value}, or one array (NPY)
+
+    def __repr__(self) -> str:
+        return f"Record(index={self.index}, line={self.line}, size={self.size})"
+
+
+class Records(Sequence[Record]):
+    """Consecutive records of one file, kept as lists (their bytes, sizes, lines, row values) and
+    made into `Record`s only when one is looked at: a mini-batch that reads cleanly never makes
+    one, which on a small model is a tenth of a job's time."""
+
+    __slots__ = ("indexes", "lines", "raws", "sizes", "start", "values")
+
+    def __init__(
+        self,
+        start: int,
+        raws: list[bytes],
+        lines: Sequence[int],
+        sizes: list[int] | None = None,
+        values: list[Any] | None = None,
+        indexes: list[int] | None = None,
+    ) -> None:
+        self.start = start  # the first one's index
+        self.indexes = indexes  # each one's index, when they are not consecutive from `start`
+        self.raws = raws
+        self.lines = lines  # each one's line (0: not line-split)
+        self.sizes = sizes if sizes is not None else list(map(len, raws))
+        self.values = values
+
+    @classmethod
+    def of(cls, records: Sequence[Record]) -> Records:
+        """Records already made (consecutive ones), as a Records."""
+        if isinstance(records, Records):
+            return records
+        return cls(
+            records[0].index if records else 0,
+            [r.raw for r in records],
+            [r.line for r in records],
+            [r.size for r in records],
+            [r.value for r in records] if any(r.value is not None for r in records) else None,
+            [r.index for r in records],
+        )
+
+    def __len__(self) -> int:
+        return len(self.raws)
+
+    @overload
+    def __getitem__(self, position: int) -> Record: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> Records: ...
+
+    def __getitem__(self, position: int | slice) -> Record | Records:
+        if isinstance(position, slice):
+            start, stop, _ = position.indices(len(self.raws))
+            stop = max(start, stop)
+            indexes = self.indexes[start:stop] if self.indexes is not None else None
+            return Records(
+                indexes[0] if indexes else self.start + start,
+                self.raws[start:stop],
+                self.lines[start:stop],
+                self.sizes[start:stop],
+                self.values[start:stop] if self.values is not None else None,
+                indexes,
+            )
+        if position < 0:
+            position += len(self.raws)
+        value = self.values[position] if self.values is not None else None
+        index = self.indexes[position] if self.indexes is not None else self.start + position
+        return Record(index, self.lines[position], self.raws[position], self.sizes[position], value)
+
+    def index_list(self) -> list[int]:
+        return list(self.indexes) if self.indexes is not None else list(range(self.start, self.start + len(self)))
+
+    def __add__(self, other: Records) -> Records:
+        """These records and the ones that follow them."""
+        values = None
+        if self.values is not None or other.values is not None:
+            values = (self.values or [None] * len(self)) + (other.values or [None] * len(other))
+        indexes = None
+        if self.indexes is not None or other.indexes is not None or other.start != self.start + len(self):
+            indexes = self.index_list() + other.index_list()
+        return Records(
+            self.start, self.raws + other.raws, [*self.lines, *other.lines], self.sizes + other.sizes, values, indexes
+        )
 
 
 def open_location(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -75,32 +166,63 @@ def list_inputs(uri: str) -> tuple[fsspec.AbstractFileSystem, list[InputFile]]:
     return fs, files
 
 
-def read_records(fs: fsspec.AbstractFileSystem, file: InputFile, options: BatchOptions) -> Iterator[Record]:
-    """The records of `file`, in order."""
+def read_records(fs: fsspec.AbstractFileSystem, file: InputFile, options: BatchOptions) -> Iterator[Records]:
+    """The records of `file`, in order, some at a time (a block of lines, a batch of rows)."""
     form = options.format
     if form is Format.NPY or form is Format.NPZ:
-        yield from _array_rows(fs, file, form)
+        yield from _chunks(_array_rows(fs, file, form))
     elif form is Format.PARQUET:
-        yield from _parquet_rows(fs, file, options.columns)
+        yield from _chunks(_parquet_rows(fs, file, options.columns))
     elif options.split is SplitType.LINE:
         yield from _lines(fs, file)
     else:
         with fs.open(file.path, "rb") as handle:
             data = handle.read()
-        yield Record(index=0, line=0, raw=data, size=len(data))
+        yield Records(0, [data], [0])
 
 
-def _lines(fs: fsspec.AbstractFileSystem, file: InputFile) -> Iterator[Record]:
-    """One record per line that holds anything but white space (blank lines are skipped, their
-    numbers kept: an error row names the line of the file)."""
+def _lines(fs: fsspec.AbstractFileSystem, file: InputFile) -> Iterator[Records]:
+    """One record per line that is not empty (empty lines are skipped, their numbers kept: an
+    error row names the line of the file); a line ends at LF, or CR LF."""
     index = 0
+    number = 0
+    rest = b""
     with fs.open(file.path, "rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            stripped = line.rstrip(b"\r\n")
-            if not stripped.strip():
-                continue
-            yield Record(index=index, line=number, raw=stripped, size=len(stripped))
-            index += 1
+        while True:
+            block = handle.read(READ_BYTES)
+            lines = (rest + block).split(b"\n") if block else [rest]
+            rest = lines.pop() if block else b""
+            if b"\r" not in block and all(lines):
+                # No CR, no empty line: a record per line, without a Python loop.
+                records = Records(index, lines, range(number + 1, number + 1 + len(lines)))
+                number += len(lines)
+            else:
+                kept: list[bytes] = []
+                numbers: list[int] = []
+                for line in lines:
+                    number += 1
+                    if line[-1:] == b"\r":
+                        line = line[:-1]
+                    if line:
+                        kept.append(line)
+                        numbers.append(number)
+                records = Records(index, kept, numbers)
+            index += len(records)
+            if records:
+                yield records
+            if not block:
+                return
+
+
+def _chunks(records: Iterator[Record]) -> Iterator[Records]:
+    chunk: list[Record] = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) == ROWS_PER_CHUNK:
+            yield Records.of(chunk)
+            chunk = []
+    if chunk:
+        yield Records.of(chunk)
 
 
 def _array_rows(fs: fsspec.AbstractFileSystem, file: InputFile, form: Format) -> Iterator[Record]:
@@ -125,7 +247,7 @@ def _array_rows(fs: fsspec.AbstractFileSystem, file: InputFile, form: Format) ->
     count = len(next(iter(arrays.values())))
     for index in range(count):
         row = {name: array[index] for name, array in arrays.items()}
-        yield Record(index=index, line=0, raw=b"", value=row, size=sum(value.nbytes for value in row.values()))
+        yield Record(index, 0, b"", sum(value.nbytes for value in row.values()), row)
 
 
 def _parquet_rows(fs: fsspec.AbstractFileSystem, file: InputFile, columns: Mapping[str, str]) -> Iterator[Record]:
@@ -141,7 +263,7 @@ def _parquet_rows(fs: fsspec.AbstractFileSystem, file: InputFile, columns: Mappi
         index = 0
         for batch in table.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted):
             for row in batch.to_pylist():
-                yield Record(index=index, line=0, raw=b"", value=row, size=_row_size(row))
+                yield Record(index, 0, b"", _row_size(row), row)
                 index += 1
 
 

@@ -18,7 +18,7 @@ import asyncio
 import datetime
 import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,8 @@ from inferd.errors import InferdError, UnavailableError
 from inferd.tools.batch.convert import Converter, Group, RecordError
 from inferd.tools.batch.engines import Engine
 from inferd.tools.batch.options import BatchOptions, BatchStrategy, BatchUsageError
-from inferd.tools.batch.records import InputFile, Record, list_inputs, read_records
+from inferd.tools.batch.pieces import Piece, PieceCutter, ShardEnd
+from inferd.tools.batch.records import InputFile, list_inputs, read_records
 from inferd.tools.batch.store import ERRORS, MANIFEST, SUMMARY, OutputStore, same_location
 
 MANIFEST_FORMAT = "inferd.batch/1"
@@ -36,18 +37,6 @@ ERROR_RATE_MIN_RECORDS = 1000
 MANIFEST_EVERY_S = 1.0
 PIECES_PER_READ = 32
 RETRY_BACKOFF_S = (0.1, 0.5, 2.0, 5.0)
-
-
-@dataclass(frozen=True)
-class Piece:
-    """A mini-batch: records of one shard of one file; `last`: the shard's last."""
-
-    file_index: int
-    shard: int
-    seq: int  # its place in its shard
-    records: list[Record]
-    oversized: list[Record]
-    last: bool
 
 
 @dataclass(frozen=True)
@@ -142,8 +131,9 @@ class _FileState:
 @dataclass
 class _ShardState:
     pieces: int = 0  # finished
-    expected: int | None = None  # known when its last piece was read
-    outputs: dict[int, bytes] = field(default_factory=dict)
+    expected: int | None = None  # known once the shard's end was read
+    outputs: dict[int, bytes] = field(default_factory=dict)  # piece -> its output records, in order
+    output_count: int = 0
     errors: list[RecordError] = field(default_factory=list)
     records: int = 0
 
@@ -237,95 +227,77 @@ class BatchJob:
                 self._summary.shards_found += 1
 
     async def _run_pieces(self) -> None:
-        slots = asyncio.Semaphore(self._options.max_concurrent_transforms)
-        running: set[asyncio.Task[None]] = set()
-        shards: dict[tuple[int, int], _ShardState] = {}
+        """Read the pieces on a thread and run them on --max-concurrent-transforms workers."""
+        self._shards: dict[tuple[int, int], _ShardState] = {}
+        self._failure: BaseException | None = None
+        concurrency = self._options.max_concurrent_transforms
+        queue: asyncio.Queue[Piece | None] = asyncio.Queue(maxsize=2 * concurrency)
+        workers = [asyncio.create_task(self._worker(queue)) for _ in range(concurrency)]
         items = self._items()
-        failure: list[BaseException] = []
-
-        def ended(task: asyncio.Task[None]) -> None:
-            running.discard(task)
-            slots.release()
-            if not task.cancelled() and task.exception() is not None:
-                failure.append(task.exception())  # type: ignore[arg-type]
-
         try:
-            while self._stop is None and not failure:
+            while self._stop is None and self._failure is None:
                 read_started = time.perf_counter()
-                batch = await asyncio.to_thread(lambda: list(itertools.islice(items, PIECES_PER_READ)))
+                batch = list(itertools.islice(items, PIECES_PER_READ))
                 self._summary.phases.read_s += time.perf_counter() - read_started
                 self._progress.read(self._read_bytes)
                 if not batch:
                     break
                 for item in batch:
                     if isinstance(item, FileEnd):
-                        state = self._states[item.file_index]
-                        state.shards = item.shards
+                        self._states[item.file_index].shards = item.shards
                         await self._maybe_assemble(item.file_index)
-                        continue
-                    await slots.acquire()
-                    if self._stop is not None or failure:
-                        slots.release()
-                        break
-                    shard = shards.setdefault((item.file_index, item.shard), _ShardState())
-                    task = asyncio.create_task(self._piece(item, shard, shards))
-                    running.add(task)
-                    task.add_done_callback(ended)
-            if running:
-                await asyncio.gather(*running, return_exceptions=True)
+                    elif isinstance(item, ShardEnd):
+                        shard = self._shards.setdefault((item.file_index, item.shard), _ShardState())
+                        shard.expected = item.pieces
+                        await self._maybe_write_shard(item.file_index, item.shard)
+                    else:
+                        self._shards.setdefault((item.file_index, item.shard), _ShardState())
+                        await queue.put(item)
+                        if self._stop is not None or self._failure is not None:
+                            break
+            for _ in workers:
+                await queue.put(None)
+            await asyncio.gather(*workers)
         finally:
-            for task in running:
-                task.cancel()
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
-        if failure:
-            raise failure[0]
+            for worker in workers:
+                worker.cancel()
+            items.close()
+        if self._failure is not None:
+            raise self._failure
 
-    def _items(self) -> Iterator[Piece | FileEnd]:
-        """Every mini-batch still to run, in order, and each file's end (on the reading thread)."""
-        limit = self._options.max_payload_bytes
-        shard_records = self._options.shard_records
+    async def _worker(self, queue: asyncio.Queue[Piece | None]) -> None:
+        """Run pieces until told to stop; after a failure (or once the job stops) only drain the
+        queue, so the reader never waits on a queue nobody reads."""
+        while (piece := await queue.get()) is not None:
+            if self._failure is not None or self._stop is not None:
+                continue
+            try:
+                await self._piece(piece, self._shards[(piece.file_index, piece.shard)])
+            except Exception as exc:  # the job's own fault: end it, and say so
+                self._failure = exc
+
+    def _items(self) -> Generator[Piece | ShardEnd | FileEnd, None, None]:
+        """Every mini-batch still to run, in order, each shard's end and each file's end (on the
+        reading thread)."""
+        options = self._options
         found = [frozenset(state.done) for state in self._states]  # by earlier runs
         for file_index, state in enumerate(self._states):
-            done = found[file_index]
+            cutter = PieceCutter(
+                file_index, found[file_index], options.shard_records, self._max_records, options.max_payload_bytes
+            )
             count = 0
-            seq = 0
             file_start = self._read_bytes
-            pending: list[Record] = []
-            pending_bytes = 0
-            shard = 0
-            oversized: list[Record] = []
-            for record in read_records(self._fs, state.file, self._options):
-                count += 1
-                self._read_bytes += record.size + 1
-                shard = record.index // shard_records
-                if shard in done:
-                    continue
-                last_of_shard = (record.index + 1) % shard_records == 0
-                if limit is not None and record.size > limit:
-                    oversized.append(record)
-                else:
-                    if pending and (
-                        len(pending) >= self._max_records or (limit and pending_bytes + record.size > limit)
-                    ):
-                        yield Piece(file_index, shard, seq, pending, oversized, last=False)
-                        pending, pending_bytes, oversized, seq = [], 0, [], seq + 1
-                    pending.append(record)
-                    pending_bytes += record.size
-                if last_of_shard:
-                    yield Piece(file_index, shard, seq, pending, oversized, last=True)
-                    pending, pending_bytes, oversized, seq = [], 0, [], 0
-            if pending or oversized:
-                yield Piece(file_index, shard, seq, pending, oversized, last=True)
-            elif count == 0 and 0 not in done:
-                yield Piece(file_index, 0, 0, [], [], last=True)  # an empty file: an empty output
+            for chunk in read_records(self._fs, state.file, options):
+                count += len(chunk)
+                self._read_bytes += sum(chunk.sizes) + len(chunk)
+                yield from cutter.add(chunk)
+            yield from cutter.end(count)
             self._read_bytes = file_start + state.file.size
-            yield FileEnd(file_index, max(1, -(-count // shard_records)), count)
+            yield FileEnd(file_index, max(1, -(-count // options.shard_records)), count)
 
     # -- one mini-batch ------------------------------------------------------------------------
 
-    async def _piece(self, piece: Piece, shard: _ShardState, shards: dict[tuple[int, int], _ShardState]) -> None:
+    async def _piece(self, piece: Piece, shard: _ShardState) -> None:
         started = time.perf_counter()
         groups, errors = self._converter.decode(piece.records)
         limit = self._options.max_payload_mb
@@ -334,24 +306,28 @@ class BatchJob:
             for record in piece.oversized
         ]
         self._summary.phases.decode_s += time.perf_counter() - started
+        blobs: list[bytes] = []
+        outputs = 0
         for group in groups:
-            await self._run_group(group, shard, errors)
+            outputs += await self._run_group(group, blobs, errors)
+        shard.outputs[piece.seq] = b"".join(blobs)
+        shard.output_count += outputs
         shard.errors.extend(errors)
-        shard.records += len(piece.records) + len(piece.oversized)
+        records = len(piece.records) + len(piece.oversized)
+        shard.records += records
         shard.pieces += 1
-        if piece.last:
-            shard.expected = piece.seq + 1
-        self._count(len(piece.records) + len(piece.oversized), len(errors))
-        if shard.expected is not None and shard.pieces >= shard.expected:
-            shards.pop((piece.file_index, piece.shard), None)
-            await self._write_shard(piece.file_index, piece.shard, shard)
+        self._count(records, len(errors))
+        await self._maybe_write_shard(piece.file_index, piece.shard)
 
-    async def _run_group(self, group: Group, shard: _ShardState, errors: list[RecordError]) -> None:
+    async def _run_group(self, group: Group, blobs: list[bytes], errors: list[RecordError]) -> int:
+        """Run `group`, its output records appended to `blobs` and its failures to `errors`; how
+        many records it wrote."""
         timeout = self._options.invocations_timeout_s
         for attempt in itertools.count(1):
             started = time.perf_counter()
             try:
-                outputs = await asyncio.wait_for(self._engine.infer(group.inputs, timeout), timeout)
+                async with asyncio.timeout(timeout):
+                    outputs = await self._engine.infer(group.inputs, timeout)
             except (TimeoutError, UnavailableError) as exc:
                 self._summary.phases.infer_s += time.perf_counter() - started
                 if attempt > self._options.invocations_max_retries:
@@ -359,31 +335,31 @@ class BatchJob:
                     code = "TIMEOUT" if isinstance(exc, TimeoutError) else exc.code.value
                     tries = "try" if attempt == 1 else "tries"
                     errors.extend(RecordError(r, f"{why} ({attempt} {tries})", code) for r in group.records)
-                    return
+                    return 0
                 await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S)) - 1])
                 continue
             except InferdError as exc:
                 self._summary.phases.infer_s += time.perf_counter() - started
                 if len(group.records) == 1:
                     errors.append(RecordError(group.records[0], exc.message, exc.code.value))
-                    return
+                    return 0
+                written = 0
                 for half in _halves(group):  # find the records the model refuses
-                    await self._run_group(half, shard, errors)
-                return
+                    written += await self._run_group(half, blobs, errors)
+                return written
             self._summary.phases.infer_s += time.perf_counter() - started
             break
         started = time.perf_counter()
         try:
-            written, failed = self._converter.encode(group, outputs)
+            blob, failed = self._converter.encode(group, outputs)
         except InferdError as exc:
             errors.extend(RecordError(r, exc.message, exc.code.value) for r in group.records)
-            return
+            return 0
         finally:
             self._summary.phases.encode_s += time.perf_counter() - started
         errors.extend(failed)
-        for record, output in zip(group.records, written, strict=True):
-            if output is not None:
-                shard.outputs[record.index] = output
+        blobs.append(blob)
+        return len(group.records) - len(failed)
 
     def _count(self, records: int, errors: int) -> None:
         summary = self._summary
@@ -399,20 +375,25 @@ class BatchJob:
 
     # -- keeping the work ----------------------------------------------------------------------
 
-    async def _write_shard(self, file_index: int, shard: int, state: _ShardState) -> None:
+    async def _maybe_write_shard(self, file_index: int, shard: int) -> None:
+        """Write the shard's part when its end is read and its pieces have all finished."""
+        state = self._shards.get((file_index, shard))
+        if state is None or state.expected is None or state.pieces < state.expected:
+            return
+        del self._shards[(file_index, shard)]
         started = time.perf_counter()
-        body = b"".join(state.outputs[index] for index in sorted(state.outputs))
+        body = b"".join(state.outputs[seq] for seq in sorted(state.outputs))
         errors = sorted(state.errors, key=lambda error: error.record.index)
         header = {
             "file": self._states[file_index].file.name,
             "shard": shard,
             "records": state.records,
-            "outputs": len(state.outputs),
+            "outputs": state.output_count,
             "errors": [_error_row(error) for error in errors],
         }
         await asyncio.to_thread(self._store.write_part, file_index, shard, header, body)
         self._summary.phases.write_s += time.perf_counter() - started
-        self._summary.outputs += len(state.outputs)
+        self._summary.outputs += state.output_count
         self._summary.shards_run += 1
         self._states[file_index].done.add(shard)
         await self._maybe_assemble(file_index)
