@@ -186,6 +186,12 @@ def test_npy_npz_and_parquet_rows(repository: Path, tmp_path: Path) -> None:
     got = json_lines(tmp_path / "npz" / "pairs.npz.out")
     np.testing.assert_allclose(np.array([row["OUTPUT0"] for row in got]), total, rtol=1e-6)
     np.testing.assert_allclose(np.array([row["OUTPUT1"] for row in got]), difference, rtol=1e-6)
+    only = batch(
+        repository, "add_sub", "--input", tmp_path / "pairs.npz", "--output", tmp_path / "npz1",
+        "--content-type", "application/x-npz", "--outputs", "OUTPUT1",
+    )  # fmt: skip
+    assert only.returncode == 0, only.stderr + only.stdout
+    np.testing.assert_allclose(np.array(json_lines(tmp_path / "npz1" / "pairs.npz.out")), difference, rtol=1e-6)
 
     table = pa.table({"key": list(range(70)), "feats": [row.tolist() for row in x]})
     pq.write_table(table, tmp_path / "rows.parquet", row_group_size=16)

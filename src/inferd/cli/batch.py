@@ -101,6 +101,9 @@ def _choice(
     show_default=True,
     help="The share of records that may fail before the job stops (exit 1).",
 )
+@click.option(
+    "--outputs", "output_names", default="", help="The outputs to compute and write: NAME,... (default: all)."
+)
 @click.option("--columns", default="", help="Parquet: COLUMN=INPUT,... (default: each input from its column).")
 @click.option(
     "--shard-records",
@@ -136,6 +139,7 @@ def batch(
     invocations_timeout_seconds: float,
     invocations_max_retries: int,
     max_error_rate: float,
+    output_names: str,
     columns: str,
     shard_records: int,
     engine: str,
@@ -172,6 +176,7 @@ def batch(
         invocations_max_retries=invocations_max_retries,
         max_error_rate=max_error_rate,
         columns=_columns(columns),
+        outputs=tuple(name.strip() for name in output_names.split(",") if name.strip()),
         shard_records=shard_records,
     )
     console = Console(stderr=True)

@@ -68,6 +68,12 @@ class Converter:
         self._join = options.join_source is JoinSource.INPUT
         self._end = b"\n" if options.assemble_with is AssembleWith.LINE else b""
         self._inputs = {tensor.name: tensor for tensor in signature.inputs}
+        declared = [tensor.name for tensor in signature.outputs]
+        unknown = [name for name in options.outputs if name not in declared]
+        if unknown:
+            raise BatchUsageError(f"--outputs names {unknown}, not outputs of {signature.name}: {declared}")
+        # The outputs written, in the order asked (else the signature's).
+        self._output_names = list(options.outputs) or declared
         self._columns = dict(options.columns) or {name: name for name in self._inputs}
         if self._format in (Format.CSV, Format.NPY, Format.TEXT, Format.RAW) and len(self._inputs) != 1:
             raise BatchUsageError(
@@ -94,13 +100,14 @@ class Converter:
             else None
         )
         # One numeric output of rows written as JSON lines, unfiltered: written at C speed.
+        written = [tensor for tensor in signature.outputs if tensor.name in self._output_names]
         self._plain_output = (
-            len(signature.outputs) == 1
+            len(written) == 1
             and self._batching
             and self._format is not Format.CSV
             and not self._keeps_source
             and options.assemble_with is AssembleWith.LINE
-            and DataType.from_wire(signature.outputs[0].datatype) is not DataType.BYTES
+            and DataType.from_wire(written[0].datatype) is not DataType.BYTES
         )
 
     @property
@@ -302,10 +309,7 @@ class Converter:
         return b"".join(written), errors
 
     def _output_order(self, name: str) -> int:
-        for index, tensor in enumerate(self._signature.outputs):
-            if tensor.name == name:
-                return index
-        return len(self._signature.outputs)
+        return self._output_names.index(name) if name in self._output_names else len(self._output_names)
 
     def _output_record(self, source: Any, row: Any) -> bytes:
         if self._format is Format.CSV:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from inferd.core.in_process import InProcessModels
-from inferd.types import BATCH_TRANSFORM, ModelMetadata, RequestContext, Tensor
+from inferd.types import BATCH_TRANSFORM, ModelMetadata, RequestContext, RequestedOutput, Tensor
 
 
 class Engine(Protocol):
@@ -26,9 +26,9 @@ class Engine(Protocol):
     @property
     def max_batch_size(self) -> int: ...
 
-    async def infer(self, inputs: Sequence[Tensor], timeout_s: float) -> tuple[Tensor, ...]:
-        """The model's outputs for `inputs`; an InferdError the model or the engine raised, or
-        TimeoutError past `timeout_s`."""
+    async def infer(self, inputs: Sequence[Tensor], outputs: Sequence[str], timeout_s: float) -> tuple[Tensor, ...]:
+        """The model's outputs (those named, or all when none is) for `inputs`; an InferdError
+        the model or the engine raised, or TimeoutError past `timeout_s`."""
         ...
 
     async def close(self) -> None: ...
@@ -69,9 +69,10 @@ class LocalEngine:
     def max_batch_size(self) -> int:
         return self._max_batch_size
 
-    async def infer(self, inputs: Sequence[Tensor], timeout_s: float) -> tuple[Tensor, ...]:
+    async def infer(self, inputs: Sequence[Tensor], outputs: Sequence[str], timeout_s: float) -> tuple[Tensor, ...]:
         context = RequestContext(deadline_s=time.monotonic() + timeout_s, door=BATCH_TRANSFORM)
-        response = await self._models.infer(context.request(self._model, self._version, inputs))
+        asked = [RequestedOutput(name) for name in outputs]
+        response = await self._models.infer(context.request(self._model, self._version, inputs, asked))
         return response.outputs
 
     async def close(self) -> None:

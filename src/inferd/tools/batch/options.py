@@ -103,6 +103,8 @@ class BatchOptions:
     invocations_timeout_s: float = 600.0
     invocations_max_retries: int = 3
     max_error_rate: float = 0.01
+    # The outputs to compute and write, in this order; empty: every output of the model.
+    outputs: tuple[str, ...] = ()
     # Parquet column -> model input; empty: each input read from the column of its name.
     columns: Mapping[str, str] = field(default_factory=dict)
     shard_records: int = 10_000
@@ -166,5 +168,6 @@ class BatchOptions:
             "output_filter": self.output_filter,
             "join_source": self.join_source.value,
             "columns": dict(self.columns),
+            "outputs": list(self.outputs),
             "shard_records": self.shard_records,
         }

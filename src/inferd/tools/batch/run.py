@@ -327,7 +327,7 @@ class BatchJob:
             started = time.perf_counter()
             try:
                 async with asyncio.timeout(timeout):
-                    outputs = await self._engine.infer(group.inputs, timeout)
+                    outputs = await self._engine.infer(group.inputs, self._options.outputs, timeout)
             except (TimeoutError, UnavailableError) as exc:
                 self._summary.phases.infer_s += time.perf_counter() - started
                 if attempt > self._options.invocations_max_retries:
