@@ -38,7 +38,7 @@ SWEEP = (32, 64, 128, 256, 512)
 MINILM_TOKENS = 32
 console = Console()
 
-PLAIN = r'''
+PLAIN = r"""
 import sys, time
 import numpy as np, orjson, onnxruntime as ort
 
@@ -69,7 +69,7 @@ with open(data, "rb") as lines, open(out_path, "wb") as out:
         flush()
         records += len(rows)
 print(records / (time.perf_counter() - started))
-'''
+"""
 
 CONFIG = """
 platform: "onnxruntime_onnx"
@@ -173,7 +173,9 @@ def main() -> None:
                 ours, phases = inferd_batch(repository, data, folder / f"out-{round_index}", output)
                 wall = time.perf_counter() - started
             rows.append((baseline, ours, ours / baseline, wall, phases))
-            console.print(f"round {round_index + 1}: plain {baseline:,.0f}/s, inferd batch {ours:,.0f}/s ({ours / baseline:.2f}x)")
+            console.print(
+                f"round {round_index + 1}: plain {baseline:,.0f}/s, inferd batch {ours:,.0f}/s ({ours / baseline:.2f}x)"
+            )
         table = Table(title=f"inferd batch vs a plain script: {args.model}, {records:,} records, batch {batch}")
         for column in ("round", "plain records/s", "inferd batch records/s", "ratio", "inferd process s"):
             table.add_column(column, justify="right")
@@ -181,7 +183,9 @@ def main() -> None:
             table.add_row(str(index), f"{baseline:,.0f}", f"{ours:,.0f}", f"{ratio:.2f}x", f"{wall:.1f}")
         table.add_row("median", "", "", f"{statistics.median(r[2] for r in rows):.2f}x", "")
         console.print(table)
-        console.print("inferd's phases (last round, s; infer summed over concurrent mini-batches): " + json.dumps(rows[-1][4]))
+        console.print(
+            "inferd's phases (last round, s; infer summed over concurrent mini-batches): " + json.dumps(rows[-1][4])
+        )
 
 
 if __name__ == "__main__":

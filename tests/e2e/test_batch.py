@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import orjson
 import pytest
 
 from inferd.testing.models import add_sub_model, misbehaving_model, mlp_model, sleepy_model, write_config
+from inferd.testing.server import ServerProcess, run_server
 from tests.e2e.test_ensembles import build_repository as build_ensembles
 from tests.e2e.test_remote_repository import BUCKET, s3  # noqa: F401 (the fixture)
 
@@ -55,9 +57,14 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def batch(repository: Path, model: str, *args: str | Path, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+def batch(
+    repository: Path | None, model: str, *args: str | Path, timeout_s: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`inferd batch MODEL` with `args`, on the local engine over `repository` (None: no
+    --model-repository, as the server engine takes none)."""
+    where = ["--model-repository", str(repository)] if repository is not None else []
     return subprocess.run(
-        [sys.executable, "-m", "inferd", "batch", model, "--model-repository", str(repository), *map(str, args)],
+        [sys.executable, "-m", "inferd", "batch", model, *where, *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -366,6 +373,57 @@ def test_kill_9_half_way_then_the_same_command_redoes_only_unfinished_shards(rep
     assert runs[-1]["shards_run"] == 20 - len(kept)  # and only the others ran again
 
 
+# -- the server engine ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with run_server(repository, tmp_path_factory.mktemp("batch-server") / "server.log") as process:
+        yield process
+
+
+def test_the_server_engine_writes_what_the_local_engine_writes(
+    repository: Path, server: ServerProcess, tmp_path: Path
+) -> None:
+    good = write_with_malformed(tmp_path / "data.jsonl", 3000, every=500)
+    args = ["--input", tmp_path / "data.jsonl", "--input-filter", "$.x", "--join-source", "Input",
+            "--output-filter", "$['id','SageMakerOutput']"]  # fmt: skip
+    local = batch(repository, "mlp", *args, "--output", tmp_path / "local")
+    assert local.returncode == 0, local.stderr + local.stdout
+    for scheme, port in (("http", server.http_port), ("grpc", server.grpc_port)):
+        remote = batch(
+            None,
+            "mlp",
+            *args,
+            "--output",
+            tmp_path / scheme,
+            "--engine",
+            "server",
+            "--url",
+            f"{scheme}://127.0.0.1:{port}",
+        )
+        assert remote.returncode == 0, remote.stderr + remote.stdout
+        for name in ("data.jsonl.out", "_errors.jsonl"):
+            assert (tmp_path / scheme / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), (scheme, name)
+    assert [
+        orjson.loads(line)["id"] for line in (tmp_path / "http" / "data.jsonl.out").read_bytes().splitlines()
+    ] == good
+
+
+def test_the_server_engine_through_an_ensemble_of_batching_steps(server: ServerProcess, tmp_path: Path) -> None:
+    texts = [f"text {i}" for i in range(60)]
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n")
+    done = batch(
+        None, "text_dag", "--engine", "server", "--url", f"http://127.0.0.1:{server.http_port}",
+        "--input", tmp_path / "texts.txt", "--output", tmp_path / "out", "--content-type", "text/plain",
+        "--split-type", "Line", "--batch-strategy", "SingleRecord", "--max-concurrent-transforms", "8",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert json_lines(tmp_path / "out" / "texts.txt.out") == [
+        {"DESCRIPTION": [f"{t.upper()}|{len(t)}"], "LENGTH": [len(t)]} for t in texts
+    ]
+
+
 # -- usage -------------------------------------------------------------------------------------
 
 
@@ -395,6 +453,10 @@ def test_usage_errors_exit_2_saying_why(repository: Path, tmp_path: Path) -> Non
     assert two_inputs.returncode == 2 and "one input" in two_inputs.stderr
     unknown = batch(repository, "nope", "--input", tmp_path / "in.jsonl", "--output", tmp_path / "o3")
     assert unknown.returncode == 2 and "nope" in unknown.stderr
+    no_url = batch(None, "mlp", "--engine", "server", "--input", tmp_path / "in.jsonl", "--output", tmp_path / "o4")
+    assert no_url.returncode == 2 and "--url" in no_url.stderr
+    no_repository = batch(None, "mlp", "--input", tmp_path / "in.jsonl", "--output", tmp_path / "o5")
+    assert no_repository.returncode == 2 and "--model-repository" in no_repository.stderr
 
 
 # -- S3 ----------------------------------------------------------------------------------------

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import click
 
+from inferd.cli.client_options import client_security_options, client_tls
 from inferd.tools.batch.options import AssembleWith, BatchStrategy, JoinSource, SplitType
 
 
@@ -35,7 +37,6 @@ def _choice(
     "--model-repository",
     "repositories",
     multiple=True,
-    required=True,
     help="The model repository (a folder or fsspec URL; repeat for several), as inferd serve takes it.",
 )
 @click.option("--model-version", default="", help="The version to run (default: the one the model's policy serves).")
@@ -64,9 +65,9 @@ def _choice(
 @click.option(
     "--max-concurrent-transforms",
     type=click.IntRange(min=1),
-    default=4,
-    show_default=True,
-    help="Mini-batches running at once.",
+    default=None,
+    help="Mini-batches running at once (default: 4 on the local engine; 1 on the server engine, SageMaker's "
+    "default, which leaves a server's online traffic its latency).",
 )
 @click.option("--assemble-with", type=_choice(AssembleWith), default="Line", show_default=True)
 @click.option("--input-filter", default="$", show_default=True, help="JSONPath: what of each record the model gets.")
@@ -114,13 +115,16 @@ def _choice(
 )
 @click.option(
     "--engine",
-    type=click.Choice(["local"]),
+    type=click.Choice(["local", "server"]),
     default="local",
     show_default=True,
-    help="local: the model loaded in this process.",
+    help="local: the model of --model-repository loaded in this process; server: the model of the "
+    "KServe v2 server at --url, as background work (online requests first).",
 )
+@click.option("--url", default="", help="--engine server: the server (http://host:port or grpc://host:port).")
 @click.option("--execution-threads", type=click.IntRange(min=0), default=0, help="Worker threads (0: the default).")
 @click.option("--quiet", is_flag=True, help="No progress display; the summary only.")
+@client_security_options
 def batch(
     model: str,
     repositories: tuple[str, ...],
@@ -131,7 +135,7 @@ def batch(
     split_type: str | None,
     batch_strategy: str,
     max_payload_mb: float,
-    max_concurrent_transforms: int,
+    max_concurrent_transforms: int | None,
     assemble_with: str,
     input_filter: str,
     output_filter: str,
@@ -143,8 +147,13 @@ def batch(
     columns: str,
     shard_records: int,
     engine: str,
+    url: str,
     execution_threads: int,
     quiet: bool,
+    ca_cert: Path | None,
+    client_cert: Path | None,
+    client_key: Path | None,
+    token: str | None,
 ) -> None:
     """Run MODEL of a repository over every record of --input and write the outputs to --output,
     one `<input>.out` per input file, in input order, beside `_errors.jsonl` (each record that
@@ -154,9 +163,25 @@ def batch(
     from rich.console import Console
 
     from inferd.errors import InferdError
+    from inferd.tools.batch.engines import EngineSpec
     from inferd.tools.batch.options import BatchOptions, BatchUsageError
     from inferd.tools.batch.report import RichProgress, summary_table
     from inferd.tools.batch.run import run_batch
+
+    if engine == "local" and not repositories:
+        raise BatchUsage("--engine local needs --model-repository")
+    if engine == "server" and not url:
+        raise BatchUsage("--engine server needs --url")
+    if engine == "server" and repositories:
+        raise BatchUsage("--model-repository is --engine local's; the server has its own")
+    spec = EngineSpec(
+        kind=engine,
+        repositories=repositories,
+        url=url,
+        execution_threads=execution_threads,
+        tls=client_tls(ca_cert, client_cert, client_key),
+        token=token,
+    )
 
     options = BatchOptions(
         model=model,
@@ -167,7 +192,7 @@ def batch(
         split_type=SplitType(split_type) if split_type else None,
         batch_strategy=BatchStrategy(batch_strategy),
         max_payload_mb=max_payload_mb,
-        max_concurrent_transforms=max_concurrent_transforms,
+        max_concurrent_transforms=max_concurrent_transforms or (1 if engine == "server" else 4),
         assemble_with=AssembleWith(assemble_with),
         input_filter=input_filter,
         output_filter=output_filter,
@@ -182,7 +207,7 @@ def batch(
     console = Console(stderr=True)
     progress = None if quiet or not console.is_terminal else RichProgress(console)
     try:
-        summary = asyncio.run(run_batch(options, repositories, progress=progress, execution_threads=execution_threads))
+        summary = asyncio.run(run_batch(options, spec, progress=progress))
     except BatchUsageError as exc:
         raise BatchUsage(str(exc)) from None
     except InferdError as exc:

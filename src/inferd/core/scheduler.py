@@ -50,6 +50,9 @@ Outcome = TypeVar("Outcome")
 
 # Background submissions one model holds waiting at most (each holds its request's arrays).
 BACKGROUND_QUEUE_SIZE = 1024
+# The request parameter by which a client asks its request be background work (`inferd batch
+# --engine server` asks it of every mini-batch): core.dispatcher reads it.
+ADMISSION_PARAMETER = "inferd_admission"
 # Real-time requests this recent (seconds) mean real-time traffic is coming: background work holds
 # back (a batcher's background batches no larger than its real-time ones; async jobs one at a time).
 REALTIME_RECENT_S = 1.0

@@ -152,3 +152,27 @@ def test_the_service_reads_the_statistics_the_dispatcher_writes(tmp_path: Path) 
     InferenceService(registry)  # the registry's own statistics
     with pytest.raises(ValueError, match="must be the registry's"):
         InferenceService(registry, statistics=ServingStatistics())
+
+
+async def test_a_client_may_ask_its_request_be_background_work(
+    parts: tuple[InferenceService, ServingStatistics, RecordingTracer],
+) -> None:
+    import math
+
+    from inferd.errors import InvalidRequestError
+
+    service, _, _ = parts
+    dispatcher = service.dispatcher
+    background = request("double")
+    background = InferRequest(
+        "double", "", background.inputs, parameters={"inferd_admission": "background"}, context=background.context
+    )
+    answer = await service.infer(background)
+    np.testing.assert_array_equal(answer.outputs[0].data, [2.0, 4.0])
+    # Served, and not as real-time work: async jobs would not hold back for it.
+    assert dispatcher.realtime_started_s == -math.inf
+    await service.infer(request("double"))
+    assert dispatcher.realtime_started_s > -math.inf
+    wrong = InferRequest("double", "", background.inputs, parameters={"inferd_admission": "urgent"})
+    with pytest.raises(InvalidRequestError, match="inferd_admission"):
+        await service.infer(wrong)

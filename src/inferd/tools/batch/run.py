@@ -26,7 +26,7 @@ import orjson
 
 from inferd.errors import InferdError, UnavailableError
 from inferd.tools.batch.convert import Converter, Group, RecordError
-from inferd.tools.batch.engines import Engine
+from inferd.tools.batch.engines import Engine, EngineSpec, open_engine
 from inferd.tools.batch.options import BatchOptions, BatchStrategy, BatchUsageError
 from inferd.tools.batch.pieces import Piece, PieceCutter, ShardEnd
 from inferd.tools.batch.records import InputFile, list_inputs, read_records
@@ -528,19 +528,14 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-async def run_batch(
-    options: BatchOptions, repositories: Sequence[str], *, progress: Progress | None = None, execution_threads: int = 0
-) -> Summary:
-    """The job of `options` on the local engine: the model of `repositories` loaded in this process."""
-    from inferd.tools.batch.engines import LocalEngine
-
+async def run_batch(options: BatchOptions, spec: EngineSpec, *, progress: Progress | None = None) -> Summary:
+    """The job of `options` on the engine `spec` names (checked against the output before the
+    engine opens: a usage error costs no model load)."""
     plan = await asyncio.to_thread(plan_job, options)
     if plan.complete:
         return finished_summary(await asyncio.to_thread(plan.store.read_json, SUMMARY), options)
-    engine = await LocalEngine.open(
-        repositories, options.model, options.model_version, execution_threads=execution_threads
-    )
+    engine = await open_engine(spec, options.model, options.model_version, options.max_concurrent_transforms)
     try:
-        return await BatchJob(options, engine, plan, engine_name="local", progress=progress).run()
+        return await BatchJob(options, engine, plan, engine_name=spec.kind, progress=progress).run()
     finally:
         await engine.close()
