@@ -1,12 +1,10 @@
 """A batch job, start to end: plan against what the output already holds, read, run, keep.
 
-Each input file is read in order (on a thread) and cut into shards of --shard-records records,
-each shard into mini-batches (one record with SingleRecord; with MultiRecord as many as the
-model's max_batch_size and --max-payload-mb allow; never across a shard or a file). At most
---max-concurrent-transforms mini-batches run at once. A mini-batch that times out or finds the
-engine unavailable is tried again (--invocations-max-retries, with backoff), then its records are
-errors; one the model refuses is split in halves until the records it refuses are found, so one
-bad record costs only itself. When a shard's mini-batches are all done its part is written whole
+Each input file is read in order (on the event loop, a megabyte at a time: splitting lines is C
+work, and a thread would only fight the loop for the GIL) and cut into shards of
+--shard-records records, each shard into mini-batches (`pieces`). At most
+--max-concurrent-transforms mini-batches run at once, each the one way a piece runs
+(`mini_batches`: retries, halving refused batches). When a shard's mini-batches are all done its part is written whole
 (`store`): from then on no rerun redoes it. A file whose shards are all done is assembled into its
 `.out`. The job stops early when its errors pass --max-error-rate of the records read (judged once
 `ERROR_RATE_MIN_RECORDS` are read, and over all of them at the end).
@@ -24,9 +22,9 @@ from typing import Any
 
 import orjson
 
-from inferd.errors import InferdError, UnavailableError
-from inferd.tools.batch.convert import Converter, Group, RecordError
+from inferd.tools.batch.convert import RecordError
 from inferd.tools.batch.engines import Engine, EngineSpec, open_engine
+from inferd.tools.batch.mini_batches import MiniBatches, Phases, error_row
 from inferd.tools.batch.options import BatchOptions, BatchStrategy, BatchUsageError
 from inferd.tools.batch.pieces import Piece, PieceCutter, ShardEnd
 from inferd.tools.batch.records import InputFile, list_inputs, read_records
@@ -36,7 +34,6 @@ MANIFEST_FORMAT = "inferd.batch/1"
 ERROR_RATE_MIN_RECORDS = 1000
 MANIFEST_EVERY_S = 1.0
 PIECES_PER_READ = 32
-RETRY_BACKOFF_S = (0.1, 0.5, 2.0, 5.0)
 
 
 @dataclass(frozen=True)
@@ -44,17 +41,6 @@ class FileEnd:
     file_index: int
     shards: int
     records: int
-
-
-@dataclass
-class Phases:
-    """Where the job's time went (seconds; the engine's is summed over concurrent mini-batches)."""
-
-    read_s: float = 0.0
-    decode_s: float = 0.0
-    infer_s: float = 0.0
-    encode_s: float = 0.0
-    write_s: float = 0.0
 
 
 @dataclass
@@ -182,11 +168,11 @@ class BatchJob:
         self._engine = engine
         self._engine_name = engine_name
         self._progress = progress or Progress()
-        self._converter = Converter(options, engine.signature, engine.max_batch_size)
         self._max_records = 1
         if options.batch_strategy is BatchStrategy.MULTI_RECORD and engine.max_batch_size > 0:
             self._max_records = engine.max_batch_size
         self._summary = Summary(error_budget=options.max_error_rate)
+        self._mini_batches = MiniBatches(options, engine, self._summary.phases)
         self._fs, self._files, self._store = plan.fs, plan.files, plan.store
         self._manifest = plan.manifest
         self._stop: str | None = None
@@ -298,68 +284,14 @@ class BatchJob:
     # -- one mini-batch ------------------------------------------------------------------------
 
     async def _piece(self, piece: Piece, shard: _ShardState) -> None:
-        started = time.perf_counter()
-        groups, errors = self._converter.decode(piece.records)
-        limit = self._options.max_payload_mb
-        errors += [
-            RecordError(record, f"the record is {record.size} bytes, more than --max-payload-mb {limit:g}", "TOO_LARGE")
-            for record in piece.oversized
-        ]
-        self._summary.phases.decode_s += time.perf_counter() - started
-        blobs: list[bytes] = []
-        outputs = 0
-        for group in groups:
-            outputs += await self._run_group(group, blobs, errors)
-        shard.outputs[piece.seq] = b"".join(blobs)
-        shard.output_count += outputs
-        shard.errors.extend(errors)
-        records = len(piece.records) + len(piece.oversized)
-        shard.records += records
+        result = await self._mini_batches.run(piece)
+        shard.outputs[piece.seq] = result.body
+        shard.output_count += result.outputs
+        shard.errors.extend(result.errors)
+        shard.records += result.records
         shard.pieces += 1
-        self._count(records, len(errors))
+        self._count(result.records, len(result.errors))
         await self._maybe_write_shard(piece.file_index, piece.shard)
-
-    async def _run_group(self, group: Group, blobs: list[bytes], errors: list[RecordError]) -> int:
-        """Run `group`, its output records appended to `blobs` and its failures to `errors`; how
-        many records it wrote."""
-        timeout = self._options.invocations_timeout_s
-        for attempt in itertools.count(1):
-            started = time.perf_counter()
-            try:
-                async with asyncio.timeout(timeout):
-                    outputs = await self._engine.infer(group.inputs, self._options.outputs, timeout)
-            except (TimeoutError, UnavailableError) as exc:
-                self._summary.phases.infer_s += time.perf_counter() - started
-                if attempt > self._options.invocations_max_retries:
-                    why = f"timed out after {timeout:g} s" if isinstance(exc, TimeoutError) else exc.message
-                    code = "TIMEOUT" if isinstance(exc, TimeoutError) else exc.code.value
-                    tries = "try" if attempt == 1 else "tries"
-                    errors.extend(RecordError(r, f"{why} ({attempt} {tries})", code) for r in group.records)
-                    return 0
-                await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S)) - 1])
-                continue
-            except InferdError as exc:
-                self._summary.phases.infer_s += time.perf_counter() - started
-                if len(group.records) == 1:
-                    errors.append(RecordError(group.records[0], exc.message, exc.code.value))
-                    return 0
-                written = 0
-                for half in _halves(group):  # find the records the model refuses
-                    written += await self._run_group(half, blobs, errors)
-                return written
-            self._summary.phases.infer_s += time.perf_counter() - started
-            break
-        started = time.perf_counter()
-        try:
-            blob, failed = self._converter.encode(group, outputs)
-        except InferdError as exc:
-            errors.extend(RecordError(r, exc.message, exc.code.value) for r in group.records)
-            return 0
-        finally:
-            self._summary.phases.encode_s += time.perf_counter() - started
-        errors.extend(failed)
-        blobs.append(blob)
-        return len(group.records) - len(failed)
 
     def _count(self, records: int, errors: int) -> None:
         summary = self._summary
@@ -389,7 +321,7 @@ class BatchJob:
             "shard": shard,
             "records": state.records,
             "outputs": state.output_count,
-            "errors": [_error_row(error) for error in errors],
+            "errors": [error_row(error) for error in errors],
         }
         await asyncio.to_thread(self._store.write_part, file_index, shard, header, body)
         self._summary.phases.write_s += time.perf_counter() - started
@@ -502,26 +434,6 @@ def finished_summary(previous: dict[str, Any] | None, options: BatchOptions) -> 
         summary.shards_found = int(previous.get("shards_run", 0)) + int(previous.get("shards_found_done", 0))
     summary.reason = "already complete: nothing to do"
     return summary
-
-
-def _halves(group: Group) -> list[Group]:
-    middle = len(group.records) // 2
-    return [
-        Group(
-            group.records[part],
-            tuple(type(t)(t.name, t.datatype, t.data[part].shape, t.data[part]) for t in group.inputs),
-            group.sources[part],
-        )
-        for part in (slice(0, middle), slice(middle, None))
-    ]
-
-
-def _error_row(error: RecordError) -> dict[str, Any]:
-    row: dict[str, Any] = {"record": error.record.index}
-    if error.record.line:
-        row["line"] = error.record.line
-    row.update(error=error.reason, code=error.code)
-    return row
 
 
 def _now() -> str:
