@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXAMPLE_REPOSITORY := examples/model_repository
 
-.PHONY: serve test docs setup setup-example perf-analyzer tfserving-client nginx redis chromium h2load example lint unit
+.PHONY: serve test docs setup setup-example setup-ray perf-analyzer tfserving-client nginx redis chromium h2load example lint unit
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,13 @@ $(VENV)/.installed-example: requirements/example.txt $(VENV)/.installed
 	touch $@
 
 setup-example: $(VENV)/.installed-example
+
+# Ray (inferd[ray]), for the Ray engine's tests: a cluster of two nodes on this machine.
+$(VENV)/.installed-ray: pyproject.toml $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e '.[ray]'
+	touch $@
+
+setup-ray: $(VENV)/.installed-ray
 
 example: setup-example
 	HF_HUB_OFFLINE=1 $(BIN)/python scripts/build_example_repository.py --output $(EXAMPLE_REPOSITORY)
@@ -67,5 +74,5 @@ lint: setup
 	$(BIN)/lint-imports
 
 # The tests serve PyTorch models too: torch (CPU build) comes with the example's requirements.
-test: setup setup-example perf-analyzer tfserving-client nginx redis chromium lint
+test: setup setup-example setup-ray perf-analyzer tfserving-client nginx redis chromium lint
 	$(BIN)/python -m pytest --durations=15

@@ -67,7 +67,7 @@ def _choice(
     type=click.IntRange(min=1),
     default=None,
     help="Mini-batches running at once (default: 4 on the local engine; 1 on the server engine, SageMaker's "
-    "default, which leaves a server's online traffic its latency).",
+    "default, which leaves a server's online traffic its latency); on the Ray engine, the actors (default 2).",
 )
 @click.option("--assemble-with", type=_choice(AssembleWith), default="Line", show_default=True)
 @click.option("--input-filter", default="$", show_default=True, help="JSONPath: what of each record the model gets.")
@@ -115,13 +115,19 @@ def _choice(
 )
 @click.option(
     "--engine",
-    type=click.Choice(["local", "server"]),
+    type=click.Choice(["local", "server", "ray"]),
     default="local",
     show_default=True,
     help="local: the model of --model-repository loaded in this process; server: the model of the "
-    "KServe v2 server at --url, as background work (online requests first).",
+    "KServe v2 server at --url, as background work (online requests first); ray: the shards on a Ray "
+    "cluster's actors, each loading the model of --model-repository (pip install 'inferd[ray]').",
 )
 @click.option("--url", default="", help="--engine server: the server (http://host:port or grpc://host:port).")
+@click.option(
+    "--ray-address",
+    default="",
+    help="--engine ray: the cluster's head (host:port) to join (default: a Ray of this machine, for the job).",
+)
 @click.option("--execution-threads", type=click.IntRange(min=0), default=0, help="Worker threads (0: the default).")
 @click.option("--quiet", is_flag=True, help="No progress display; the summary only.")
 @client_security_options
@@ -148,6 +154,7 @@ def batch(
     shard_records: int,
     engine: str,
     url: str,
+    ray_address: str,
     execution_threads: int,
     quiet: bool,
     ca_cert: Path | None,
@@ -168,8 +175,10 @@ def batch(
     from inferd.tools.batch.report import RichProgress, summary_table
     from inferd.tools.batch.run import run_batch
 
-    if engine == "local" and not repositories:
-        raise BatchUsage("--engine local needs --model-repository")
+    if engine in ("local", "ray") and not repositories:
+        raise BatchUsage(f"--engine {engine} needs --model-repository")
+    if ray_address and engine != "ray":
+        raise BatchUsage("--ray-address is --engine ray's")
     if engine == "server" and not url:
         raise BatchUsage("--engine server needs --url")
     if engine == "server" and repositories:
@@ -178,6 +187,7 @@ def batch(
         kind=engine,
         repositories=repositories,
         url=url,
+        ray_address=ray_address,
         execution_threads=execution_threads,
         tls=client_tls(ca_cert, client_cert, client_key),
         token=token,
@@ -192,7 +202,7 @@ def batch(
         split_type=SplitType(split_type) if split_type else None,
         batch_strategy=BatchStrategy(batch_strategy),
         max_payload_mb=max_payload_mb,
-        max_concurrent_transforms=max_concurrent_transforms or (1 if engine == "server" else 4),
+        max_concurrent_transforms=max_concurrent_transforms or {"server": 1, "ray": 2}.get(engine, 4),
         assemble_with=AssembleWith(assemble_with),
         input_filter=input_filter,
         output_filter=output_filter,

@@ -151,8 +151,9 @@ class ServerEngine:
 class EngineSpec:
     """Which engine a job runs on, and what it needs to open it."""
 
-    kind: str = "local"  # local | server
-    repositories: tuple[str, ...] = ()  # local: the model repositories
+    kind: str = "local"  # local | server | ray
+    repositories: tuple[str, ...] = ()  # local, ray: the model repositories
+    ray_address: str = ""  # ray: the cluster's head (host:port); "": a Ray of this machine
     url: str = ""  # server: the server's URL
     execution_threads: int = 0  # local: worker threads (0: the default)
     tls: ClientTls | None = None  # server

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,3 +134,17 @@ def error_row(error: RecordError) -> dict[str, Any]:
         row["line"] = error.record.line
     row.update(error=error.reason, code=error.code)
     return row
+
+
+def shard_part(file_name: str, shard: int, results: Sequence[PieceResult]) -> tuple[dict[str, Any], bytes]:
+    """A finished shard's part (`store`): its header (the records it covers, its outputs, its
+    record errors in order) and its body (the output records of its pieces, in order)."""
+    errors = sorted((error for result in results for error in result.errors), key=lambda error: error.record.index)
+    header = {
+        "file": file_name,
+        "shard": shard,
+        "records": sum(result.records for result in results),
+        "outputs": sum(result.outputs for result in results),
+        "errors": [error_row(error) for error in errors],
+    }
+    return header, b"".join(result.body for result in results)

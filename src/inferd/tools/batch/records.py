@@ -91,6 +91,24 @@ class Records(Sequence[Record]):
             [r.index for r in records],
         )
 
+    @classmethod
+    def joined(cls, chunks: Sequence[Records], start: int) -> Records:
+        """Consecutive chunks of one file as one Records (`start`: the index when there are none)."""
+        if not chunks:
+            return cls(start, [], [])
+        if len(chunks) == 1:
+            return chunks[0]
+        values = None
+        if any(chunk.values is not None for chunk in chunks):
+            values = [value for chunk in chunks for value in (chunk.values or [None] * len(chunk))]
+        return cls(
+            chunks[0].start,
+            [raw for chunk in chunks for raw in chunk.raws],
+            [line for chunk in chunks for line in chunk.lines],
+            [size for chunk in chunks for size in chunk.sizes],
+            values,
+        )
+
     def __len__(self) -> int:
         return len(self.raws)
 
@@ -181,15 +199,20 @@ def read_records(fs: fsspec.AbstractFileSystem, file: InputFile, options: BatchO
         yield Records(0, [data], [0])
 
 
-def _lines(fs: fsspec.AbstractFileSystem, file: InputFile) -> Iterator[Records]:
+def _lines(fs: fsspec.AbstractFileSystem, file: InputFile, span: Span | None = None) -> Iterator[Records]:
     """One record per line that is not empty (empty lines are skipped, their numbers kept: an
-    error row names the line of the file); a line ends at LF, or CR LF."""
-    index = 0
-    number = 0
+    error row names the line of the file); a line ends at LF, or CR LF. With `span`, only the
+    records of its bytes (one shard's), numbered from its first."""
+    index, number = (span.index, span.line - 1) if span is not None else (0, 0)
+    left = span.end - span.start if span is not None else -1  # bytes still to read; -1: to the end
     rest = b""
     with fs.open(file.path, "rb") as handle:
+        if span is not None:
+            handle.seek(span.start)
         while True:
-            block = handle.read(READ_BYTES)
+            block = handle.read(READ_BYTES if left < 0 else min(READ_BYTES, left)) if left != 0 else b""
+            if left > 0:
+                left -= len(block)
             lines = (rest + block).split(b"\n") if block else [rest]
             rest = lines.pop() if block else b""
             if b"\r" not in block and all(lines):
@@ -212,6 +235,56 @@ def _lines(fs: fsspec.AbstractFileSystem, file: InputFile) -> Iterator[Records]:
                 yield records
             if not block:
                 return
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where one shard's records lie in its file: bytes [start, end) of a line-split file (-1 for
+    a file read whole), its first record's index and line."""
+
+    start: int
+    end: int
+    index: int
+    line: int
+
+
+def shard_spans(fs: fsspec.AbstractFileSystem, file: InputFile, options: BatchOptions) -> tuple[list[Span], int]:
+    """The spans of the file's shards, and its records: one pass over it (a line-split file's
+    bytes are found here, so that whoever reads a shard reads only its bytes)."""
+    shard_records = options.shard_records
+    if options.format in (Format.NPY, Format.NPZ, Format.PARQUET) or options.split is not SplitType.LINE:
+        count = sum(len(chunk) for chunk in read_records(fs, file, options))
+        spans = [Span(-1, -1, start, 0) for start in range(0, count, shard_records)]
+        return spans or [Span(-1, -1, 0, 0)], count
+    starts: list[tuple[int, int, int]] = []  # (byte, index, line) of each shard's first record
+    index = number = position = 0
+    rest = b""
+    with fs.open(file.path, "rb") as handle:
+        while True:
+            block = handle.read(READ_BYTES)
+            lines = (rest + block).split(b"\n") if block else [rest]
+            rest = lines.pop() if block else b""
+            for line in lines:
+                number += 1
+                if line and line != b"\r":
+                    if index % shard_records == 0:
+                        starts.append((position, index, number))
+                    index += 1
+                position += len(line) + 1
+            if not block:
+                break
+    ends = [start for start, _, _ in starts[1:]] + [file.size]
+    spans = [Span(start, end, first, line) for (start, first, line), end in zip(starts, ends, strict=True)]
+    return spans or [Span(0, 0, 0, 1)], index
+
+
+def read_shard(fs: fsspec.AbstractFileSystem, file: InputFile, options: BatchOptions, span: Span) -> Records:
+    """The records of one shard, as `read_records` reads them: only its bytes of a line-split
+    file; the file's records, then the shard's, otherwise."""
+    if span.start >= 0:
+        return Records.joined(list(_lines(fs, file, span)), span.index)
+    records = Records.joined(list(read_records(fs, file, options)), 0)
+    return records[span.index : span.index + options.shard_records]
 
 
 def _chunks(records: Iterator[Record]) -> Iterator[Records]:

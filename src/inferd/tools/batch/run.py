@@ -22,12 +22,12 @@ from typing import Any
 
 import orjson
 
-from inferd.tools.batch.convert import RecordError
 from inferd.tools.batch.engines import Engine, EngineSpec, open_engine
-from inferd.tools.batch.mini_batches import MiniBatches, Phases, error_row
+from inferd.tools.batch.mini_batches import MiniBatches, Phases, PieceResult, shard_part
 from inferd.tools.batch.options import BatchOptions, BatchStrategy, BatchUsageError
 from inferd.tools.batch.pieces import Piece, PieceCutter, ShardEnd
-from inferd.tools.batch.records import InputFile, list_inputs, read_records
+from inferd.tools.batch.ray_engine import RaySettings
+from inferd.tools.batch.records import InputFile, list_inputs, read_records, shard_spans
 from inferd.tools.batch.store import ERRORS, MANIFEST, SUMMARY, OutputStore, same_location
 
 MANIFEST_FORMAT = "inferd.batch/1"
@@ -116,12 +116,8 @@ class _FileState:
 
 @dataclass
 class _ShardState:
-    pieces: int = 0  # finished
-    expected: int | None = None  # known once the shard's end was read
-    outputs: dict[int, bytes] = field(default_factory=dict)  # piece -> its output records, in order
-    output_count: int = 0
-    errors: list[RecordError] = field(default_factory=list)
-    records: int = 0
+    expected: int | None = None  # its pieces, known once the shard's end was read
+    results: dict[int, PieceResult] = field(default_factory=dict)  # piece -> what it gave
 
 
 @dataclass
@@ -157,22 +153,27 @@ class BatchJob:
     def __init__(
         self,
         options: BatchOptions,
-        engine: Engine,
+        engine: Engine | None,
         plan: JobPlan,
         *,
         engine_name: str = "local",
         progress: Progress | None = None,
+        ray: RaySettings | None = None,
     ) -> None:
+        """`engine`: where the driver runs the mini-batches; None with `ray` (each shard then runs
+        on an actor of the cluster, which loads the model itself)."""
         options.check()
         self._options = options
-        self._engine = engine
         self._engine_name = engine_name
         self._progress = progress or Progress()
-        self._max_records = 1
-        if options.batch_strategy is BatchStrategy.MULTI_RECORD and engine.max_batch_size > 0:
-            self._max_records = engine.max_batch_size
+        self._ray = ray
         self._summary = Summary(error_budget=options.max_error_rate)
-        self._mini_batches = MiniBatches(options, engine, self._summary.phases)
+        self._max_records = 1
+        self._mini_batches: MiniBatches | None = None
+        if engine is not None:
+            if options.batch_strategy is BatchStrategy.MULTI_RECORD and engine.max_batch_size > 0:
+                self._max_records = engine.max_batch_size
+            self._mini_batches = MiniBatches(options, engine, self._summary.phases)
         self._fs, self._files, self._store = plan.fs, plan.files, plan.store
         self._manifest = plan.manifest
         self._stop: str | None = None
@@ -193,7 +194,10 @@ class BatchJob:
         started = time.perf_counter()
         self._progress.start(files, sum(file.size for file in files))
         try:
-            await self._run_pieces()
+            if self._ray is not None:
+                await self._run_on_ray(self._ray)
+            else:
+                await self._run_pieces()
         finally:
             self._progress.stop()
         self._summary.wall_s = time.perf_counter() - started
@@ -283,13 +287,42 @@ class BatchJob:
 
     # -- one mini-batch ------------------------------------------------------------------------
 
+    async def _run_on_ray(self, settings: RaySettings) -> None:
+        """The shards still to do, each run on an actor of the cluster; the driver keeps what
+        they give (the parts, the manifest, the `.out` files) as the local engine's does."""
+        from inferd.tools.batch.ray_engine import ShardTask, run_shards
+
+        tasks: list[ShardTask] = []
+        for file_index, state in enumerate(self._states):
+            started = time.perf_counter()
+            spans, _ = await asyncio.to_thread(shard_spans, self._fs, state.file, self._options)
+            self._summary.phases.read_s += time.perf_counter() - started
+            state.shards = len(spans)
+            tasks += [
+                ShardTask(file_index, shard, state.file, span)
+                for shard, span in enumerate(spans)
+                if shard not in state.done
+            ]
+            await self._maybe_assemble(file_index)  # a file an earlier run finished
+        nodes: set[str] = set()
+        if tasks:
+            shards = run_shards(settings, self._options, tasks)
+            try:
+                async for done in shards:
+                    self._summary.phases.add(done.phases)
+                    nodes.add(done.node)
+                    self._count(int(done.header["records"]), len(done.header["errors"]))
+                    await self._keep_shard(done.file_index, done.shard, done.header, done.body)
+                    if self._stop is not None:
+                        break
+            finally:
+                await shards.aclose()
+        self._run_record["ray_nodes"] = len(nodes)
+
     async def _piece(self, piece: Piece, shard: _ShardState) -> None:
+        assert self._mini_batches is not None
         result = await self._mini_batches.run(piece)
-        shard.outputs[piece.seq] = result.body
-        shard.output_count += result.outputs
-        shard.errors.extend(result.errors)
-        shard.records += result.records
-        shard.pieces += 1
+        shard.results[piece.seq] = result
         self._count(result.records, len(result.errors))
         await self._maybe_write_shard(piece.file_index, piece.shard)
 
@@ -310,22 +343,20 @@ class BatchJob:
     async def _maybe_write_shard(self, file_index: int, shard: int) -> None:
         """Write the shard's part when its end is read and its pieces have all finished."""
         state = self._shards.get((file_index, shard))
-        if state is None or state.expected is None or state.pieces < state.expected:
+        if state is None or state.expected is None or len(state.results) < state.expected:
             return
         del self._shards[(file_index, shard)]
+        results = [state.results[seq] for seq in sorted(state.results)]
+        header, body = shard_part(self._states[file_index].file.name, shard, results)
+        await self._keep_shard(file_index, shard, header, body)
+
+    async def _keep_shard(self, file_index: int, shard: int, header: dict[str, Any], body: bytes) -> None:
+        """A finished shard's part written (from then on no run redoes it), its file assembled
+        when it was the last."""
         started = time.perf_counter()
-        body = b"".join(state.outputs[seq] for seq in sorted(state.outputs))
-        errors = sorted(state.errors, key=lambda error: error.record.index)
-        header = {
-            "file": self._states[file_index].file.name,
-            "shard": shard,
-            "records": state.records,
-            "outputs": state.output_count,
-            "errors": [error_row(error) for error in errors],
-        }
         await asyncio.to_thread(self._store.write_part, file_index, shard, header, body)
         self._summary.phases.write_s += time.perf_counter() - started
-        self._summary.outputs += state.output_count
+        self._summary.outputs += int(header["outputs"])
         self._summary.shards_run += 1
         self._states[file_index].done.add(shard)
         await self._maybe_assemble(file_index)
@@ -446,6 +477,11 @@ async def run_batch(options: BatchOptions, spec: EngineSpec, *, progress: Progre
     plan = await asyncio.to_thread(plan_job, options)
     if plan.complete:
         return finished_summary(await asyncio.to_thread(plan.store.read_json, SUMMARY), options)
+    if spec.kind == "ray":
+        settings = RaySettings(
+            spec.ray_address, spec.repositories, options.max_concurrent_transforms, spec.execution_threads
+        )
+        return await BatchJob(options, None, plan, engine_name="ray", progress=progress, ray=settings).run()
     engine = await open_engine(spec, options.model, options.model_version, options.max_concurrent_transforms)
     try:
         return await BatchJob(options, engine, plan, engine_name=spec.kind, progress=progress).run()
