@@ -11,6 +11,10 @@ fresh process, one after the other; each reports records/s over its own run (the
 first), and the ratio is taken per round.
 
     .venv/bin/python benchmarks/batch_transform.py [--model tiny|minilm] [--records N] [--rounds 3]
+        [--engines local server ray]
+
+The server engine runs against an inferd server of the same repository on this machine (one
+connection, its default); the Ray engine on a cluster of two nodes on it (2 + 1 CPUs, 2 actors).
 
 MiniLM needs the example repository (`make example`); its records are 32 token ids each, and
 both sides compute and write only `sentence_embedding`.
@@ -19,7 +23,9 @@ both sides compute and write only `sentence_embedding`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -33,10 +39,14 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from inferd.testing.ray_cluster import ray_cluster  # noqa: E402
+from inferd.testing.server import run_server  # noqa: E402
+
 MINILM = ROOT / "examples" / "model_repository" / "minilm" / "1" / "model.onnx"
 SWEEP = (32, 64, 128, 256, 512)
 MINILM_TOKENS = 32
-console = Console()
+console = Console(width=200)
 
 PLAIN = r"""
 import sys, time
@@ -122,15 +132,20 @@ def plain(data: Path, model: Path, out: Path, batch: int, output: str) -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def inferd_batch(repository: Path, data: Path, out: Path, output: str) -> tuple[float, dict[str, float]]:
+def inferd_batch(
+    repository: Path, data: Path, out: Path, output: str, engine: list[str], env: dict[str, str] | None = None
+) -> tuple[float, dict[str, float]]:
+    """`inferd batch` on `engine`'s arguments (default: the local engine over `repository`)."""
+    where = engine or ["--model-repository", str(repository)]
     subprocess.run(
         [
-            str(ROOT / ".venv" / "bin" / "inferd"), "batch", "model", "--model-repository", str(repository),
+            str(ROOT / ".venv" / "bin" / "inferd"), "batch", "model", *where,
             "--input", str(data), "--output", str(out), "--outputs", output, "--quiet",
         ],
         capture_output=True,
         text=True,
         check=True,
+        env={**os.environ, **(env or {})},
     )  # fmt: skip
     summary = json.loads((out / "_summary.json").read_text())
     return float(summary["records_per_second"]), summary["phases_seconds"]
@@ -141,6 +156,10 @@ def main() -> None:
     parser.add_argument("--model", choices=["tiny", "minilm"], default="tiny")
     parser.add_argument("--records", type=int, help="default: 1,000,000 (tiny), 4,000 (minilm)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--engines", nargs="+", choices=["local", "server", "ray"], default=["local"],
+        help="server: an inferd server of the same repository on this machine; ray: a cluster of two nodes on it",
+    )  # fmt: skip
     args = parser.parse_args()
     records = args.records or (1_000_000 if args.model == "tiny" else 4_000)
     output = "y" if args.model == "tiny" else "sentence_embedding"
@@ -164,28 +183,53 @@ def main() -> None:
         (repository / "model" / "1").mkdir(parents=True)
         (repository / "model" / "1" / "model.onnx").symlink_to(model)
         (repository / "model" / "config.pbtxt").write_text(CONFIG.format(batch=batch))
-        rows = []
-        for round_index in range(args.rounds):
-            with console.status(f"round {round_index + 1}: plain"):
-                baseline = plain(data, model, folder / "plain.out", batch, output)
-            with console.status(f"round {round_index + 1}: inferd batch"):
-                started = time.perf_counter()
-                ours, phases = inferd_batch(repository, data, folder / f"out-{round_index}", output)
-                wall = time.perf_counter() - started
-            rows.append((baseline, ours, ours / baseline, wall, phases))
-            console.print(
-                f"round {round_index + 1}: plain {baseline:,.0f}/s, inferd batch {ours:,.0f}/s ({ours / baseline:.2f}x)"
-            )
+        with contextlib.ExitStack() as stack:
+            engines: dict[str, tuple[list[str], dict[str, str] | None]] = {"local": ([], None)}
+            if "server" in args.engines:
+                server = stack.enter_context(run_server(repository, folder / "server.log"))
+                engines["server"] = (["--engine", "server", "--url", f"http://127.0.0.1:{server.http_port}"], None)
+            if "ray" in args.engines:
+                cluster = stack.enter_context(ray_cluster(folder / "ray-logs"))
+                ray_args = ["--engine", "ray", "--ray-address", cluster.address, "--model-repository", str(repository)]
+                engines["ray"] = ([*ray_args, "--max-concurrent-transforms", "2"], cluster.env)
+            rows = []
+            for round_index in range(args.rounds):
+                with console.status(f"round {round_index + 1}: plain"):
+                    baseline = plain(data, model, folder / "plain.out", batch, output)
+                measured = {}
+                for name in args.engines:
+                    engine, env = engines[name]
+                    with console.status(f"round {round_index + 1}: inferd batch, {name} engine"):
+                        started = time.perf_counter()
+                        out = folder / f"out-{name}-{round_index}"
+                        rate, phases = inferd_batch(repository, data, out, output, engine, env)
+                        measured[name] = (rate, time.perf_counter() - started, phases)
+                rows.append((baseline, measured))
+                console.print(
+                    f"round {round_index + 1}: plain {baseline:,.0f}/s, "
+                    + ", ".join(f"{name} {m[0]:,.0f}/s ({m[0] / baseline:.2f}x)" for name, m in measured.items())
+                )
         table = Table(title=f"inferd batch vs a plain script: {args.model}, {records:,} records, batch {batch}")
-        for column in ("round", "plain records/s", "inferd batch records/s", "ratio", "inferd process s"):
-            table.add_column(column, justify="right")
-        for index, (baseline, ours, ratio, wall, _) in enumerate(rows, start=1):
-            table.add_row(str(index), f"{baseline:,.0f}", f"{ours:,.0f}", f"{ratio:.2f}x", f"{wall:.1f}")
-        table.add_row("median", "", "", f"{statistics.median(r[2] for r in rows):.2f}x", "")
+        table.add_column("round", justify="right")
+        table.add_column("plain records/s", justify="right")
+        for name in args.engines:
+            table.add_column(f"{name} records/s", justify="right")
+            table.add_column(f"{name} ratio", justify="right")
+            table.add_column(f"{name} process s", justify="right")
+        for index, (baseline, measured) in enumerate(rows, start=1):
+            cells = [str(index), f"{baseline:,.0f}"]
+            for name in args.engines:
+                rate, wall, _ = measured[name]
+                cells += [f"{rate:,.0f}", f"{rate / baseline:.2f}x", f"{wall:.1f}"]
+            table.add_row(*cells)
+        medians = ["median", ""]
+        for name in args.engines:
+            medians += ["", f"{statistics.median(m[name][0] / b for b, m in rows):.2f}x", ""]
+        table.add_row(*medians)
         console.print(table)
-        console.print(
-            "inferd's phases (last round, s; infer summed over concurrent mini-batches): " + json.dumps(rows[-1][4])
-        )
+        for name in args.engines:
+            phases = rows[-1][1][name][2]
+            console.print(f"{name}: phases of the last round (s; infer summed over mini-batches): {json.dumps(phases)}")
 
 
 if __name__ == "__main__":
