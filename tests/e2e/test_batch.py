@@ -338,6 +338,34 @@ def test_a_mini_batch_that_times_out_is_retried_then_its_records_are_errors(repo
     assert all("(2 tries)" in e["error"] for e in errors), errors
 
 
+def test_payload_bound_assemble_none_and_single_records(repository: Path, tmp_path: Path) -> None:
+    x = features(20, seed=12)
+    lines = [orjson.dumps(row.tolist()) for row in x]
+    lines[5] = orjson.dumps({"x": x[5].tolist(), "padding": "p" * 2000})  # larger than the bound below
+    (tmp_path / "in.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    done = batch(
+        repository, "mlp", "--input", tmp_path / "in.jsonl", "--output", tmp_path / "out",
+        "--max-payload-mb", "0.001", "--assemble-with", "None", "--max-error-rate", "0.1",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout
+    (error,) = json_lines(tmp_path / "out" / "_errors.jsonl")
+    assert error["record"] == 5 and error["code"] == "TOO_LARGE" and "--max-payload-mb 0.001" in error["error"]
+    written = (tmp_path / "out" / "in.jsonl.out").read_bytes()
+    assert b"\n" not in written and written.startswith(b"[") and written.count(b"][") == 18  # glued together
+    (want,) = reference(repository, "mlp", {"x": x})
+    got = orjson.loads(b"[" + written.replace(b"][", b"],[") + b"]")
+    np.testing.assert_allclose(np.array(got), np.delete(want, 5, axis=0), rtol=1e-5, atol=1e-6)
+
+    single = batch(
+        repository, "mlp", "--input", tmp_path / "in.jsonl", "--output", tmp_path / "single",
+        "--batch-strategy", "SingleRecord", "--max-error-rate", "0.1",
+    )  # fmt: skip
+    assert single.returncode == 0, single.stderr + single.stdout
+    np.testing.assert_allclose(
+        np.array(json_lines(tmp_path / "single" / "in.jsonl.out")), np.delete(want, 5, axis=0), rtol=1e-5, atol=1e-6
+    )
+
+
 # -- resuming ----------------------------------------------------------------------------------
 
 
@@ -371,6 +399,24 @@ def test_kill_9_half_way_then_the_same_command_redoes_only_unfinished_shards(rep
     runs = orjson.loads((tmp_path / "cut" / "_manifest.json").read_bytes())["runs"]
     assert runs[-1]["shards_found_done"] == len(kept)  # every shard finished before the kill was kept
     assert runs[-1]["shards_run"] == 20 - len(kept)  # and only the others ran again
+
+
+def test_ctrl_c_stops_the_job_saying_how_to_resume(repository: Path, tmp_path: Path) -> None:
+    x = np.arange(2000 * 4, dtype=np.float32).reshape(2000, 4)
+    (tmp_path / "in.jsonl").write_bytes(b"".join(orjson.dumps(row.tolist()) + b"\n" for row in x))
+    args = ["--input", tmp_path / "in.jsonl", "--shard-records", "100", "--output", tmp_path / "out"]
+    command = [sys.executable, "-m", "inferd", "batch", "steady", "--model-repository", str(repository)]
+    process = subprocess.Popen([*command, *map(str, args)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(parts(tmp_path / "out")) < 3 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert b"run the same command again to resume" in stderr
+    again = batch(repository, "steady", *args)
+    assert again.returncode == 0, again.stderr + again.stdout
+    np.testing.assert_array_equal(np.array(json_lines(tmp_path / "out" / "in.jsonl.out"), dtype=np.float32), x)
 
 
 # -- the server engine ---------------------------------------------------------------------------
