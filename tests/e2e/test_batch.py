@@ -52,6 +52,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_config(root / "add_sub", ADD_SUB_CONFIG)
     misbehaving_model(root / "picky", fail_negative=1)  # refuses a batch holding a negative value
     misbehaving_model(root / "steady", sleep_ms=4)  # y = x, slow enough to kill half way
+    # y = x after 50 ms an execution: 100 records one at a time take 5 s at least, on any machine.
+    misbehaving_model(root / "slow", sleep_ms=50)
     sleepy_model(root / "stuck", sleep_ms=1500, max_batch_size=4)
     build_ensembles(root, tmp_path_factory.mktemp("markers"))
     return root
@@ -326,6 +328,23 @@ def test_the_error_budget_stops_the_job_and_a_rerun_with_a_larger_one_finishes_i
     np.testing.assert_array_equal(np.array(json_lines(tmp_path / "out" / "in.jsonl.out"), dtype=np.float32), kept)
 
 
+def test_a_rerun_refuses_when_the_model_serves_other_versions_than_the_job_began_with(tmp_path: Path) -> None:
+    import shutil
+
+    repository = tmp_path / "repository"
+    misbehaving_model(repository / "picky", fail_negative=1)
+    x = features(3000, seed=13)[:, :4]
+    (tmp_path / "in.jsonl").write_bytes(b"".join(orjson.dumps(row.tolist()) + b"\n" for row in x))
+    args = ["--input", tmp_path / "in.jsonl", "--output", tmp_path / "out", "--shard-records", "500"]
+    stopped = batch(repository, "picky", *args, "--max-error-rate", "0.05")
+    assert stopped.returncode == 1, stopped.stderr + stopped.stdout
+    shutil.copytree(repository / "picky" / "1", repository / "picky" / "2")  # a new version lands
+    again = batch(repository, "picky", *args, "--max-error-rate", "1")
+    assert again.returncode == 2 and "versions ['1']" in again.stderr and "['2']" in again.stderr, again.stderr
+    pinned = batch(repository, "picky", *args, "--max-error-rate", "1", "--model-version", "1")
+    assert pinned.returncode == 2  # the job's identity names the version asked: "" is not "1"
+
+
 def test_a_mini_batch_that_times_out_is_retried_then_its_records_are_errors(repository: Path, tmp_path: Path) -> None:
     (tmp_path / "in.jsonl").write_bytes(b"[1.0]\n[2.0]\n")
     done = batch(
@@ -402,21 +421,64 @@ def test_kill_9_half_way_then_the_same_command_redoes_only_unfinished_shards(rep
 
 
 def test_ctrl_c_stops_the_job_saying_how_to_resume(repository: Path, tmp_path: Path) -> None:
-    x = np.arange(2000 * 4, dtype=np.float32).reshape(2000, 4)
+    x = np.arange(100 * 4, dtype=np.float32).reshape(100, 4)
     (tmp_path / "in.jsonl").write_bytes(b"".join(orjson.dumps(row.tolist()) + b"\n" for row in x))
-    args = ["--input", tmp_path / "in.jsonl", "--shard-records", "100", "--output", tmp_path / "out"]
-    command = [sys.executable, "-m", "inferd", "batch", "steady", "--model-repository", str(repository)]
+    args = ["--input", tmp_path / "in.jsonl", "--output", tmp_path / "out", "--shard-records", "10",
+            "--batch-strategy", "SingleRecord", "--max-concurrent-transforms", "1"]  # fmt: skip
+    command = [sys.executable, "-m", "inferd", "batch", "slow", "--model-repository", str(repository)]
     process = subprocess.Popen([*command, *map(str, args)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while len(parts(tmp_path / "out")) < 3 and process.poll() is None and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60  # a shard is done after 0.5 s at least; the job needs 5 s at least
+    while not parts(tmp_path / "out") and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
     assert b"run the same command again to resume" in stderr
-    again = batch(repository, "steady", *args)
+    kept = parts(tmp_path / "out")
+    assert 1 <= len(kept) < 10
+    again = batch(repository, "slow", *args)
     assert again.returncode == 0, again.stderr + again.stdout
     np.testing.assert_array_equal(np.array(json_lines(tmp_path / "out" / "in.jsonl.out"), dtype=np.float32), x)
+    run = orjson.loads((tmp_path / "out" / "_manifest.json").read_bytes())["runs"][-1]
+    assert run["shards_found_done"] == len(kept) and run["shards_run"] == 10 - len(kept)
+
+
+# -- endpoints -----------------------------------------------------------------------------------
+
+ENDPOINTS = """
+endpoints:
+  shop:
+    variants:
+      - {name: blue, model: blue, weight: 90}
+      - {name: green, model: green, weight: 10}
+"""
+
+
+def endpoint_repository(root: Path) -> Path:
+    """Two variants of one signature whose answers say which ran: y = x, and y = x + 1000."""
+    misbehaving_model(root / "blue")
+    misbehaving_model(root / "green", offset=1000)
+    (root.parent / "endpoints.yaml").write_text(ENDPOINTS)
+    return root
+
+
+def test_an_endpoint_sends_each_record_to_a_variant_by_weight_the_same_on_every_run(tmp_path: Path) -> None:
+    repository = endpoint_repository(tmp_path / "repository")
+    x = np.abs(features(5000, seed=14)[:, :4])
+    (tmp_path / "in.jsonl").write_bytes(b"".join(orjson.dumps(row.tolist()) + b"\n" for row in x))
+    args = ["--input", tmp_path / "in.jsonl", "--endpoints", tmp_path / "endpoints.yaml"]
+    first = batch(repository, "shop", *args, "--output", tmp_path / "one")
+    assert first.returncode == 0, first.stderr + first.stdout
+    y = np.array(json_lines(tmp_path / "one" / "in.jsonl.out"), dtype=np.float32)
+    green = (y - x).mean(axis=1) > 500  # the records that went to green
+    np.testing.assert_allclose(y - np.where(green[:, None], 1000, 0), x, atol=1e-3)  # each answered by its variant
+    assert abs(green.mean() - 0.10) <= 0.02, green.mean()  # 90/10 over 5,000 records, within 2 points
+    summary = orjson.loads((tmp_path / "one" / "_summary.json").read_bytes())
+    assert summary["variants"] == {"blue": int((~green).sum()), "green": int(green.sum())}
+    # The same records go to the same variants in another run, with other mini-batches.
+    again = batch(repository, "shop", *args, "--output", tmp_path / "two", "--batch-strategy", "SingleRecord")
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert (tmp_path / "two" / "in.jsonl.out").read_bytes() == (tmp_path / "one" / "in.jsonl.out").read_bytes()
 
 
 # -- the server engine ---------------------------------------------------------------------------

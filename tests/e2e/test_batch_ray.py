@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 
 from inferd.testing.ray_cluster import RayCluster, ray_cluster
-from tests.e2e.test_batch import MLP_CONFIG, batch, write_with_malformed
+from tests.e2e.test_batch import MLP_CONFIG, batch, endpoint_repository, write_with_malformed
 
 pytestmark = pytest.mark.e2e
 
@@ -56,3 +57,24 @@ def test_a_ray_cluster_of_two_nodes_writes_what_the_local_engine_writes(
     run = orjson.loads((tmp_path / "ray" / "_manifest.json").read_bytes())["runs"][-1]
     assert run["engine"] == "ray" and run["shards_run"] == 12
     assert run["ray_nodes"] == 2  # three actors of one CPU each on 2 + 1 CPUs: both nodes ran shards
+
+
+def test_an_endpoint_on_ray_sends_each_record_where_the_local_engine_does(
+    cluster: RayCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in cluster.env.items():
+        monkeypatch.setenv(key, value)
+    repository = endpoint_repository(tmp_path / "repository")
+    x = np.abs(np.random.default_rng(15).standard_normal((3000, 4)).astype(np.float32))
+    (tmp_path / "in.jsonl").write_bytes(b"".join(orjson.dumps(row.tolist()) + b"\n" for row in x))
+    args = ["--input", tmp_path / "in.jsonl", "--endpoints", tmp_path / "endpoints.yaml", "--shard-records", "500"]
+    local = batch(repository, "shop", *args, "--output", tmp_path / "local")
+    assert local.returncode == 0, local.stderr + local.stdout
+    on_ray = batch(
+        repository, "shop", *args, "--output", tmp_path / "ray", "--engine", "ray", "--ray-address", cluster.address,
+        timeout_s=300,
+    )  # fmt: skip
+    assert on_ray.returncode == 0, on_ray.stderr + on_ray.stdout
+    assert (tmp_path / "ray" / "in.jsonl.out").read_bytes() == (tmp_path / "local" / "in.jsonl.out").read_bytes()
+    summaries = [orjson.loads((tmp_path / side / "_summary.json").read_bytes()) for side in ("local", "ray")]
+    assert summaries[0]["variants"] == summaries[1]["variants"]

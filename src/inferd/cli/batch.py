@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -23,6 +24,22 @@ def _columns(text: str) -> dict[str, str]:
             raise BatchUsage(f"--columns takes COLUMN=INPUT pairs, not {item!r}")
         mapping[column] = name
     return mapping
+
+
+def _read_endpoints(location: str) -> dict[str, Any]:
+    """The `endpoints:` mapping of a YAML file as `inferd serve --endpoints` reads it."""
+    import fsspec
+    import yaml
+
+    try:
+        with fsspec.open(location, "rb") as file:
+            document = yaml.safe_load(file.read())
+    except (OSError, yaml.YAMLError, ValueError) as exc:
+        raise BatchUsage(f"--endpoints {location}: cannot be read: {exc}") from None
+    endpoints = (document or {}).get("endpoints") if isinstance(document, dict) else None
+    if not isinstance(endpoints, dict):
+        raise BatchUsage(f"--endpoints {location}: must hold `endpoints:`, a mapping of names to endpoints")
+    return endpoints
 
 
 def _choice(
@@ -128,6 +145,14 @@ def _choice(
     default="",
     help="--engine ray: the cluster's head (host:port) to join (default: a Ray of this machine, for the job).",
 )
+@click.option(
+    "--endpoints",
+    "endpoints_file",
+    default=None,
+    help="--engine local or ray: endpoints as inferd serve --endpoints FILE declares them (YAML, a path or "
+    "fsspec URL); MODEL may then name one, and each record goes to the variant its key (its file and "
+    "position) chooses by the variants' weights.",
+)
 @click.option("--execution-threads", type=click.IntRange(min=0), default=0, help="Worker threads (0: the default).")
 @click.option("--quiet", is_flag=True, help="No progress display; the summary only.")
 @client_security_options
@@ -153,6 +178,7 @@ def batch(
     columns: str,
     shard_records: int,
     engine: str,
+    endpoints_file: str | None,
     url: str,
     ray_address: str,
     execution_threads: int,
@@ -193,6 +219,8 @@ def batch(
         token=token,
     )
 
+    if endpoints_file is not None and engine == "server":
+        raise BatchUsage("--endpoints is the local and Ray engines'; a server's endpoints are its own")
     options = BatchOptions(
         model=model,
         model_version=model_version,
@@ -213,6 +241,7 @@ def batch(
         columns=_columns(columns),
         outputs=tuple(name.strip() for name in output_names.split(",") if name.strip()),
         shard_records=shard_records,
+        endpoints=_read_endpoints(endpoints_file) if endpoints_file else {},
     )
     console = Console(stderr=True)
     progress = None if quiet or not console.is_terminal else RichProgress(console)
@@ -225,6 +254,12 @@ def batch(
     except KeyboardInterrupt:
         console.print("interrupted: run the same command again to resume (finished shards are kept)")
         raise SystemExit(130) from None
+    except Exception as exc:  # the job could not go on: say why in one line, keep what it finished
+        console.print(
+            f"inferd batch stopped: {type(exc).__name__}: {exc}\n"
+            "the shards it finished are kept: run the same command again to resume"
+        )
+        raise SystemExit(1) from None
     out = Console() if Console().is_terminal else Console(width=200)
     out.print(summary_table(summary, output_uri))
     raise SystemExit(summary.exit_code)

@@ -42,7 +42,7 @@ from inferd.errors import InferdError, InvalidRequestError, StreamOnlyModelError
 from inferd.limits import RequestLimits, check_request_size, check_response_size
 from inferd.types import EndpointRoute, InferRequest, InferResponse, RequestTiming
 
-# Background requests of clients that run at once while real-time requests keep coming.
+# Background requests of clients to one model that run at once while real-time requests keep coming.
 BACKGROUND_TURNS = 1
 
 # Loads a model a request names when it is in the repository but not loaded (core.lifecycle).
@@ -69,13 +69,14 @@ class Dispatcher:
         # When (perf_counter) a real-time request a model serves last began, whichever model:
         # async jobs hold back while they keep coming (core.async_inference).
         self.realtime_started_s = -math.inf
-        # While they keep coming, the background requests clients send (a batch job's mini-batches,
-        # async jobs' replays) take turns: BACKGROUND_TURNS at a time, server-wide. A background
-        # request is the server's work beyond its execution (its body read, decoded, its answer
-        # encoded, on the event loop), which the schedulers' background queues do not bound: a
-        # batch job of 4 connections raised a tiny model's online p99 1.59x at half load, 1.28x
-        # taking turns (benchmarks/batch_online.py).
-        self._background_turns = asyncio.Semaphore(BACKGROUND_TURNS)
+        # While they keep coming, the background requests clients send to a model (a batch job's
+        # mini-batches, async jobs' replays) take turns: BACKGROUND_TURNS at a time per model. A
+        # background request is the server's work beyond its execution (its body read, decoded,
+        # its answer encoded, on the event loop), which the schedulers' background queues do not
+        # bound: a batch job of 4 connections raised a tiny model's online p99 1.59x at half load,
+        # 1.10-1.28x taking turns (benchmarks/batch_online.py). Per model: one waiting in a busy
+        # model's background queue holds up no other model's.
+        self._background_turns: dict[str, asyncio.Semaphore] = {}
 
     # -- the handle for a request ------------------------------------------------------------------
 
@@ -179,7 +180,10 @@ class Dispatcher:
                 and limits is not None
                 and started_s - self.realtime_started_s < REALTIME_RECENT_S
             ):
-                async with self._background_turns:
+                turns = self._background_turns.get(request.model_name)
+                if turns is None:  # one per model served (the names that resolve), made once
+                    turns = self._background_turns[request.model_name] = asyncio.Semaphore(BACKGROUND_TURNS)
+                async with turns:
                     response = await self._answer(handle, request, admission)
             else:
                 response = await self._answer(handle, request, admission)

@@ -79,3 +79,35 @@ def test_csv_fields_feed_the_one_input_and_the_join_appends_the_outputs() -> Non
     y = Tensor("y", DataType.FP32, (2, 2), np.array([[0.1, 0.2], [0.3, 0.4]], dtype=np.float32))
     written, _ = converter.encode(group, [y])
     assert written == b'"a,b",1,2,3,0.1,0.2\nc,4,5,6,0.3,0.4\n'  # float32's shortest form
+
+
+def test_lines_that_are_json_only_together_are_each_malformed() -> None:
+    converter = Converter(BatchOptions("m", "i", "o"), ONE_INPUT, max_batch_size=8)
+    groups, errors = converter.decode(lines(b"[1,2,3],[4", b"5,6]", b"[7, 8, 9]"))
+    assert [(e.record.index, e.code) for e in errors] == [(0, "MALFORMED_RECORD"), (1, "MALFORMED_RECORD")]
+    assert [[r.index for r in g.records] for g in groups] == [[2]]
+
+
+def test_a_bytes_input_takes_texts_and_bytes_only() -> None:
+    import pytest
+
+    from inferd.errors import TensorDataError
+    from inferd.tools.batch.convert import _tensor
+
+    tensor = _tensor(TensorMetadata("t", "BYTES", (-1,)), ["é", b"\xff"])
+    assert list(tensor.data) == ["é".encode(), b"\xff"]
+    with pytest.raises(TensorDataError, match="texts or bytes"):
+        _tensor(TensorMetadata("t", "BYTES", (-1,)), [3, 4])
+
+
+def test_an_output_filter_reaches_into_the_outputs() -> None:
+    options = BatchOptions("m", "i", "o", join_source=JoinSource.INPUT, output_filter="$.SageMakerOutput[0]")
+    converter = Converter(options, ONE_INPUT, max_batch_size=8)
+    (group,), _ = converter.decode(lines(b"[1, 2, 3]"))
+    y = Tensor("y", DataType.FP32, (1, 2), np.array([[0.5, float("nan")]], dtype=np.float32))
+    written, failed = converter.encode(group, [y])
+    assert not failed and written == b"0.5\n"
+    everything = Converter(BatchOptions("m", "i", "o", output_filter="$[*]"), ONE_INPUT, max_batch_size=8)
+    (group,), _ = everything.decode(lines(b"[1, 2, 3]"))
+    written, _ = everything.encode(group, [y])
+    assert written == b"[0.5,NaN]\n"  # NaN as inferd's doors write it

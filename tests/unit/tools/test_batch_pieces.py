@@ -64,3 +64,57 @@ def test_records_are_made_only_when_looked_at() -> None:
     joined = records[:1] + records[2:]
     assert [r.line for r in joined] == [3, 6]
     assert Records.of(list(records)).raws == records.raws
+
+
+def test_an_input_name_that_would_write_outside_the_output_is_refused() -> None:
+    import pytest
+
+    from inferd.tools.batch.options import BatchUsageError
+    from inferd.tools.batch.records import check_output_name
+
+    check_output_name("data/part-0001.jsonl")
+    for name in ("../escape.jsonl", "a/../../b", "a//b", "./a", "_parts/000000/00000000.part"):
+        with pytest.raises(BatchUsageError, match="outside --output"):
+            check_output_name(name)
+
+
+def test_shard_spans_read_as_the_whole_file_reads(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import fsspec
+
+    from inferd.tools.batch import records as module
+    from inferd.tools.batch.options import BatchOptions
+    from inferd.tools.batch.records import InputFile, read_records, read_shard, shard_spans
+
+    monkeypatch.setattr(module, "READ_BYTES", 6)  # blocks that end inside a CR LF, a line, a record
+    fs = fsspec.filesystem("file")
+    cases = {
+        "empty": b"",
+        "blank": b"\n\n",
+        "crlf": b"\r\n",
+        "edges": b"[1]\r\n\r\n[2]\n[3]\n",
+        "no final newline": b"[1]\n\n[2]\r\n[3]\n[4]\n[5]",
+        "lone cr at the end": b"[1]\n[2]\n\r",
+    }
+    for name, data in cases.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.jsonl"
+        path.write_bytes(data)
+        file = InputFile(str(path), path.name, len(data), "")
+        options = BatchOptions("m", str(path), "out", shard_records=2)
+        whole = [(r.index, r.line, r.raw) for chunk in read_records(fs, file, options) for r in chunk]
+        assert all(raw and not raw.endswith(b"\r") for _, _, raw in whole), name
+        spans, count = shard_spans(fs, file, options)
+        assert count == len(whole), name
+        by_shard = [[(r.index, r.line, r.raw) for r in read_shard(fs, file, options, span)] for span in spans]
+        assert [record for shard in by_shard for record in shard] == whole, name
+        assert all(len(shard) <= 2 for shard in by_shard), name
+
+
+def test_an_output_folder_that_begins_with_a_prefix_input_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from inferd.tools.batch.store import same_location
+
+    (tmp_path / "run-1.jsonl").write_bytes(b"[1]\n")
+    assert same_location(str(tmp_path / "run"), str(tmp_path / "run-out"))  # a prefix: its listing
+    assert not same_location(str(tmp_path / "run-1.jsonl"), str(tmp_path / "run-1.jsonl-out"))
+    (tmp_path / "data").mkdir()
+    assert not same_location(str(tmp_path / "data"), str(tmp_path / "data2"))  # a folder: only under it
+    assert same_location(str(tmp_path / "data"), str(tmp_path / "data" / "out"))

@@ -169,11 +169,13 @@ class Converter:
         if not self._plain_input or not records:
             return None
         raws = records.raws if isinstance(records, Records) else [record.raw for record in records]
-        joined = b"[" + b",".join(raws) + b"]"
         try:
-            values = orjson.loads(joined)
+            # Each line parsed on its own (as fast as one parse of them all): lines that are not
+            # JSON alone must not become rows together (`[1,2],[3` and `[4,5]]`).
+            values = list(map(orjson.loads, raws))
         except orjson.JSONDecodeError:
             return None
+        joined = b"".join(raws)
         # Text with no quote and no t, f or n holds no string, true, false or null: only
         # numbers, which the reader then takes without looking at each (a byte search each).
         only_numbers = all(joined.find(letter) < 0 for letter in _NOT_NUMBERS)
@@ -315,10 +317,25 @@ class Converter:
         if self._format is Format.CSV:
             cells = _csv_cells(row)
             value: Any = source + cells if self._join else cells
-            value = self._output_filter.apply(value)
+            if not self._output_filter.selects_all:
+                value = self._output_filter.apply(value)
             return _csv_line(value if isinstance(value, list) else [value])
         value = join(source, row) if self._join else row
-        return json_v2.encode_tensor_json(self._output_filter.apply(value))
+        if not self._output_filter.selects_all:
+            value = self._output_filter.apply(_plain(value))  # a path reaches into lists, not arrays
+        return json_v2.encode_tensor_json(value)
+
+
+def _plain(value: Any) -> Any:
+    """A row (numpy arrays among dicts and lists) as lists, for a JSONPath to reach into; the
+    numbers stay numpy's, so a float32 is still written in its own shortest form."""
+    if isinstance(value, np.ndarray):
+        return [_plain(item) for item in value] if value.ndim else value[()]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
 
 
 def _error(record: Record, exc: Exception) -> RecordError:
@@ -347,7 +364,10 @@ def _tensor(spec: TensorMetadata, rows: list[Any]) -> Tensor:
     if datatype is DataType.BYTES:
         flat = np.asarray(rows, dtype=object)
         encoded = np.empty(flat.shape, dtype=object)
-        encoded.reshape(-1)[:] = [item.encode() if isinstance(item, str) else bytes(item) for item in flat.reshape(-1)]
+        items = flat.reshape(-1)
+        if not all(isinstance(item, str | bytes) for item in items):
+            raise TensorDataError(f"input {spec.name!r} is BYTES: its values must be texts or bytes")
+        encoded.reshape(-1)[:] = [item.encode() if isinstance(item, str) else item for item in items]
         return Tensor(spec.name, datatype, encoded.shape, encoded)
     target = datatype.numpy_dtype
     array = np.asarray(rows)

@@ -10,15 +10,20 @@ fleet behind a balancer) through inferd's client, asking inferd to run it as bac
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+import numpy as np
 
 from inferd.client import NO_RETRIES, AsyncClient, ClientTls
 from inferd.core.in_process import InProcessModels
+from inferd.tools.batch.options import BatchOptions
 from inferd.types import BATCH_TRANSFORM, ModelMetadata, RequestContext, RequestedOutput, Tensor
 
 
@@ -31,9 +36,18 @@ class Engine(Protocol):
     @property
     def max_batch_size(self) -> int: ...
 
-    async def infer(self, inputs: Sequence[Tensor], outputs: Sequence[str], timeout_s: float) -> tuple[Tensor, ...]:
+    @property
+    def routes_records(self) -> bool:
+        """Whether each record's variant is chosen by its key (an endpoint): `infer` then needs
+        the rows' keys."""
+        ...
+
+    async def infer(
+        self, inputs: Sequence[Tensor], outputs: Sequence[str], timeout_s: float, keys: Sequence[str] | None = None
+    ) -> tuple[Tensor, ...]:
         """The model's outputs (those named, or all when none is) for `inputs`; an InferdError
-        the model or the engine raised, or TimeoutError past `timeout_s`."""
+        the model or the engine raised, or TimeoutError past `timeout_s`. `keys`: each row's
+        record's key, when the engine routes records."""
         ...
 
     async def close(self) -> None: ...
@@ -47,22 +61,34 @@ class LocalEngine:
         self._signature = signature
         self._max_batch_size = batch
         self._cache: tempfile.TemporaryDirectory[str] | None = None
+        self._endpoint = models.is_endpoint(model)
+        self.variant_records: Counter[str] = Counter()  # an endpoint's records, by the variant they went to
 
     @classmethod
     async def open(
-        cls, repositories: Sequence[str], model: str, version: str = "", *, execution_threads: int = 0
+        cls,
+        repositories: Sequence[str],
+        model: str,
+        version: str = "",
+        *,
+        execution_threads: int = 0,
+        endpoints: Mapping[str, Any] | None = None,
     ) -> LocalEngine:
-        """`model` of the repositories (folders or fsspec URLs) loaded in this process."""
+        """`model` of the repositories (folders or fsspec URLs) loaded in this process; an
+        endpoint of `endpoints` (as `inferd serve --endpoints` declares them) loads its variants."""
         cache = tempfile.TemporaryDirectory(prefix="inferd-batch-")
+        models: InProcessModels | None = None
         try:
             models = await InProcessModels.open(
-                repositories, [model], Path(cache.name), execution_threads=execution_threads
+                repositories, [model], Path(cache.name), execution_threads=execution_threads, endpoints=endpoints
             )
+            config = await models.config(model, version)
+            engine = cls(models, model, version, models.metadata(model, version), config.max_batch_size)
         except BaseException:
+            if models is not None:  # loaded, but not the version asked
+                await models.close()
             cache.cleanup()
             raise
-        config = await models.config(model, version)
-        engine = cls(models, model, version, models.metadata(model, version), config.max_batch_size)
         engine._cache = cache
         return engine
 
@@ -74,16 +100,65 @@ class LocalEngine:
     def max_batch_size(self) -> int:
         return self._max_batch_size
 
-    async def infer(self, inputs: Sequence[Tensor], outputs: Sequence[str], timeout_s: float) -> tuple[Tensor, ...]:
+    @property
+    def routes_records(self) -> bool:
+        return self._endpoint
+
+    async def infer(
+        self, inputs: Sequence[Tensor], outputs: Sequence[str], timeout_s: float, keys: Sequence[str] | None = None
+    ) -> tuple[Tensor, ...]:
+        if not self._endpoint:
+            return await self._infer(self._model, self._version, inputs, outputs, timeout_s)
+        if keys is None:
+            raise ValueError(f"'{self._model}' is an endpoint: each row's key chooses its variant")
+        # Each record to its variant; the rows of each variant go as one request, and the answers'
+        # rows are put back in the records' order.
+        rows_by_variant: dict[tuple[str, str, str], list[int]] = {}
+        for row, key in enumerate(keys):
+            rows_by_variant.setdefault(self._models.variant_for(self._model, key), []).append(row)
+        for (variant, _, _), rows in rows_by_variant.items():
+            self.variant_records[variant] += len(rows)
+        if len(rows_by_variant) == 1:
+            ((_, model, version),) = rows_by_variant
+            return await self._infer(model, version, inputs, outputs, timeout_s)
+        answers = await asyncio.gather(
+            *(
+                self._infer(model, version, [_rows(tensor, rows) for tensor in inputs], outputs, timeout_s)
+                for (_, model, version), rows in rows_by_variant.items()
+            )
+        )
+        return _scatter(len(keys), list(rows_by_variant.values()), answers)
+
+    async def _infer(
+        self, model: str, version: str, inputs: Sequence[Tensor], outputs: Sequence[str], timeout_s: float
+    ) -> tuple[Tensor, ...]:
         context = RequestContext(deadline_s=time.monotonic() + timeout_s, door=BATCH_TRANSFORM)
         asked = [RequestedOutput(name) for name in outputs]
-        response = await self._models.infer(context.request(self._model, self._version, inputs, asked))
+        response = await self._models.infer(context.request(model, version, inputs, asked))
         return response.outputs
 
     async def close(self) -> None:
         await self._models.close()
         if self._cache is not None:
             self._cache.cleanup()
+
+
+def _rows(tensor: Tensor, rows: list[int]) -> Tensor:
+    data = tensor.data[rows]
+    return Tensor(tensor.name, tensor.datatype, data.shape, data)
+
+
+def _scatter(count: int, rows: list[list[int]], answers: Sequence[Sequence[Tensor]]) -> tuple[Tensor, ...]:
+    """The answers of several variants, each for its rows, as one answer of `count` rows in order
+    (the variants of an endpoint answer with one signature)."""
+    scattered = []
+    for first in answers[0]:
+        data = np.empty((count, *first.data.shape[1:]), dtype=first.data.dtype)
+        for answer, taken in zip(answers, rows, strict=True):
+            (same,) = [tensor for tensor in answer if tensor.name == first.name]
+            data[taken] = same.data
+        scattered.append(Tensor(first.name, first.datatype, data.shape, data))
+    return tuple(scattered)
 
 
 # The request parameter that asks an inferd server to run a request as background work
@@ -132,7 +207,13 @@ class ServerEngine:
     def max_batch_size(self) -> int:
         return self._max_batch_size
 
-    async def infer(self, inputs: Sequence[Tensor], outputs: Sequence[str], timeout_s: float) -> tuple[Tensor, ...]:
+    @property
+    def routes_records(self) -> bool:
+        return False  # an endpoint of the server routes each mini-batch (SingleRecord: each record)
+
+    async def infer(
+        self, inputs: Sequence[Tensor], outputs: Sequence[str], timeout_s: float, keys: Sequence[str] | None = None
+    ) -> tuple[Tensor, ...]:
         response = await self._client.infer(
             self._model,
             list(inputs),
@@ -160,10 +241,14 @@ class EngineSpec:
     token: str | None = None  # server
 
 
-async def open_engine(spec: EngineSpec, model: str, version: str, concurrency: int) -> Engine:
-    """The engine `spec` names, ready: the model loaded, or the server's model found."""
+async def open_engine(spec: EngineSpec, options: BatchOptions) -> Engine:
+    """The engine `spec` names for the job of `options`, ready: the model (or the endpoint's
+    variants) loaded, or the server's model found."""
+    model, version = options.model, options.model_version
     if spec.kind == "server":
         return await ServerEngine.open(
-            spec.url, model, version, connections=concurrency, tls=spec.tls, token=spec.token
+            spec.url, model, version, connections=options.max_concurrent_transforms, tls=spec.tls, token=spec.token
         )
-    return await LocalEngine.open(spec.repositories, model, version, execution_threads=spec.execution_threads)
+    return await LocalEngine.open(
+        spec.repositories, model, version, execution_threads=spec.execution_threads, endpoints=options.endpoints
+    )

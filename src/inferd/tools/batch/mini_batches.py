@@ -22,6 +22,7 @@ from inferd.tools.batch.convert import Converter, Group, RecordError
 from inferd.tools.batch.engines import Engine
 from inferd.tools.batch.options import BatchOptions
 from inferd.tools.batch.pieces import Piece
+from inferd.tools.batch.records import Records
 
 RETRY_BACKOFF_S = (0.1, 0.5, 2.0, 5.0)
 
@@ -56,7 +57,9 @@ class MiniBatches:
         self._phases = phases
         self.converter = Converter(options, engine.signature, engine.max_batch_size)
 
-    async def run(self, piece: Piece) -> PieceResult:
+    async def run(self, piece: Piece, file_name: str) -> PieceResult:
+        """`piece` of the file named `file_name` (its records' keys, when the engine routes them
+        to an endpoint's variants, are the file's name and their positions)."""
         started = time.perf_counter()
         groups, errors = self.converter.decode(piece.records)
         limit = self._options.max_payload_mb
@@ -68,10 +71,10 @@ class MiniBatches:
         blobs: list[bytes] = []
         outputs = 0
         for group in groups:
-            outputs += await self._run_group(group, blobs, errors)
+            outputs += await self._run_group(group, blobs, errors, file_name)
         return PieceResult(b"".join(blobs), outputs, errors, len(piece.records) + len(piece.oversized))
 
-    async def _run_group(self, group: Group, blobs: list[bytes], errors: list[RecordError]) -> int:
+    async def _run_group(self, group: Group, blobs: list[bytes], errors: list[RecordError], file_name: str) -> int:
         """Run `group`, its output records appended to `blobs` and its failures to `errors`; how
         many records it wrote."""
         timeout = self._options.invocations_timeout_s
@@ -79,8 +82,9 @@ class MiniBatches:
         for attempt in itertools.count(1):
             started = time.perf_counter()
             try:
+                keys = _keys(group, file_name) if self._engine.routes_records else None
                 async with asyncio.timeout(timeout):
-                    outputs = await self._engine.infer(group.inputs, self._options.outputs, timeout)
+                    outputs = await self._engine.infer(group.inputs, self._options.outputs, timeout, keys)
             except (TimeoutError, UnavailableError) as exc:
                 self._phases.infer_s += time.perf_counter() - started
                 if attempt > self._options.invocations_max_retries:
@@ -98,7 +102,7 @@ class MiniBatches:
                     return 0
                 written = 0
                 for half in _halves(group):  # find the records the model refuses
-                    written += await self._run_group(half, blobs, errors)
+                    written += await self._run_group(half, blobs, errors, file_name)
                 return written
             self._phases.infer_s += time.perf_counter() - started
             break
@@ -113,6 +117,13 @@ class MiniBatches:
         errors.extend(failed)
         blobs.append(blob)
         return len(group.records) - len(failed)
+
+
+def _keys(group: Group, file_name: str) -> list[str]:
+    """Each record's key: its file's name and its position, the same on every run and engine."""
+    records = group.records
+    indexes = records.index_list() if isinstance(records, Records) else [record.index for record in records]
+    return [f"{file_name}:{index}" for index in indexes]
 
 
 def _halves(group: Group) -> list[Group]:

@@ -108,6 +108,9 @@ class BatchOptions:
     # Parquet column -> model input; empty: each input read from the column of its name.
     columns: Mapping[str, str] = field(default_factory=dict)
     shard_records: int = 10_000
+    # Endpoints as `inferd serve --endpoints FILE` declares them (name -> its variants): a model
+    # named here is an endpoint, each record going to the variant its key chooses.
+    endpoints: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def format(self) -> Format:
@@ -169,5 +172,6 @@ class BatchOptions:
             "join_source": self.join_source.value,
             "columns": dict(self.columns),
             "outputs": list(self.outputs),
+            "endpoint": self.endpoints.get(self.model),
             "shard_records": self.shard_records,
         }

@@ -85,6 +85,7 @@ class ShardDone:
     body: bytes
     phases: Phases
     node: str
+    variants: dict[str, int]  # an endpoint's records of the shard, by variant
 
 
 class ShardActor:
@@ -94,7 +95,13 @@ class ShardActor:
         self._options = options
         self._loop = asyncio.new_event_loop()
         self._engine = self._loop.run_until_complete(
-            LocalEngine.open(repositories, options.model, options.model_version, execution_threads=threads)
+            LocalEngine.open(
+                repositories,
+                options.model,
+                options.model_version,
+                execution_threads=threads,
+                endpoints=options.endpoints,
+            )
         )
         self._fs, _ = open_location(input_uri)
         self._max_records = 1
@@ -105,7 +112,15 @@ class ShardActor:
         self._node = ray.get_runtime_context().get_node_id()
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        out: dict[str, list[Any]] = {"file_index": [], "shard": [], "header": [], "body": [], "phases": [], "node": []}
+        out: dict[str, list[Any]] = {
+            "file_index": [],
+            "shard": [],
+            "header": [],
+            "body": [],
+            "phases": [],
+            "node": [],
+            "variants": [],
+        }
         for file_index, shard, task in zip(batch["file_index"], batch["shard"], batch["task"], strict=True):
             done = self._loop.run_until_complete(self._run(ShardTask.of(int(file_index), int(shard), bytes(task))))
             out["file_index"].append(done.file_index)
@@ -114,6 +129,7 @@ class ShardActor:
             out["body"].append(done.body)
             out["phases"].append(orjson.dumps(vars(done.phases)))
             out["node"].append(done.node)
+            out["variants"].append(orjson.dumps(done.variants))
         return out
 
     async def _run(self, task: ShardTask) -> ShardDone:
@@ -129,11 +145,13 @@ class ShardActor:
 
         async def run(piece: Piece) -> PieceResult:
             async with slots:
-                return await mini_batches.run(piece)
+                return await mini_batches.run(piece, task.file.name)
 
+        before = dict(self._engine.variant_records)
         results = await asyncio.gather(*(run(piece) for piece in pieces))
         header, body = shard_part(task.file.name, task.shard, results)
-        return ShardDone(task.file_index, task.shard, header, body, phases, self._node)
+        variants = {name: count - before.get(name, 0) for name, count in self._engine.variant_records.items()}
+        return ShardDone(task.file_index, task.shard, header, body, phases, self._node, variants)
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # an actor torn down: nothing to tell anyone
@@ -189,6 +207,7 @@ async def run_shards(
                 bytes(row["body"]),
                 Phases(**orjson.loads(row["phases"])),
                 str(row["node"]),
+                orjson.loads(row["variants"]),
             )
     finally:
         await asyncio.to_thread(ray.shutdown)

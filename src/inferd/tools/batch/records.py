@@ -177,11 +177,24 @@ def list_inputs(uri: str) -> tuple[fsspec.AbstractFileSystem, list[InputFile]]:
         if info.get("type") != "file":
             continue
         relative = name[len(root) :].lstrip("/") if root else name
+        check_output_name(relative)
         version = str(info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified") or "")
         files.append(InputFile(path=name, name=relative, size=int(info.get("size") or 0), version=version))
     if not files:
         raise BatchUsageError(f"--input {uri}: no file there")
     return fs, files
+
+
+def check_output_name(relative: str) -> None:
+    """An input's name becomes its output's (`<output>/<name>.out`): a name that could climb out of
+    the output (`..`, an object key such as `a/../../b`) or land among the job's own parts is
+    refused before anything runs."""
+    segments = relative.split("/")
+    if any(segment in ("", ".", "..") for segment in segments) or segments[0] == "_parts":
+        raise BatchUsageError(
+            f"input {relative!r}: its output would be written outside --output or among the job's parts; "
+            "rename it or leave it out"
+        )
 
 
 def read_records(fs: fsspec.AbstractFileSystem, file: InputFile, options: BatchOptions) -> Iterator[Records]:
@@ -213,9 +226,10 @@ def _lines(fs: fsspec.AbstractFileSystem, file: InputFile, span: Span | None = N
             block = handle.read(READ_BYTES if left < 0 else min(READ_BYTES, left)) if left != 0 else b""
             if left > 0:
                 left -= len(block)
-            lines = (rest + block).split(b"\n") if block else [rest]
+            data = rest + block
+            lines = data.split(b"\n") if block else [rest]
             rest = lines.pop() if block else b""
-            if b"\r" not in block and all(lines):
+            if b"\r" not in data and all(lines):
                 # No CR, no empty line: a record per line, without a Python loop.
                 records = Records(index, lines, range(number + 1, number + 1 + len(lines)))
                 number += len(lines)
@@ -273,9 +287,11 @@ def shard_spans(fs: fsspec.AbstractFileSystem, file: InputFile, options: BatchOp
                 position += len(line) + 1
             if not block:
                 break
+    if not starts:  # no record: one empty shard, as the local engine makes of it
+        return [Span(0, 0, 0, 1)], 0
     ends = [start for start, _, _ in starts[1:]] + [file.size]
     spans = [Span(start, end, first, line) for (start, first, line), end in zip(starts, ends, strict=True)]
-    return spans or [Span(0, 0, 0, 1)], index
+    return spans, index
 
 
 def read_shard(fs: fsspec.AbstractFileSystem, file: InputFile, options: BatchOptions, span: Span) -> Records:
@@ -309,7 +325,10 @@ def _array_rows(fs: fsspec.AbstractFileSystem, file: InputFile, form: Format) ->
     if form is Format.NPZ:
         if not isinstance(loaded, np.lib.npyio.NpzFile):
             raise BatchUsageError(f"{file.name}: not an NPZ archive")
-        arrays = {name: loaded[name] for name in loaded.files}
+        try:
+            arrays = {name: loaded[name] for name in loaded.files}
+        except (ValueError, OSError) as exc:
+            raise BatchUsageError(f"{file.name}: cannot read its arrays ({exc})") from None
     else:
         if not isinstance(loaded, np.ndarray):
             raise BatchUsageError(f"{file.name}: not an NPY array")
@@ -324,10 +343,14 @@ def _array_rows(fs: fsspec.AbstractFileSystem, file: InputFile, form: Format) ->
 
 
 def _parquet_rows(fs: fsspec.AbstractFileSystem, file: InputFile, columns: Mapping[str, str]) -> Iterator[Record]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     with fs.open(file.path, "rb") as handle:
-        table = pq.ParquetFile(handle)
+        try:
+            table = pq.ParquetFile(handle)
+        except (pa.ArrowException, OSError) as exc:
+            raise BatchUsageError(f"{file.name}: not a Parquet file ({exc})") from None
         names = table.schema_arrow.names
         missing = [column for column in columns if column not in names]
         if missing:

@@ -57,6 +57,7 @@ class Summary:
     shards_run: int = 0
     wall_s: float = 0.0
     phases: Phases = field(default_factory=Phases)
+    variants: dict[str, int] = field(default_factory=dict)  # an endpoint's records run, by variant
     error_budget: float = 0.0
 
     @property
@@ -87,6 +88,7 @@ class Summary:
             "seconds": round(self.wall_s, 3),
             "records_per_second": round(self.records_per_s, 1),
             "phases_seconds": {name: round(value, 3) for name, value in vars(self.phases).items()},
+            **({"variants": dict(sorted(self.variants.items()))} if self.variants else {}),
         }
 
 
@@ -165,11 +167,14 @@ class BatchJob:
         options.check()
         self._options = options
         self._engine_name = engine_name
+        self._engine = engine
         self._progress = progress or Progress()
         self._ray = ray
         self._summary = Summary(error_budget=options.max_error_rate)
         self._max_records = 1
         self._mini_batches: MiniBatches | None = None
+        # The versions the model served when the job began: a rerun over others would mix them.
+        self._model_versions = list(engine.signature.versions) if engine is not None else None
         if engine is not None:
             if options.batch_strategy is BatchStrategy.MULTI_RECORD and engine.max_batch_size > 0:
                 self._max_records = engine.max_batch_size
@@ -185,6 +190,17 @@ class BatchJob:
 
     async def run(self) -> Summary:
         files, store, manifest = self._files, self._store, self._manifest
+        if manifest is not None and self._model_versions is not None:
+            before = manifest.get("model_versions")
+            if before is not None and before != self._model_versions:
+                raise BatchUsageError(
+                    f"{self._options.output} holds a job begun with versions {before} of {self._options.model}, "
+                    f"which now serves {self._model_versions}: its outputs would mix them; choose another --output "
+                    "(or --model-version)"
+                )
+            self._model_versions = self._model_versions or before
+        elif manifest is not None:
+            self._model_versions = manifest.get("model_versions")
         self._states = [_FileState(file) for file in files]
         self._run_record: dict[str, Any] = {"started": _now(), "engine": self._engine_name}
         self._runs: list[dict[str, Any]] = list(manifest.get("runs", [])) if manifest else []
@@ -311,6 +327,8 @@ class BatchJob:
                 async for done in shards:
                     self._summary.phases.add(done.phases)
                     nodes.add(done.node)
+                    for variant, records in done.variants.items():
+                        self._summary.variants[variant] = self._summary.variants.get(variant, 0) + records
                     self._count(int(done.header["records"]), len(done.header["errors"]))
                     await self._keep_shard(done.file_index, done.shard, done.header, done.body)
                     if self._stop is not None:
@@ -321,7 +339,7 @@ class BatchJob:
 
     async def _piece(self, piece: Piece, shard: _ShardState) -> None:
         assert self._mini_batches is not None
-        result = await self._mini_batches.run(piece)
+        result = await self._mini_batches.run(piece, self._states[piece.file_index].file.name)
         shard.results[piece.seq] = result
         self._count(result.records, len(result.errors))
         await self._maybe_write_shard(piece.file_index, piece.shard)
@@ -376,6 +394,10 @@ class BatchJob:
 
     async def _finish(self) -> None:
         summary = self._summary
+        counted = getattr(self._engine, "variant_records", None)
+        if counted:
+            for variant, records in counted.items():
+                summary.variants[variant] = summary.variants.get(variant, 0) + records
         complete = all(state.assembled for state in self._states)
         summary.status = "complete" if complete and self._stop is None else "stopped"
         if self._stop is not None:
@@ -415,6 +437,7 @@ class BatchJob:
                 "format": MANIFEST_FORMAT,
                 "status": status,
                 "job": self._options.identity(),
+                "model_versions": self._model_versions,
                 "inputs": [state.file.describe() for state in self._states],
                 "files": [
                     {
@@ -482,7 +505,7 @@ async def run_batch(options: BatchOptions, spec: EngineSpec, *, progress: Progre
             spec.ray_address, spec.repositories, options.max_concurrent_transforms, spec.execution_threads
         )
         return await BatchJob(options, None, plan, engine_name="ray", progress=progress, ray=settings).run()
-    engine = await open_engine(spec, options.model, options.model_version, options.max_concurrent_transforms)
+    engine = await open_engine(spec, options)
     try:
         return await BatchJob(options, engine, plan, engine_name=spec.kind, progress=progress).run()
     finally:

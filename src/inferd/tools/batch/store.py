@@ -127,10 +127,13 @@ class OutputStore:
 
 
 def same_location(a: str, b: str) -> bool:
-    """Whether `b` is `a` or under it (an output inside the input would be read as input)."""
+    """Whether output `b` is input `a`, under it, or (when `a` is a prefix, neither a file nor a
+    folder) begins with it: the input's listing would then read the output's files as input."""
     fs_a, path_a = open_location(a)
     fs_b, path_b = open_location(b)
     if type(fs_a) is not type(fs_b):
         return False
     path_a, path_b = path_a.rstrip("/"), path_b.rstrip("/")
-    return path_b == path_a or path_b.startswith(path_a + "/")
+    if path_b == path_a or path_b.startswith(path_a + "/"):
+        return True
+    return path_b.startswith(path_a) and not fs_a.isfile(path_a) and not fs_a.isdir(path_a)
