@@ -29,12 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import orjson
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from batch_transform import write_data
 from serving import MINILM, Measurement, Setup, build_repository, minilm_model, paced_wrk, tiny_model, wrk
 
 from inferd.testing.server import run_server
@@ -44,25 +43,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # lowest CPU priority (--no-nice: as it is).
 NICE = ["nice", "-n", "19"]
 console = Console(width=200)
-
-
-def batch_data(path: Path, model: str, records: int) -> None:
-    rng = np.random.default_rng(1)
-    with path.open("wb") as out:
-        for start in range(0, records, 10_000):
-            count = min(10_000, records - start)
-            if model == "tiny":
-                rows = rng.standard_normal((count, 16)).astype(np.float32)
-                out.write(b"".join(orjson.dumps(row.tolist()) + b"\n" for row in rows))
-            else:
-                ids = rng.integers(1000, 20000, size=(count, 32))
-                ones, zeros = [1] * 32, [0] * 32
-                out.write(
-                    b"".join(
-                        orjson.dumps({"input_ids": r.tolist(), "attention_mask": ones, "token_type_ids": zeros}) + b"\n"
-                        for r in ids
-                    )
-                )
 
 
 def start_job(
@@ -77,6 +57,8 @@ def start_job(
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        # Stopped with Ctrl-C's signal, which a shell without job control leaves ignored in its children.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
 
 
@@ -111,7 +93,7 @@ def main() -> None:
         repository = build_repository(folder / "repository", model, source, Setup(batching=True))
         data = folder / "data" / "records.jsonl"
         data.parent.mkdir()
-        batch_data(data, args.model, 2_000_000 if args.model == "tiny" else 50_000)
+        write_data(data, args.model, 2_000_000 if args.model == "tiny" else 50_000)
         with run_server(repository, folder / "server.log") as server:
             url = f"http://127.0.0.1:{server.http_port}"
             infer_url = f"{url}/v2/models/{model.name}/infer"

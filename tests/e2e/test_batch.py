@@ -426,7 +426,14 @@ def test_ctrl_c_stops_the_job_saying_how_to_resume(repository: Path, tmp_path: P
     args = ["--input", tmp_path / "in.jsonl", "--output", tmp_path / "out", "--shard-records", "10",
             "--batch-strategy", "SingleRecord", "--max-concurrent-transforms", "1"]  # fmt: skip
     command = [sys.executable, "-m", "inferd", "batch", "slow", "--model-repository", str(repository)]
-    process = subprocess.Popen([*command, *map(str, args)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    # Ctrl-C as a terminal delivers it: a process started in the background by a shell without job
+    # control (a CI runner's) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt.
+    process = subprocess.Popen(
+        [*command, *map(str, args)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 60  # a shard is done after 0.5 s at least; the job needs 5 s at least
     while not parts(tmp_path / "out") and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)

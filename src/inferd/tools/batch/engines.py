@@ -53,13 +53,28 @@ class Engine(Protocol):
     async def close(self) -> None: ...
 
 
-class LocalEngine:
+class _OpenModel:
+    """What every engine knows of its model once open: its signature and its batch bound."""
+
+    def __init__(self, signature: ModelMetadata, max_batch_size: int) -> None:
+        self._signature = signature
+        self._max_batch_size = max_batch_size
+
+    @property
+    def signature(self) -> ModelMetadata:
+        return self._signature
+
+    @property
+    def max_batch_size(self) -> int:
+        return self._max_batch_size
+
+
+class LocalEngine(_OpenModel):
     def __init__(self, models: InProcessModels, model: str, version: str, signature: ModelMetadata, batch: int) -> None:
+        super().__init__(signature, batch)
         self._models = models
         self._model = model
         self._version = version
-        self._signature = signature
-        self._max_batch_size = batch
         self._cache: tempfile.TemporaryDirectory[str] | None = None
         self._endpoint = models.is_endpoint(model)
         self.variant_records: Counter[str] = Counter()  # an endpoint's records, by the variant they went to
@@ -91,14 +106,6 @@ class LocalEngine:
             raise
         engine._cache = cache
         return engine
-
-    @property
-    def signature(self) -> ModelMetadata:
-        return self._signature
-
-    @property
-    def max_batch_size(self) -> int:
-        return self._max_batch_size
 
     @property
     def routes_records(self) -> bool:
@@ -166,13 +173,12 @@ def _scatter(count: int, rows: list[list[int]], answers: Sequence[Sequence[Tenso
 BACKGROUND = {"inferd_admission": "background"}
 
 
-class ServerEngine:
+class ServerEngine(_OpenModel):
     def __init__(self, client: AsyncClient, model: str, version: str, signature: ModelMetadata, batch: int) -> None:
+        super().__init__(signature, batch)
         self._client = client
         self._model = model
         self._version = version
-        self._signature = signature
-        self._max_batch_size = batch
 
     @classmethod
     async def open(
@@ -198,14 +204,6 @@ class ServerEngine:
             await client.close()
             raise
         return cls(client, model, version, signature, int(config.get("max_batch_size", 0)))
-
-    @property
-    def signature(self) -> ModelMetadata:
-        return self._signature
-
-    @property
-    def max_batch_size(self) -> int:
-        return self._max_batch_size
 
     @property
     def routes_records(self) -> bool:
