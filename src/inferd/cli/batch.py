@@ -27,19 +27,15 @@ def _columns(text: str) -> dict[str, str]:
 
 
 def _read_endpoints(location: str) -> dict[str, Any]:
-    """The `endpoints:` mapping of a YAML file as `inferd serve --endpoints` reads it."""
-    import fsspec
-    import yaml
+    """The endpoints of a file as `inferd serve --endpoints` reads it (its own reader, strictly),
+    each as the document core keeps of an endpoint."""
+    from inferd.core.endpoints import spec_document
+    from inferd.server.endpoint_file import EndpointFileError, read_endpoint_file
 
     try:
-        with fsspec.open(location, "rb") as file:
-            document = yaml.safe_load(file.read())
-    except (OSError, yaml.YAMLError, ValueError) as exc:
-        raise BatchUsage(f"--endpoints {location}: cannot be read: {exc}") from None
-    endpoints = (document or {}).get("endpoints") if isinstance(document, dict) else None
-    if not isinstance(endpoints, dict):
-        raise BatchUsage(f"--endpoints {location}: must hold `endpoints:`, a mapping of names to endpoints")
-    return endpoints
+        return {spec.name: spec_document(spec) for spec in read_endpoint_file(location)}
+    except EndpointFileError as exc:
+        raise BatchUsage(str(exc)) from None
 
 
 def _choice(

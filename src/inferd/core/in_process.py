@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from inferd.config.model import ModelConfig
-from inferd.core.endpoints import EndpointSpec, Variant, rendezvous
+from inferd.core.endpoints import EndpointSpec, rendezvous, spec_from_document
 from inferd.core.registry import ModelRegistry
 from inferd.core.repository import open_repositories
 from inferd.core.scheduler import Admission
 from inferd.core.service import InferenceService
-from inferd.errors import InvalidRequestError, ModelNotReadyError
+from inferd.errors import ModelNotReadyError
 from inferd.types import InferRequest, InferResponse, ModelMetadata
 
 __all__ = ["Admission", "InProcessModels"]
@@ -48,11 +48,12 @@ class InProcessModels:
         """The models `names` of the repositories at `locations` (folders or fsspec URLs, as
         `inferd serve --model-repository` takes them), loaded; `cache_dir`: where a remote
         repository's files are fetched to. `endpoints`: endpoints as `inferd serve --endpoints`
-        declares them (name -> its variants); a name of `names` that is one of them loads its
+        declares them (name -> `endpoints.spec_document`, as the server's reader of that file
+        made it); a name of `names` that is one of them loads its
         variants' models and is set as the server sets it (each variant serving, one signature;
         shadows are left out: nobody waits for the answers they would be compared with). Raises
         ModelNotReadyError (with the load's reason) when one of them does not load."""
-        specs = {name: endpoint_spec(name, body) for name, body in (endpoints or {}).items() if name in names}
+        specs = {name: spec_from_document(body) for name, body in (endpoints or {}).items() if name in names}
         models_needed = [
             model for name in names for model in ([v.model for v in specs[name].variants] if name in specs else [name])
         ]
@@ -102,21 +103,3 @@ class InProcessModels:
     async def close(self) -> None:
         """Drain and close every loaded model."""
         await self._registry.close()
-
-
-def endpoint_spec(name: str, body: Any) -> EndpointSpec:
-    """An endpoint as `inferd serve --endpoints FILE` declares it (`variants:`, each a name, a
-    model, a version and a weight), checked as the server checks it; InvalidRequestError says
-    what is wrong."""
-    if not isinstance(body, Mapping) or not isinstance(body.get("variants"), list):
-        raise InvalidRequestError(f"endpoint '{name}': give its `variants:`, a list")
-    variants = []
-    for entry in body["variants"]:
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) or not entry.get("model"):
-            raise InvalidRequestError(f"endpoint '{name}': each variant has a `name` and a `model`")
-        try:
-            weight = float(entry.get("weight", 1.0))
-        except (TypeError, ValueError):
-            raise InvalidRequestError(f"endpoint '{name}', variant '{entry['name']}': weight is not a number") from None
-        variants.append(Variant(entry["name"], str(entry["model"]), str(entry.get("version", "")), weight))
-    return EndpointSpec(name, tuple(variants), str(body.get("sticky", "")))

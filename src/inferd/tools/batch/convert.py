@@ -110,10 +110,6 @@ class Converter:
             and DataType.from_wire(written[0].datatype) is not DataType.BYTES
         )
 
-    @property
-    def needs_sources(self) -> bool:
-        return self._keeps_source
-
     # -- records to requests -----------------------------------------------------------------------
 
     def decode(self, records: Sequence[Record]) -> tuple[list[Group], list[RecordError]]:
@@ -237,12 +233,7 @@ class Converter:
             return (_tensor(spec, values),)
         if form in (Format.TEXT, Format.RAW):
             (spec,) = self._inputs.values()
-            row_shape = _row_shape(spec)
-            texts = np.empty(len(values), dtype=object)
-            texts[:] = values
-            return (
-                Tensor(spec.name, DataType.BYTES, (len(values), *row_shape), texts.reshape(len(values), *row_shape)),
-            )
+            return (_texts(spec, values, (len(values), *_row_shape(spec))),)
         names = list(values[0])
         missing = sorted(set(self._inputs) - set(names))
         if missing:
@@ -285,10 +276,7 @@ class Converter:
             return (_tensor(spec, value),)
         if self._format in (Format.TEXT, Format.RAW):
             (spec,) = self._inputs.values()
-            texts = np.empty(1, dtype=object)
-            texts[:] = [value]
-            shape = tuple(1 for _ in spec.shape) if spec.shape else ()
-            return (Tensor(spec.name, DataType.BYTES, shape, texts.reshape(shape)),)
+            return (_texts(spec, [value], tuple(1 for _ in spec.shape)),)
         return tuple(_tensor(self._inputs[name], item) for name, item in value.items())
 
     # -- answers to output records -------------------------------------------------------------------
@@ -351,6 +339,13 @@ def _error(record: Record, exc: Exception) -> RecordError:
 def _is_v2(value: Any) -> bool:
     inputs = value.get("inputs") if isinstance(value, dict) else None
     return isinstance(inputs, list) and bool(inputs) and all(isinstance(e, dict) and "name" in e for e in inputs)
+
+
+def _texts(spec: TensorMetadata, values: list[bytes], shape: tuple[int, ...]) -> Tensor:
+    """Texts or files' bytes as the one BYTES input, in `shape` (as many elements as `values`)."""
+    texts = np.empty(len(values), dtype=object)
+    texts[:] = values
+    return Tensor(spec.name, DataType.BYTES, shape, texts.reshape(shape))
 
 
 def _row_shape(spec: TensorMetadata) -> tuple[int, ...]:

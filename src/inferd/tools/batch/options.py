@@ -108,8 +108,8 @@ class BatchOptions:
     # Parquet column -> model input; empty: each input read from the column of its name.
     columns: Mapping[str, str] = field(default_factory=dict)
     shard_records: int = 10_000
-    # Endpoints as `inferd serve --endpoints FILE` declares them (name -> its variants): a model
-    # named here is an endpoint, each record going to the variant its key chooses.
+    # Endpoints as `inferd serve --endpoints FILE` declares them (name -> the document core keeps
+    # of it): a model named here is an endpoint, each record going to the variant its key chooses.
     endpoints: Mapping[str, Any] = field(default_factory=dict)
 
     @property

@@ -184,7 +184,7 @@ class BatchJob:
         self._stop: str | None = None
         self._manifest_written_s = 0.0
         self._lock = asyncio.Lock()
-        self._read_bytes = 0  # written by the reading thread, read by the loop
+        self._read_bytes = 0  # of the input read so far, for the progress's ETA
 
     # -- the job -------------------------------------------------------------------------------
 
@@ -233,7 +233,8 @@ class BatchJob:
                 self._summary.shards_found += 1
 
     async def _run_pieces(self) -> None:
-        """Read the pieces on a thread and run them on --max-concurrent-transforms workers."""
+        """Read the pieces (on the loop, a batch of them at a time) and run them on
+        --max-concurrent-transforms workers."""
         self._shards: dict[tuple[int, int], _ShardState] = {}
         self._failure: BaseException | None = None
         concurrency = self._options.max_concurrent_transforms
