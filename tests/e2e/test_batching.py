@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 
 import numpy as np
@@ -11,7 +12,7 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing.models import add_sub_model, sleepy_model, write_config
+from inferd.testing.models import add_sub_model, python_model, sleepy_model, write_config
 from inferd.testing.server import ServerProcess, run_server
 from tests.e2e.conftest import http_request
 
@@ -45,8 +46,31 @@ def batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
         """,
     )
     sleepy_model(root / "glacial", 500, 8, "dynamic_batching { }\ninstance_group [ { count: 1 kind: KIND_CPU } ]")
+    # The rows each execution saw, beside y = x: padding shows in `seen`, never in `y`.
+    python_model(root / "padded" / "1", ROWS_SEEN_MODEL)
+    padded_config = """
+        max_batch_size: 8
+        dynamic_batching { max_queue_delay_microseconds: 20000 }
+        input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] } ]
+        output [ { name: "y" data_type: TYPE_FP32 dims: [ 2 ] }, { name: "seen" data_type: TYPE_INT64 dims: [ 1 ] } ]
+        parameters { key: "allowed_batch_sizes" value { string_value: "%s" } }
+        """
+    write_config(root / "padded", padded_config % "4,8")
+    python_model(root / "padded_badly" / "1", ROWS_SEEN_MODEL)
+    write_config(root / "padded_badly", padded_config % "2,4")
     with run_server(root, tmp_path_factory.mktemp("logs") / "server.log") as server:
         yield server
+
+
+ROWS_SEEN_MODEL = """
+import numpy as np
+
+
+class Model:
+    def execute(self, inputs):
+        x = inputs["x"]
+        return {"y": x, "seen": np.full((len(x), 1), len(x), dtype=np.int64)}
+"""
 
 
 def request_rows(index: int) -> np.ndarray:
@@ -235,3 +259,40 @@ def wait_until_in_flight(server: ServerProcess, model: str, count: int = 1) -> N
             return
         time.sleep(0.005)
     raise AssertionError(f"never {count} request(s) of {model} in flight")
+
+
+async def test_allowed_batch_sizes_pad_every_execution_and_each_client_gets_its_own_rows(
+    batching_server: ServerProcess,
+) -> None:
+    """TF Serving's allowed_batch_sizes: a lone 1-row request runs as 4 rows, 5 rows as 8, and
+    concurrent requests batched together still get exactly their own rows."""
+
+    async def call(client: httpaio.InferenceServerClient, index: int, rows: int) -> int:
+        x = np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) + 100 * index
+        tensor = httpaio.InferInput("x", [rows, 2], "FP32")
+        tensor.set_data_from_numpy(x)
+        result = await client.infer("padded", [tensor])
+        np.testing.assert_array_equal(result.as_numpy("y"), x)
+        seen = result.as_numpy("seen")
+        assert seen.shape == (rows, 1) and len(set(seen.ravel().tolist())) == 1
+        return int(seen[0, 0])
+
+    client = httpaio.InferenceServerClient(batching_server.http_url, conn_limit=40)
+    try:
+        assert await asyncio.wait_for(call(client, 0, 1), timeout=30) == 4
+        assert await asyncio.wait_for(call(client, 1, 5), timeout=30) == 8
+        assert await asyncio.wait_for(call(client, 2, 8), timeout=30) == 8
+        calls = [call(client, i, 1 + i % 3) for i in range(40)]
+        seen = await asyncio.wait_for(asyncio.gather(*calls), timeout=60)
+    finally:
+        await client.close()
+    assert set(seen) <= {4, 8}
+
+
+def test_allowed_batch_sizes_that_miss_max_batch_size_fail_that_model_with_the_reason(
+    batching_server: ServerProcess,
+) -> None:
+    index = json.loads(http_request(batching_server, "POST", "/v2/repository/index").body)
+    state = {entry["name"]: (entry["state"], entry.get("reason", "")) for entry in index}["padded_badly"]
+    assert state[0] == "UNAVAILABLE"
+    assert "allowed_batch_sizes '2,4'" in state[1] and "the last size must be max_batch_size (8)" in state[1]

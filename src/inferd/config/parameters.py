@@ -48,6 +48,24 @@ ENABLE_TENSORRT = ModelParameter(
     "false",
     "`true` tries TensorRT's execution provider before CUDA's.",
 )
+CUDNN_CONV_ALGO_SEARCH = ModelParameter(
+    "cudnn_conv_algo_search",
+    "ONNX Runtime models on a GPU",
+    "0 (EXHAUSTIVE)",
+    "How CUDA's provider picks each convolution's cuDNN algorithm, as Triton reads it: `0` "
+    "(EXHAUSTIVE: every algorithm timed whenever the input shape changes), "
+    "`1` (HEURISTIC: cuDNN's guess, no timing) or `2` (DEFAULT: one fixed algorithm).",
+)
+# Any batched model (runtimes/padded.py).
+ALLOWED_BATCH_SIZES = ModelParameter(
+    "allowed_batch_sizes",
+    "models with max_batch_size > 0 (not sequence batching)",
+    "every size from 1 to max_batch_size",
+    "Sizes every execution's batch is padded up to, as TF Serving's batching parameter: ascending, "
+    'the last one max_batch_size (`"32"`: every batch 32 rows). Padding rows copy the first row; '
+    "their outputs are dropped. For runtimes that pay for a new input shape (ONNX Runtime's CUDA "
+    "provider: see the repository page's GPU section).",
+)
 # The built-in tokenizer model (runtimes/tokenizer.py).
 PADDING = ModelParameter(
     "padding",
@@ -127,6 +145,8 @@ MODEL_PARAMETERS: tuple[ModelParameter, ...] = (
     INTER_OP_THREAD_COUNT,
     ALLOW_SPINNING,
     ENABLE_TENSORRT,
+    CUDNN_CONV_ALGO_SEARCH,
+    ALLOWED_BATCH_SIZES,
     PADDING,
     MAX_LENGTH,
     PAD_TO_MULTIPLE_OF,

@@ -12,6 +12,7 @@ from typing import Any
 from inferd.config.model import ModelConfig
 from inferd.errors import ModelLoadError
 from inferd.runtimes.base import Runtime, RuntimeFactory, RuntimeOptions
+from inferd.runtimes.padded import PaddedBatches, allowed_batch_sizes
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +143,9 @@ def load_runtime(config: ModelConfig, version_dir: Path, options: RuntimeOptions
     """Load one instance of the model version in `version_dir` with the runtime its config names."""
     kind = runtime_kind(config, version_dir)
     factory: RuntimeFactory = _attribute(kind.factory, kind, config)
-    return factory(config, version_dir, options)
+    sizes = allowed_batch_sizes(config)  # a bad list fails before a session is made
+    runtime = factory(config, version_dir, options)
+    return PaddedBatches(runtime, sizes) if sizes else runtime
 
 
 def _attribute(target: str, kind: RuntimeKind, config: ModelConfig) -> Any:

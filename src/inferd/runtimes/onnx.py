@@ -19,7 +19,13 @@ import numpy as np
 import onnxruntime as ort
 
 from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorSpec
-from inferd.config.parameters import ALLOW_SPINNING, ENABLE_TENSORRT, INTER_OP_THREAD_COUNT, INTRA_OP_THREAD_COUNT
+from inferd.config.parameters import (
+    ALLOW_SPINNING,
+    CUDNN_CONV_ALGO_SEARCH,
+    ENABLE_TENSORRT,
+    INTER_OP_THREAD_COUNT,
+    INTRA_OP_THREAD_COUNT,
+)
 from inferd.datatypes import NAMES
 from inferd.errors import ModelLoadError
 from inferd.runtimes.base import RuntimeOptions, cores_available, release_freed_memory
@@ -46,6 +52,7 @@ def select_providers(
     gpu_count: int,
     gpus: Sequence[int] = (),
     use_tensorrt: bool = False,
+    cuda_options: Mapping[str, str] | None = None,
 ) -> list[ProviderEntry]:
     """The execution providers for an instance of `kind`, best first, CPU last as the fallback.
 
@@ -66,9 +73,76 @@ def select_providers(
     providers: list[ProviderEntry] = []
     if use_tensorrt and TENSORRT_PROVIDER in available:
         providers.append((TENSORRT_PROVIDER, {"device_id": device_id}))
-    providers.append((CUDA_PROVIDER, {"device_id": device_id}))
+    providers.append((CUDA_PROVIDER, {"device_id": device_id, **(cuda_options or {})}))
     providers.append(CPU_PROVIDER)
     return providers
+
+
+# Triton's values of cudnn_conv_algo_search (its onnxruntime backend's) and ONNX Runtime's names.
+_CONV_ALGO_SEARCHES = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}
+
+
+def cuda_options_of(parameters: Mapping[str, str]) -> dict[str, str]:
+    """CUDA provider options a model's config asks for: `cudnn_conv_algo_search` as Triton takes
+    it (0, 1, 2) or by ONNX Runtime's name."""
+    asked = parameters.get(CUDNN_CONV_ALGO_SEARCH.name)
+    if asked is None:
+        return {}
+    value = _CONV_ALGO_SEARCHES.get(asked.strip(), asked.strip().upper())
+    if value not in _CONV_ALGO_SEARCHES.values():
+        raise ModelLoadError(
+            f"parameter {CUDNN_CONV_ALGO_SEARCH.name} is {asked!r}: use 0 (EXHAUSTIVE), 1 (HEURISTIC) or 2 (DEFAULT)"
+        )
+    return {"cudnn_conv_algo_search": value}
+
+
+def _provider_name(entry: ProviderEntry) -> str:
+    return entry if isinstance(entry, str) else entry[0]
+
+
+def check_started_providers(kind: InstanceKind, asked: Sequence[ProviderEntry], started: Sequence[str]) -> str | None:
+    """Judge the providers a session started with against those it asked for.
+
+    onnxruntime's Python API does not fail when a GPU provider cannot start (its CUDA or cuDNN
+    libraries missing, TensorRT's absent): it prints an error and retries with the next providers,
+    down to CPU, and the session serves there. KIND_GPU on CPU is the error Triton makes it;
+    otherwise the fall is said (returned, for the caller's log) rather than left to be found
+    in the latency.
+    """
+    asked_names = [_provider_name(entry) for entry in asked]
+    lost = [name for name in asked_names if name != CPU_PROVIDER and name not in started]
+    if not lost:
+        return None
+    on_gpu = any(name in started for name in (CUDA_PROVIDER, TENSORRT_PROVIDER))
+    if kind is InstanceKind.GPU and not on_gpu:
+        raise ModelLoadError(
+            f"instance_group kind KIND_GPU asks for a GPU, but onnxruntime could not start "
+            f"{', '.join(lost)} (the CUDA and cuDNN libraries its build needs were not found or do not "
+            f"fit this GPU; onnxruntime's log says which), and the session would run on "
+            f"{', '.join(started) or 'nothing'}"
+        )
+    return (
+        f"onnxruntime could not start {', '.join(lost)} (onnxruntime's log says why); "
+        f"this instance runs on {', '.join(started)}"
+    )
+
+
+_dlls_preloaded = False
+
+
+def _preload_gpu_libraries() -> None:
+    """Let a pip-installed onnxruntime-gpu find CUDA and cuDNN from the nvidia-* wheels (its
+    [cuda,cudnn] extras), as onnxruntime's docs ask; without this its CUDA provider finds them only
+    on LD_LIBRARY_PATH or after `import torch`. Once a process; a CPU build returns at once."""
+    global _dlls_preloaded
+    preload = getattr(ort, "preload_dlls", None)
+    if _dlls_preloaded or preload is None:
+        return
+    _dlls_preloaded = True
+    try:
+        preload(msvc=False)
+    except OSError as exc:  # a library it found but could not load: the session will say more
+        logger.warning("onnxruntime.preload_dlls: %s", exc)
 
 
 def detect_gpu_count() -> int:
@@ -174,7 +248,10 @@ class OnnxRuntime:
             gpu_count=detect_gpu_count(),
             gpus=options.instance_group.gpus,
             use_tensorrt=config.parameters.get(ENABLE_TENSORRT.name, "").lower() == "true",
+            cuda_options=cuda_options_of(config.parameters),
         )
+        if providers != [CPU_PROVIDER]:
+            _preload_gpu_libraries()
         session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         session_options.log_severity_level = 3
         try:
@@ -184,6 +261,11 @@ class OnnxRuntime:
                 f"onnxruntime cannot load {path}: {without_source_locations(str(exc))}",
                 server_message=f"onnxruntime cannot load {path}: {exc}",
             ) from exc
+        fell_back = check_started_providers(
+            options.instance_group.kind, asked=providers, started=self._session.get_providers()
+        )
+        if fell_back is not None:
+            logger.warning("model %s: %s", self._name, fell_back)
         self._signature = ModelSignature(
             inputs=tuple(_spec(arg) for arg in self._session.get_inputs()),
             outputs=tuple(_spec(arg) for arg in self._session.get_outputs()),

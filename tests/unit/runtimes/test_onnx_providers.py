@@ -6,7 +6,14 @@ import pytest
 
 from inferd.config.model import InstanceKind
 from inferd.errors import ModelLoadError
-from inferd.runtimes.onnx import CPU_PROVIDER, CUDA_PROVIDER, TENSORRT_PROVIDER, select_providers
+from inferd.runtimes.onnx import (
+    CPU_PROVIDER,
+    CUDA_PROVIDER,
+    TENSORRT_PROVIDER,
+    check_started_providers,
+    cuda_options_of,
+    select_providers,
+)
 
 GPU_BUILD = [TENSORRT_PROVIDER, CUDA_PROVIDER, CPU_PROVIDER]
 CPU_BUILD = [CPU_PROVIDER]
@@ -40,3 +47,47 @@ def test_auto_falls_back_to_cpu_and_prefers_a_gpu(kind: InstanceKind) -> None:
     assert select_providers(kind, available=GPU_BUILD, gpu_count=0) == [CPU_PROVIDER]
     assert select_providers(kind, available=CPU_BUILD, gpu_count=1) == [CPU_PROVIDER]
     assert select_providers(kind, available=GPU_BUILD, gpu_count=1)[0] == (CUDA_PROVIDER, {"device_id": 0})
+
+
+# What onnxruntime-gpu 1.31 did on a machine without CUDA's libraries (reproduced on this CPU
+# machine): it printed an error, retried with the next providers and started on CPU, no exception.
+ON_CPU = [CPU_PROVIDER]
+
+
+def test_a_gpu_instance_that_started_on_cpu_is_a_load_error() -> None:
+    asked = select_providers(InstanceKind.GPU, available=GPU_BUILD, gpu_count=1)
+    with pytest.raises(ModelLoadError, match=r"could not start CUDAExecutionProvider.*run on CPUExecutionProvider"):
+        check_started_providers(InstanceKind.GPU, asked=asked, started=ON_CPU)
+
+
+@pytest.mark.parametrize("kind", [InstanceKind.AUTO, InstanceKind.MODEL])
+def test_an_auto_instance_that_fell_to_cpu_says_so(kind: InstanceKind) -> None:
+    asked = select_providers(kind, available=GPU_BUILD, gpu_count=1)
+    said = check_started_providers(kind, asked=asked, started=ON_CPU)
+    assert said is not None and "CUDAExecutionProvider" in said and "runs on CPUExecutionProvider" in said
+
+
+def test_tensorrt_that_could_not_start_leaves_a_gpu_instance_on_cuda_with_a_word() -> None:
+    asked = select_providers(InstanceKind.GPU, available=GPU_BUILD, gpu_count=1, use_tensorrt=True)
+    said = check_started_providers(InstanceKind.GPU, asked=asked, started=[CUDA_PROVIDER, CPU_PROVIDER])
+    assert said is not None and TENSORRT_PROVIDER in said and CUDA_PROVIDER not in said.split("runs on")[0]
+
+
+def test_sessions_that_started_as_asked_say_nothing() -> None:
+    assert check_started_providers(InstanceKind.CPU, asked=ON_CPU, started=ON_CPU) is None
+    asked = select_providers(InstanceKind.GPU, available=GPU_BUILD, gpu_count=1, use_tensorrt=True)
+    started = [TENSORRT_PROVIDER, CUDA_PROVIDER, CPU_PROVIDER]
+    assert check_started_providers(InstanceKind.GPU, asked=asked, started=started) is None
+
+
+@pytest.mark.parametrize(("asked", "option"), [("1", "HEURISTIC"), ("0", "EXHAUSTIVE"), ("heuristic", "HEURISTIC")])
+def test_a_conv_algo_search_reaches_the_cuda_provider(asked: str, option: str) -> None:
+    options = cuda_options_of({"cudnn_conv_algo_search": asked})
+    providers = select_providers(InstanceKind.GPU, available=GPU_BUILD, gpu_count=1, cuda_options=options)
+    assert providers[0] == (CUDA_PROVIDER, {"device_id": 0, "cudnn_conv_algo_search": option})
+    assert cuda_options_of({}) == {}
+
+
+def test_an_unknown_conv_algo_search_is_a_load_error() -> None:
+    with pytest.raises(ModelLoadError, match="cudnn_conv_algo_search is '3'"):
+        cuda_options_of({"cudnn_conv_algo_search": "3"})
