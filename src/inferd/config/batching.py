@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from inferd.config.model import DynamicBatchingConfig, InstanceGroup, ModelConfig
+from inferd.config.parameters import ALLOWED_BATCH_SIZES
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +22,8 @@ class BatchingDefaults:
     instances: int
     """Batches run at once (TF: num_batch_threads) as the model's instance count."""
     preferred_batch_sizes: tuple[int, ...] = ()
-    """Batch sizes to form when the queue allows (TF: allowed_batch_sizes, which TF pads up to)."""
+    """TF's allowed_batch_sizes: the sizes formed when the queue allows, and (as TF does) every
+    batch padded up to the next of them (the model's `allowed_batch_sizes` parameter)."""
 
     def apply(self, config: ModelConfig) -> ModelConfig:
         """`config` with these settings when its model batches (max_batch_size > 0, not an ensemble,
@@ -31,6 +33,10 @@ class BatchingDefaults:
         batching = config.dynamic_batching or DynamicBatchingConfig()
         queue_policy = replace(batching.default_queue_policy, max_queue_size=self.max_queue_size)
         kind = config.instance_groups[0].kind if config.instance_groups else InstanceGroup().kind
+        parameters = config.parameters
+        if self.preferred_batch_sizes and config.sequence_batching is None:
+            sizes = ",".join(map(str, self.preferred_batch_sizes))
+            parameters = {ALLOWED_BATCH_SIZES.name: sizes, **config.parameters}  # the model's own wins
         return replace(
             config,
             max_batch_size=self.max_batch_size,
@@ -42,6 +48,7 @@ class BatchingDefaults:
                 max_queue_size_includes_executing=False,
             ),
             instance_groups=(InstanceGroup(count=self.instances, kind=kind),),
+            parameters=parameters,
         )
 
     def describe(self) -> str:

@@ -58,7 +58,8 @@ def read_batching_parameters(path: str) -> tuple[BatchingDefaults, list[str]]:
     if allowed:
         mapping.append(
             f"allowed_batch_sizes {list(allowed)} -> preferred_batch_size {list(allowed)} (formed when the queue "
-            "allows; inferd does not pad a batch up to one)"
+            f'allows) and parameter allowed_batch_sizes "{",".join(map(str, allowed))}" (each batch padded up to '
+            "the next, as TF Serving pads it)"
         )
     set_fields = {field.name for field, _ in message.ListFields()}
     for field in ("thread_pool_name", "pad_variable_length_inputs", "enable_large_batch_splitting"):

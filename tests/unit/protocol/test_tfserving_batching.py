@@ -41,6 +41,9 @@ def test_models_that_do_not_batch_are_left_alone(tmp_path: Path) -> None:
     assert defaults.apply(unbatched) is unbatched
     batched = defaults.apply(ModelConfig(name="m", max_batch_size=4, dynamic_batching=DynamicBatchingConfig()))
     assert batched.dynamic_batching is not None and batched.dynamic_batching.preferred_batch_sizes == (8, 16, 32)
+    assert batched.parameters["allowed_batch_sizes"] == "8,16,32"  # padded up, as TF Serving pads
+    own = ModelConfig(name="m", max_batch_size=4, parameters={"allowed_batch_sizes": "32"})
+    assert defaults.apply(own).parameters["allowed_batch_sizes"] == "32"  # a model's own setting wins
     assert batched.dynamic_batching.default_queue_policy.max_queue_size == 320  # TF's default 10 batches
     assert not batched.dynamic_batching.max_queue_size_includes_executing  # TF counts enqueued batches only
     assert any("pad_variable_length_inputs: ignored" in line for line in mapping)
