@@ -251,6 +251,67 @@ def test_texts_through_an_ensemble_one_per_line_and_one_per_file(repository: Pat
         ]
 
 
+PARQUET = "application/vnd.apache.parquet"
+
+
+def test_a_parquet_dataset_holds_a_row_per_answered_record_and_its_record_number(
+    repository: Path, tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "data"
+    data.mkdir()
+    x = features(50, seed=21)
+    lines = [orjson.dumps({"INPUT0": row.tolist(), "INPUT1": (row * 2).tolist()}) for row in x]
+    lines[7] = b'{"INPUT0": [oops]}'
+    (data / "a.jsonl").write_bytes(b"\n".join(lines[:40]) + b"\n")
+    (data / "b.jsonl").write_bytes(b"\n".join(lines[40:]) + b"\n")
+    (data / "c.jsonl").write_bytes(b"[oops]\n")  # no record answered: no file in the dataset
+    args = ["--input", data, "--accept", PARQUET, "--shard-records", "16", "--max-error-rate", "0.1"]
+    done = batch(repository, "add_sub", *args, "--output", tmp_path / "one")
+    assert done.returncode == 0, done.stderr + done.stdout
+    out = tmp_path / "one"
+    assert sorted(path.name for path in out.glob("*.parquet")) == ["a.jsonl.parquet", "b.jsonl.parquet"]
+    answered = [i for i in range(40) if i != 7]
+    total, difference = reference(repository, "add_sub", {"INPUT0": x, "INPUT1": x * 2})
+    a = pq.read_table(out / "a.jsonl.parquet")
+    assert a.column_names == ["record", "OUTPUT0", "OUTPUT1"]
+    assert a["record"].to_pylist() == answered
+    np.testing.assert_allclose(np.array(a["OUTPUT0"].to_pylist(), dtype=np.float32), total[answered], rtol=1e-6)
+    np.testing.assert_allclose(np.array(a["OUTPUT1"].to_pylist(), dtype=np.float32), difference[answered], rtol=1e-6)
+    assert pq.ParquetFile(out / "a.jsonl.parquet").metadata.num_row_groups == 3  # a row group per shard of 16
+    dataset = pq.read_table(out)  # the folder reads as one dataset: the job's _ files are skipped
+    assert dataset.num_rows == 49 and dataset.schema == a.schema
+    assert [(e["file"], e["record"]) for e in json_lines(out / "_errors.jsonl")] == [("a.jsonl", 7), ("c.jsonl", 0)]
+
+    again = batch(repository, "add_sub", *args, "--output", tmp_path / "two")
+    assert again.returncode == 0, again.stderr + again.stdout
+    for name in ("a.jsonl.parquet", "b.jsonl.parquet"):
+        assert (tmp_path / "two" / name).read_bytes() == (out / name).read_bytes()
+
+    # BYTES outputs (the text ensemble's) are binary columns, as many elements as the output has.
+    (tmp_path / "lines.txt").write_text("one\ntwo words\n", encoding="utf-8")
+    texts = batch(
+        repository, "text_dag", "--input", tmp_path / "lines.txt", "--output", tmp_path / "texts",
+        "--content-type", "text/plain", "--split-type", "Line", "--accept", PARQUET,
+    )  # fmt: skip
+    assert texts.returncode == 0, texts.stderr + texts.stdout
+    table = pq.read_table(tmp_path / "texts" / "lines.txt.parquet")
+    assert table.to_pylist() == [
+        {"record": 0, "DESCRIPTION": [b"ONE|3"], "LENGTH": [3]},
+        {"record": 1, "DESCRIPTION": [b"TWO WORDS|9"], "LENGTH": [9]},
+    ]
+
+
+def test_parquet_output_refuses_the_knobs_that_shape_output_records(repository: Path, tmp_path: Path) -> None:
+    (tmp_path / "in.jsonl").write_bytes(orjson.dumps(features(1)[0].tolist()) + b"\n")
+    common = ["--input", tmp_path / "in.jsonl", "--output", tmp_path / "out"]
+    unknown = batch(repository, "mlp", *common, "--accept", "text/html")
+    assert unknown.returncode == 2 and "--accept 'text/html'" in unknown.stderr
+    joined = batch(repository, "mlp", *common, "--accept", PARQUET, "--join-source", "Input")
+    assert joined.returncode == 2 and "a column per output" in joined.stderr
+
+
 # -- failures ----------------------------------------------------------------------------------
 
 
@@ -593,3 +654,15 @@ def test_s3_input_and_output(repository: Path, tmp_path: Path, s3: Any) -> None:
     assert keys == {
         f"results/{n}" for n in ("a.jsonl.out", "b.jsonl.out", "_manifest.json", "_errors.jsonl", "_summary.json")
     }
+
+    import pyarrow.parquet as pq
+
+    done = batch(
+        repository, "mlp", "--input", f"s3://{BUCKET}/data/", "--output", f"s3://{BUCKET}/tables", "--accept", PARQUET
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    rows = []
+    for name in ("a.jsonl.parquet", "b.jsonl.parquet"):
+        body = s3.get_object(Bucket=BUCKET, Key=f"tables/{name}")["Body"].read()
+        rows += pq.read_table(io.BytesIO(body))["y"].to_pylist()
+    np.testing.assert_allclose(np.array(rows), want, rtol=1e-5, atol=1e-6)

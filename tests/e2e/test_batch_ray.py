@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from inferd.testing.ray_cluster import RayCluster, ray_cluster
-from tests.e2e.test_batch import MLP_CONFIG, batch, endpoint_repository, write_with_malformed
+from tests.e2e.test_batch import MLP_CONFIG, PARQUET, batch, endpoint_repository, write_with_malformed
 
 pytestmark = pytest.mark.e2e
 
@@ -57,6 +57,18 @@ def test_a_ray_cluster_of_two_nodes_writes_what_the_local_engine_writes(
     run = orjson.loads((tmp_path / "ray" / "_manifest.json").read_bytes())["runs"][-1]
     assert run["engine"] == "ray" and run["shards_run"] == 12
     assert run["ray_nodes"] == 2  # three actors of one CPU each on 2 + 1 CPUs: both nodes ran shards
+
+    # A Parquet dataset (a column per output, a row group per shard) is byte for byte the same too.
+    tables = ["--input", data, "--shard-records", "2000", "--input-filter", "$.x", "--accept", PARQUET]
+    local = batch(repository, "mlp", *tables, "--output", tmp_path / "local-parquet")
+    assert local.returncode == 0, local.stderr + local.stdout
+    on_ray = batch(
+        repository, "mlp", *tables, "--output", tmp_path / "ray-parquet", "--engine", "ray",
+        "--ray-address", cluster.address, "--max-concurrent-transforms", "3", timeout_s=300,
+    )  # fmt: skip
+    assert on_ray.returncode == 0, on_ray.stderr + on_ray.stdout
+    for name in ("a.jsonl.parquet", "b.jsonl.parquet", "_errors.jsonl"):
+        assert (tmp_path / "ray-parquet" / name).read_bytes() == (tmp_path / "local-parquet" / name).read_bytes()
 
 
 def test_an_endpoint_on_ray_sends_each_record_where_the_local_engine_does(

@@ -54,13 +54,25 @@ def _choice(
 )
 @click.option("--model-version", default="", help="The version to run (default: the one the model's policy serves).")
 @click.option("--input", "input_uri", required=True, help="A file, a folder or a prefix, local or s3://.")
-@click.option("--output", "output_uri", required=True, help="Where the .out files, manifest, errors and summary go.")
+@click.option(
+    "--output",
+    "output_uri",
+    required=True,
+    help="Where the outputs (.out or .parquet files), manifest, errors and summary go.",
+)
 @click.option(
     "--content-type",
     default="application/jsonlines",
     show_default=True,
     help="application/jsonlines, application/json, text/csv, application/x-npy, application/x-npz, "
     "application/vnd.apache.parquet, text/plain, or any other type for raw files (image/jpeg, ...).",
+)
+@click.option(
+    "--accept",
+    default="",
+    help="What each input's output is: records in <input>.out (default: JSON Lines, CSV for CSV input), "
+    "or application/vnd.apache.parquet: <input>.parquet, a row per answered record with its record number "
+    "and a column per output (the output folder then reads as one Parquet dataset).",
 )
 @click.option(
     "--split-type",
@@ -159,6 +171,7 @@ def batch(
     input_uri: str,
     output_uri: str,
     content_type: str,
+    accept: str,
     split_type: str | None,
     batch_strategy: str,
     max_payload_mb: float,
@@ -223,6 +236,7 @@ def batch(
         input=input_uri,
         output=output_uri,
         content_type=content_type,
+        accept=accept,
         split_type=SplitType(split_type) if split_type else None,
         batch_strategy=BatchStrategy(batch_strategy),
         max_payload_mb=max_payload_mb,

@@ -111,3 +111,31 @@ def test_an_output_filter_reaches_into_the_outputs() -> None:
     (group,), _ = everything.decode(lines(b"[1, 2, 3]"))
     written, _ = everything.encode(group, [y])
     assert written == b"[0.5,NaN]\n"  # NaN as inferd's doors write it
+
+
+def test_outputs_become_arrow_columns_of_any_rank_through_framed_streams() -> None:
+    import pyarrow as pa
+
+    from inferd.tools.batch.convert import _arrow_column
+    from inferd.tools.batch.store import read_frames
+
+    cube = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    column = _arrow_column(DataType.FP32, cube)
+    assert column.type == pa.list_(pa.list_(pa.float32()))
+    assert column.to_pylist() == cube.tolist()
+    empty = _arrow_column(DataType.INT64, np.zeros((3, 0), dtype=np.int64))
+    assert empty.to_pylist() == [[], [], []]
+    texts = _arrow_column(DataType.BYTES, np.array([[b"a", b"b"], [b"\xff", b""]], dtype=object))
+    assert texts.to_pylist() == [[b"a", b"b"], [b"\xff", b""]]
+
+    converter = Converter(BatchOptions("m", "in", "out", accept="application/x-parquet"), ONE_INPUT, 8)
+    records = [Record(index=i, line=i + 1, raw=orjson.dumps([float(i)] * 3), size=9) for i in (3, 4)]
+    groups, errors = converter.decode(records)
+    assert not errors
+    outputs = [Tensor("y", DataType.FP32, (2, 2), np.array([[1, 2], [3, 4]], dtype=np.float32))]
+    first, _ = converter.encode(groups[0], outputs)
+    body = first + first  # two mini-batches one after the other in a part
+    tables = list(read_frames(body, lambda data: pa.ipc.open_stream(data).read_all()))
+    assert [table.to_pylist() for table in tables] == [
+        [{"record": 3, "y": [1.0, 2.0]}, {"record": 4, "y": [3.0, 4.0]}]
+    ] * 2

@@ -26,8 +26,17 @@ from inferd.errors import InferdError, TensorDataError
 from inferd.limits import UNLIMITED
 from inferd.protocol import json_v2, tfserving_json
 from inferd.tools.batch.filters import FilterError, JsonFilter, join
-from inferd.tools.batch.options import AssembleWith, BatchOptions, BatchUsageError, Format, JoinSource
+from inferd.tools.batch.options import (
+    RECORD_COLUMN,
+    AssembleWith,
+    BatchOptions,
+    BatchUsageError,
+    Format,
+    JoinSource,
+    OutputKind,
+)
 from inferd.tools.batch.records import Record, Records
+from inferd.tools.batch.store import frame
 from inferd.types import DataType, ModelMetadata, Tensor, TensorMetadata
 
 _NOT_NUMBERS = (b'"', b"t", b"f", b"n")
@@ -74,6 +83,12 @@ class Converter:
             raise BatchUsageError(f"--outputs names {unknown}, not outputs of {signature.name}: {declared}")
         # The outputs written, in the order asked (else the signature's).
         self._output_names = list(options.outputs) or declared
+        self._parquet = options.output_kind is OutputKind.PARQUET
+        if self._parquet and RECORD_COLUMN in self._output_names:
+            raise BatchUsageError(
+                f"{signature.name} has an output named {RECORD_COLUMN!r}, the column a Parquet output keeps "
+                "each row's record in: leave it out with --outputs, or write .out records"
+            )
         self._columns = dict(options.columns) or {name: name for name in self._inputs}
         if self._format in (Format.CSV, Format.NPY, Format.TEXT, Format.RAW) and len(self._inputs) != 1:
             raise BatchUsageError(
@@ -102,7 +117,8 @@ class Converter:
         # One numeric output of rows written as JSON lines, unfiltered: written at C speed.
         written = [tensor for tensor in signature.outputs if tensor.name in self._output_names]
         self._plain_output = (
-            len(written) == 1
+            not self._parquet
+            and len(written) == 1
             and self._batching
             and self._format is not Format.CSV
             and not self._keeps_source
@@ -283,6 +299,8 @@ class Converter:
 
     def encode(self, group: Group, outputs: Sequence[Tensor]) -> tuple[bytes, list[RecordError]]:
         """The group's output records, in order (those that failed here left out), and the errors."""
+        if self._parquet:
+            return self._arrow_frame(group, outputs), []
         if self._plain_output and len(outputs) == 1:
             fast = _plain_lines(outputs[0], len(group.records))
             if fast is not None:
@@ -298,6 +316,29 @@ class Converter:
                 errors.append(_error(record, exc))
         return b"".join(written), errors
 
+    def _arrow_frame(self, group: Group, outputs: Sequence[Tensor]) -> bytes:
+        """The group's rows as one Arrow stream (framed): its records' positions, then a column
+        per output in the order written, typed by the output's datatype."""
+        import pyarrow as pa
+
+        records = group.records
+        indexes = records.index_list() if isinstance(records, Records) else [record.index for record in records]
+        columns: dict[str, Any] = {RECORD_COLUMN: pa.array(np.asarray(indexes, dtype=np.int64))}
+        for tensor in sorted(outputs, key=lambda tensor: self._output_order(tensor.name)):
+            data = np.asarray(tensor.data).reshape(tensor.shape)
+            if not self._batching:
+                data = data[np.newaxis]  # a whole record's answer: one row
+            if len(data) != len(indexes):
+                raise TensorDataError(
+                    f"the model answered {len(data)} rows of {tensor.name} for {len(indexes)} records"
+                )
+            columns[tensor.name] = _arrow_column(tensor.datatype, data)
+        table = pa.table(columns)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return frame(sink.getvalue().to_pybytes())
+
     def _output_order(self, name: str) -> int:
         return self._output_names.index(name) if name in self._output_names else len(self._output_names)
 
@@ -312,6 +353,25 @@ class Converter:
         if not self._output_filter.selects_all:
             value = self._output_filter.apply(_plain(value))  # a path reaches into lists, not arrays
         return json_v2.encode_tensor_json(value)
+
+
+def _arrow_column(datatype: DataType, data: np.ndarray[Any, Any]) -> Any:
+    """An output's rows as an Arrow column: a value per row, or (nested) lists of the row's
+    elements; BYTES as binary."""
+    import pyarrow as pa
+
+    flat_data = data.reshape(-1)
+    if datatype is DataType.BYTES:
+        items = [item if isinstance(item, bytes) else str(item).encode() for item in flat_data.tolist()]
+        column = pa.array(items, type=pa.binary())
+    else:
+        column = pa.array(flat_data)
+    shape = data.shape
+    for depth in range(len(shape) - 1, 0, -1):  # the innermost dimension first
+        lists = int(np.prod(shape[:depth]))
+        offsets = np.arange(lists + 1, dtype=np.int32) * shape[depth]
+        column = pa.ListArray.from_arrays(pa.array(offsets), column)
+    return column
 
 
 def _plain(value: Any) -> Any:

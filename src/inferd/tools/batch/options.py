@@ -47,6 +47,26 @@ CONTENT_TYPES: Mapping[str, Format] = {
 }
 
 
+class OutputKind(enum.StrEnum):
+    """What the job writes for each input file (chosen by --accept)."""
+
+    RECORDS = "records"  # <input>.out: an output record per input record (JSON, or CSV for CSV input)
+    PARQUET = "parquet"  # <input>.parquet: a row per answered record, a column per output
+
+
+# --accept values: SageMaker's TransformOutput Accept. "" keeps SageMaker's default: the answers as
+# the records were sent (JSON Lines, CSV for CSV input).
+ACCEPT_TYPES: Mapping[str, OutputKind] = {
+    "": OutputKind.RECORDS,
+    "application/jsonlines": OutputKind.RECORDS,
+    "application/vnd.apache.parquet": OutputKind.PARQUET,
+    "application/x-parquet": OutputKind.PARQUET,
+}
+OUTPUT_SUFFIXES: Mapping[OutputKind, str] = {OutputKind.RECORDS: ".out", OutputKind.PARQUET: ".parquet"}
+# A Parquet output's column of each row's record (its position in its input file).
+RECORD_COLUMN = "record"
+
+
 def format_of(content_type: str) -> Format:
     """The format a --content-type names; any other `type/subtype` (image/jpeg, audio/wav, ...) is
     a raw file sent as it is."""
@@ -92,6 +112,7 @@ class BatchOptions:
     output: str
     model_version: str = ""
     content_type: str = "application/jsonlines"
+    accept: str = ""
     split_type: SplitType | None = None  # None: the format's own (Line for JSON Lines and CSV)
     batch_strategy: BatchStrategy = BatchStrategy.MULTI_RECORD
     max_payload_mb: float = 6.0
@@ -115,6 +136,18 @@ class BatchOptions:
     @property
     def format(self) -> Format:
         return format_of(self.content_type)
+
+    @property
+    def output_kind(self) -> OutputKind:
+        kind = ACCEPT_TYPES.get(self.accept.strip().lower())
+        if kind is None:
+            known = ", ".join(name for name in ACCEPT_TYPES if name)
+            raise BatchUsageError(f"--accept {self.accept!r}: inferd batch writes {known}")
+        return kind
+
+    @property
+    def output_suffix(self) -> str:
+        return OUTPUT_SUFFIXES[self.output_kind]
 
     @property
     def split(self) -> SplitType:
@@ -141,6 +174,13 @@ class BatchOptions:
             raise BatchUsageError(
                 "--input-filter, --output-filter and --join-source apply to JSON and CSV input only "
                 f"(as SageMaker's data processing), not {self.content_type}"
+            )
+        if self.output_kind is OutputKind.PARQUET and (
+            self.output_filter != "$" or self.join_source is JoinSource.INPUT or self.assemble_with is AssembleWith.NONE
+        ):
+            raise BatchUsageError(
+                "--output-filter, --join-source and --assemble-with shape output records: a Parquet output "
+                "has a column per output instead (and a record column to join on)"
             )
         if self.columns and form is not Format.PARQUET:
             raise BatchUsageError("--columns applies to Parquet input only")
@@ -174,4 +214,6 @@ class BatchOptions:
             "outputs": list(self.outputs),
             "endpoint": self.endpoints.get(self.model),
             "shard_records": self.shard_records,
+            # Only when it is not the default, so that manifests written before --accept still match.
+            **({"accept": self.output_kind.value} if self.output_kind is not OutputKind.RECORDS else {}),
         }

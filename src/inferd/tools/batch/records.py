@@ -20,7 +20,6 @@ import numpy as np
 
 from inferd.tools.batch.options import BatchOptions, BatchUsageError, Format, SplitType
 
-OUTPUT_SUFFIX = ".out"
 PARQUET_BATCH_ROWS = 1024
 READ_BYTES = 1024 * 1024  # a line-split file is read a block at a time
 ROWS_PER_CHUNK = 4096  # an array's rows are handed on this many at a time

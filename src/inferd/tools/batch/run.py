@@ -144,7 +144,7 @@ def plan_job(options: BatchOptions) -> JobPlan:
     if same_location(options.input, options.output):
         raise BatchUsageError("--output must not be the input or inside it: its files would be read as input")
     fs, files = list_inputs(options.input)
-    store = OutputStore(options.output)
+    store = OutputStore(options.output, options.output_kind)
     manifest = store.read_json(MANIFEST)
     if manifest is not None:
         check_same_job(manifest, options, files)

@@ -1,7 +1,9 @@
 """The job's output location (a folder or fsspec URL) and what the job keeps there.
 
 - `<name>.out`: an input file's output records, in input order, assembled once every shard of the
-  file is done (SageMaker's name; a file's output is there whole or not at all).
+  file is done (SageMaker's name; a file's output is there whole or not at all). With `--accept`
+  Parquet, `<name>.parquet` instead: a row group per shard, from the Arrow streams of its part
+  (`encode_parquet`); the output folder is then a Parquet dataset (readers skip `_` files).
 - `_parts/F/S.part`: shard S of input file F, written whole or not at all (a local file written
   beside, flushed and renamed; an object stored in one PUT). A part is the durable proof its
   shard finished: its first line is its header (the records it covers, its outputs, its record
@@ -13,15 +15,18 @@
 
 from __future__ import annotations
 
+import io
 import os
+import struct
 import uuid
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import IO, Any
 
 import orjson
 from fsspec.implementations.local import LocalFileSystem
 
-from inferd.tools.batch.records import OUTPUT_SUFFIX, open_location
+from inferd.tools.batch.options import OUTPUT_SUFFIXES, OutputKind
+from inferd.tools.batch.records import open_location
 
 PARTS = "_parts"
 MANIFEST = "_manifest.json"
@@ -31,8 +36,9 @@ COPY_CHUNK = 8 * 1024 * 1024
 
 
 class OutputStore:
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, kind: OutputKind = OutputKind.RECORDS) -> None:
         self.uri = uri
+        self.kind = kind
         self.fs, path = open_location(uri)
         self.root = path.rstrip("/")
         self._local = isinstance(self.fs, LocalFileSystem)
@@ -42,7 +48,7 @@ class OutputStore:
         return f"{self.root}/{name}"
 
     def output_name(self, input_name: str) -> str:
-        return f"{input_name}{OUTPUT_SUFFIX}"
+        return f"{input_name}{OUTPUT_SUFFIXES[self.kind]}"
 
     # -- whole objects -------------------------------------------------------------------------
 
@@ -102,23 +108,52 @@ class OutputStore:
     def assemble(self, file_index: int, shards: Iterable[int], output_name: str) -> int:
         """The output file of one input from its shards' parts, in order, whole or not at all;
         its size."""
+        write = self._copy_records if self.kind is OutputKind.RECORDS else self._write_parquet
         target = self.path(output_name)
         self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-        written = 0
         temporary = f"{target}.{uuid.uuid4().hex[:8]}.tmp" if self._local else target
         with self.fs.open(temporary, "wb") as out:
-            for shard in shards:
-                with self.fs.open(self.path(self.part_name(file_index, shard)), "rb") as part:
-                    part.readline()
-                    while chunk := part.read(COPY_CHUNK):
-                        out.write(chunk)
-                        written += len(chunk)
+            wrote = write(out, [self.path(self.part_name(file_index, shard)) for shard in shards])
+            written = out.tell()
             if self._local:
                 out.flush()
                 os.fsync(out.fileno())
+        if not wrote:  # a Parquet file of no rows would have no schema: none is written
+            self.fs.rm(temporary)
+            return 0
         if self._local:
             os.replace(temporary, target)
-        return written
+        return int(written)
+
+    def _copy_records(self, out: IO[bytes], parts: list[str]) -> bool:
+        for path in parts:
+            with self.fs.open(path, "rb") as part:
+                part.readline()
+                while chunk := part.read(COPY_CHUNK):
+                    out.write(chunk)
+        return True  # an input with no output record has an empty .out, as SageMaker writes it
+
+    def _write_parquet(self, out: IO[bytes], parts: list[str]) -> bool:
+        """One Parquet file: a row group per shard (a part's Arrow streams, one per mini-batch)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        writer: pq.ParquetWriter | None = None
+        try:
+            for path in parts:
+                with self.fs.open(path, "rb") as part:
+                    part.readline()
+                    tables = list(read_frames(part.read(), lambda frame: pa.ipc.open_stream(frame).read_all()))
+                if not tables:
+                    continue  # a shard none of whose records was answered
+                table = pa.concat_tables(tables)
+                if writer is None:
+                    writer = pq.ParquetWriter(out, table.schema)
+                writer.write_table(table, row_group_size=max(1, table.num_rows))
+        finally:
+            if writer is not None:
+                writer.close()
+        return writer is not None
 
     def remove_parts(self) -> None:
         folder = self.path(PARTS)
@@ -137,3 +172,16 @@ def same_location(a: str, b: str) -> bool:
     if path_b == path_a or path_b.startswith(path_a + "/"):
         return True
     return path_b.startswith(path_a) and not fs_a.isfile(path_a) and not fs_a.isdir(path_a)
+
+
+def frame(data: bytes) -> bytes:
+    """`data` with its length before it, so that frames joined one after another read back apart
+    (a Parquet output's mini-batches, each an Arrow stream, in one part)."""
+    return struct.pack("<Q", len(data)) + data
+
+
+def read_frames(body: bytes, read: Callable[[bytes], Any]) -> Iterable[Any]:
+    view = io.BytesIO(body)
+    while header := view.read(8):
+        (size,) = struct.unpack("<Q", header)
+        yield read(view.read(size))
