@@ -275,13 +275,18 @@ def test_a_parquet_dataset_holds_a_row_per_answered_record_and_its_record_number
     answered = [i for i in range(40) if i != 7]
     total, difference = reference(repository, "add_sub", {"INPUT0": x, "INPUT1": x * 2})
     a = pq.read_table(out / "a.jsonl.parquet")
-    assert a.column_names == ["record", "OUTPUT0", "OUTPUT1"]
-    assert a["record"].to_pylist() == answered
+    assert a.column_names == ["file", "record", "OUTPUT0", "OUTPUT1"]
+    assert a["record"].to_pylist() == answered and set(a["file"].to_pylist()) == {"a.jsonl"}
     np.testing.assert_allclose(np.array(a["OUTPUT0"].to_pylist(), dtype=np.float32), total[answered], rtol=1e-6)
     np.testing.assert_allclose(np.array(a["OUTPUT1"].to_pylist(), dtype=np.float32), difference[answered], rtol=1e-6)
     assert pq.ParquetFile(out / "a.jsonl.parquet").metadata.num_row_groups == 3  # a row group per shard of 16
-    dataset = pq.read_table(out)  # the folder reads as one dataset: the job's _ files are skipped
+    (out / ".a.jsonl.parquet.0123abcd.tmp").write_bytes(b"what a crash mid-assembly leaves")
+    dataset = pq.read_table(out)  # the folder reads as one dataset: the job's _ and . files are skipped
     assert dataset.num_rows == 49 and dataset.schema == a.schema
+    rows = {(row["file"], row["record"]) for row in dataset.select(["file", "record"]).to_pylist()}
+    assert rows == {("a.jsonl", i) for i in answered} | {("b.jsonl", i) for i in range(10)}
+    manifest = orjson.loads((out / "_manifest.json").read_bytes())
+    assert [entry["output"] for entry in manifest["files"]] == ["a.jsonl.parquet", "b.jsonl.parquet", None]
     assert [(e["file"], e["record"]) for e in json_lines(out / "_errors.jsonl")] == [("a.jsonl", 7), ("c.jsonl", 0)]
 
     again = batch(repository, "add_sub", *args, "--output", tmp_path / "two")
@@ -298,8 +303,8 @@ def test_a_parquet_dataset_holds_a_row_per_answered_record_and_its_record_number
     assert texts.returncode == 0, texts.stderr + texts.stdout
     table = pq.read_table(tmp_path / "texts" / "lines.txt.parquet")
     assert table.to_pylist() == [
-        {"record": 0, "DESCRIPTION": [b"ONE|3"], "LENGTH": [3]},
-        {"record": 1, "DESCRIPTION": [b"TWO WORDS|9"], "LENGTH": [9]},
+        {"file": "lines.txt", "record": 0, "DESCRIPTION": [b"ONE|3"], "LENGTH": [3]},
+        {"file": "lines.txt", "record": 1, "DESCRIPTION": [b"TWO WORDS|9"], "LENGTH": [9]},
     ]
 
 

@@ -4,10 +4,13 @@ dynamic batcher and instances."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from inferd.config.model import DynamicBatchingConfig, InstanceGroup, ModelConfig
 from inferd.config.parameters import ALLOWED_BATCH_SIZES
+
+logger = logging.getLogger("inferd.config")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +36,6 @@ class BatchingDefaults:
         batching = config.dynamic_batching or DynamicBatchingConfig()
         queue_policy = replace(batching.default_queue_policy, max_queue_size=self.max_queue_size)
         kind = config.instance_groups[0].kind if config.instance_groups else InstanceGroup().kind
-        parameters = config.parameters
-        if self.preferred_batch_sizes and config.sequence_batching is None:
-            sizes = ",".join(map(str, self.preferred_batch_sizes))
-            parameters = {ALLOWED_BATCH_SIZES.name: sizes, **config.parameters}  # the model's own wins
         return replace(
             config,
             max_batch_size=self.max_batch_size,
@@ -48,8 +47,30 @@ class BatchingDefaults:
                 max_queue_size_includes_executing=False,
             ),
             instance_groups=(InstanceGroup(count=self.instances, kind=kind),),
-            parameters=parameters,
+            parameters=self._padding(config),
         )
+
+    def _padding(self, config: ModelConfig) -> dict[str, str]:
+        """The model's parameters with the file's allowed_batch_sizes, which replaces the model's own
+        as the file's max_batch_size replaces its (a model's list made for another max_batch_size
+        would fail its load; it is dropped, and the log says so). Models whose rows cannot be padded
+        (sequences, decoupled models) keep what they had."""
+        parameters = dict(config.parameters)
+        if config.sequence_batching is not None or config.decoupled:
+            return parameters
+        own = parameters.pop(ALLOWED_BATCH_SIZES.name, None)
+        if self.preferred_batch_sizes:
+            parameters[ALLOWED_BATCH_SIZES.name] = ",".join(map(str, self.preferred_batch_sizes))
+        elif own is not None and own.replace(" ", "").rstrip(",").rsplit(",", 1)[-1] == str(self.max_batch_size):
+            parameters[ALLOWED_BATCH_SIZES.name] = own
+        elif own is not None:
+            logger.warning(
+                "model %s: its allowed_batch_sizes %r ends below the batching file's max_batch_size %d: dropped",
+                config.name,
+                own,
+                self.max_batch_size,
+            )
+        return parameters
 
     def describe(self) -> str:
         return (

@@ -59,12 +59,13 @@ CUDNN_CONV_ALGO_SEARCH = ModelParameter(
 # Any batched model (runtimes/padded.py).
 ALLOWED_BATCH_SIZES = ModelParameter(
     "allowed_batch_sizes",
-    "models with max_batch_size > 0 (not sequence batching)",
+    "models with max_batch_size > 0 (not sequence batching, not decoupled)",
     "every size from 1 to max_batch_size",
     "Sizes every execution's batch is padded up to, as TF Serving's batching parameter: ascending, "
     'the last one max_batch_size (`"32"`: every batch 32 rows). Padding rows copy the first row; '
-    "their outputs are dropped. For runtimes that pay for a new input shape (ONNX Runtime's CUDA "
-    "provider: see the repository page's GPU section).",
+    "their outputs are dropped; an execution whose padding would add over 64 MiB runs unpadded, and a "
+    "padded model never runs inline on the event loop. For runtimes that pay for a new input shape "
+    "(ONNX Runtime's CUDA provider: see the repository page's GPU section).",
 )
 # The built-in tokenizer model (runtimes/tokenizer.py).
 PADDING = ModelParameter(

@@ -37,9 +37,10 @@ def read_batching_parameters(path: str) -> tuple[BatchingDefaults, list[str]]:
     allowed = tuple(message.allowed_batch_sizes)
     if max_batch < 1 or timeout < 0 or enqueued < 1 or threads < 1:
         raise ModelConfigError(f"{path}: sizes, counts and the timeout must be positive")
-    if allowed and (list(allowed) != sorted(set(allowed)) or allowed[-1] != max_batch):
+    if allowed and (list(allowed) != sorted(set(allowed)) or allowed[0] < 1 or allowed[-1] != max_batch):
         raise ModelConfigError(
-            f"{path}: allowed_batch_sizes must increase and end with max_batch_size ({max_batch}); got {list(allowed)}"
+            f"{path}: allowed_batch_sizes must be positive, increase and end with max_batch_size ({max_batch}); "
+            f"got {list(allowed)}"
         )
     defaults = BatchingDefaults(
         max_batch_size=max_batch,

@@ -145,7 +145,7 @@ def load_runtime(config: ModelConfig, version_dir: Path, options: RuntimeOptions
     factory: RuntimeFactory = _attribute(kind.factory, kind, config)
     sizes = allowed_batch_sizes(config)  # a bad list fails before a session is made
     runtime = factory(config, version_dir, options)
-    return PaddedBatches(runtime, sizes) if sizes else runtime
+    return PaddedBatches(runtime, sizes, config.name) if sizes else runtime
 
 
 def _attribute(target: str, kind: RuntimeKind, config: ModelConfig) -> Any:

@@ -261,9 +261,13 @@ class OnnxRuntime:
                 f"onnxruntime cannot load {path}: {without_source_locations(str(exc))}",
                 server_message=f"onnxruntime cannot load {path}: {exc}",
             ) from exc
-        fell_back = check_started_providers(
-            options.instance_group.kind, asked=providers, started=self._session.get_providers()
-        )
+        try:
+            fell_back = check_started_providers(
+                options.instance_group.kind, asked=providers, started=self._session.get_providers()
+            )
+        except ModelLoadError:
+            del self._session  # its memory now, not when the error's frames go
+            raise
         if fell_back is not None:
             logger.warning("model %s: %s", self._name, fell_back)
         self._signature = ModelSignature(

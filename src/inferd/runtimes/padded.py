@@ -19,8 +19,12 @@ import numpy as np
 
 from inferd.config.model import ModelConfig, ModelSignature
 from inferd.config.parameters import ALLOWED_BATCH_SIZES
-from inferd.errors import ModelConfigError
+from inferd.errors import ModelConfigError, ModelOutputError
 from inferd.runtimes.base import Runtime
+
+# Padding copies a row the client chose: past this many added bytes an execution runs unpadded,
+# so that one large row cannot make the server hold max_batch_size copies of it.
+MAX_PADDING_BYTES = 64 * 1024 * 1024
 
 
 def allowed_batch_sizes(config: ModelConfig) -> tuple[int, ...]:
@@ -34,9 +38,14 @@ def allowed_batch_sizes(config: ModelConfig) -> tuple[int, ...]:
     except ValueError:
         raise ModelConfigError(f'{where}: give batch sizes separated by commas, such as "8,16,32"') from None
     if config.max_batch_size <= 0:
-        raise ModelConfigError(f"{where}: the model does not batch (max_batch_size is 0)")
+        raise ModelConfigError(
+            f"{where}: the model does not batch (max_batch_size is 0; it is read before auto-complete, so "
+            "set max_batch_size in config.pbtxt)"
+        )
     if config.sequence_batching is not None:
         raise ModelConfigError(f"{where}: a sequence batcher's rows are sequences' slots and cannot be padded")
+    if config.decoupled:
+        raise ModelConfigError(f"{where}: a decoupled model's responses stream per request and cannot be padded")
     if not sizes or sizes[0] < 1 or any(b <= a for a, b in pairwise(sizes)):
         raise ModelConfigError(f"{where}: the sizes must be positive and ascending")
     if sizes[-1] != config.max_batch_size:
@@ -45,12 +54,13 @@ def allowed_batch_sizes(config: ModelConfig) -> tuple[int, ...]:
 
 
 class PaddedBatches:
-    """`runtime`, its batches padded up to the next of `sizes`; each output cut back to the rows
-    asked for (a view)."""
+    """`runtime`, its batches padded up to the next of `sizes` (copies of the first row); each
+    output checked to have the padded batch's rows, then cut back to the rows asked for (a view)."""
 
-    def __init__(self, runtime: Runtime, sizes: Sequence[int]) -> None:
+    def __init__(self, runtime: Runtime, sizes: Sequence[int], model_name: str = "") -> None:
         self._runtime = runtime
         self._sizes = tuple(sizes)
+        self._model_name = model_name
 
     @property
     def signature(self) -> ModelSignature:
@@ -58,7 +68,9 @@ class PaddedBatches:
 
     @property
     def may_run_inline(self) -> bool:
-        return self._runtime.may_run_inline
+        # The inline bound (core.executor) is timed on unpadded inputs: a padded execution does up
+        # to max_batch_size times that work, so it never runs on the event loop.
+        return False
 
     def execute(
         self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str], deadline_s: float | None = None
@@ -67,10 +79,27 @@ class PaddedBatches:
         at = bisect.bisect_left(self._sizes, rows)
         if rows == 0 or at == len(self._sizes) or self._sizes[at] == rows:
             return self._runtime.execute(inputs, output_names, deadline_s)
-        extra = self._sizes[at] - rows
+        padded_rows = self._sizes[at]
+        extra = padded_rows - rows
+        if extra * sum(_row_bytes(array) for array in inputs.values()) > MAX_PADDING_BYTES:
+            return self._runtime.execute(inputs, output_names, deadline_s)
         padded = {name: np.concatenate([array, np.repeat(array[:1], extra, axis=0)]) for name, array in inputs.items()}
         results = self._runtime.execute(padded, output_names, deadline_s)
+        for name, array in results.items():
+            if array.ndim == 0 or array.shape[0] != padded_rows:
+                raise ModelOutputError(
+                    f"model '{self._model_name}' output '{name}' has shape {list(array.shape)}, but the batch "
+                    f"had {padded_rows} rows ({rows} padded up by allowed_batch_sizes): a batching model's outputs "
+                    "have the batch as their first dimension"
+                )
         return {name: array[:rows] for name, array in results.items()}
 
     def close(self) -> None:
         self._runtime.close()
+
+
+def _row_bytes(array: np.ndarray[Any, Any]) -> int:
+    """The bytes one row of `array` holds (a BYTES row: its elements' lengths)."""
+    if array.dtype == object:
+        return sum(len(item) if isinstance(item, (bytes, str)) else 8 for item in array[:1].ravel())
+    return int(array[:1].nbytes)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from inferd.config.model import InstanceKind
@@ -91,3 +94,38 @@ def test_a_conv_algo_search_reaches_the_cuda_provider(asked: str, option: str) -
 def test_an_unknown_conv_algo_search_is_a_load_error() -> None:
     with pytest.raises(ModelLoadError, match="cudnn_conv_algo_search is '3'"):
         cuda_options_of({"cudnn_conv_algo_search": "3"})
+
+
+def test_a_session_that_fell_to_cpu_fails_a_gpu_instance_and_warns_for_auto(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What onnxruntime-gpu does without CUDA's libraries, played on this CPU machine: the build
+    lists CUDA, the session asked for it starts on CPU, without an exception."""
+    import onnxruntime
+
+    from inferd.config.loader import parse_model_config
+    from inferd.config.model import InstanceGroup
+    from inferd.runtimes import onnx as onnx_runtime
+    from inferd.runtimes.base import RuntimeOptions
+    from inferd.testing.models import mlp_model
+
+    mlp_model(tmp_path / "1" / "model.onnx")
+    real_session = onnxruntime.InferenceSession
+    asked: list[Any] = []
+
+    def session_on_cpu(path: str, sess_options: Any = None, providers: Any = None) -> Any:
+        asked.append(providers)
+        return real_session(path, sess_options=sess_options, providers=[CPU_PROVIDER])
+
+    monkeypatch.setattr(onnx_runtime, "detect_gpu_count", lambda: 1)
+    monkeypatch.setattr(onnx_runtime.ort, "get_available_providers", lambda: GPU_BUILD)
+    monkeypatch.setattr(onnx_runtime.ort, "InferenceSession", session_on_cpu)
+    config = parse_model_config('platform: "onnxruntime_onnx"\nmax_batch_size: 4', model_name="m")
+    with pytest.raises(ModelLoadError, match="could not start CUDAExecutionProvider"):
+        onnx_runtime.OnnxRuntime(config, tmp_path / "1", RuntimeOptions(InstanceGroup(kind=InstanceKind.GPU), None))
+    runtime = onnx_runtime.OnnxRuntime(
+        config, tmp_path / "1", RuntimeOptions(InstanceGroup(kind=InstanceKind.AUTO), None)
+    )
+    assert "this instance runs on CPUExecutionProvider" in caplog.text
+    assert [entry[0] if isinstance(entry, tuple) else entry for entry in asked[1]] == [CUDA_PROVIDER, CPU_PROVIDER]
+    runtime.close()

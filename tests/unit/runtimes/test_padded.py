@@ -11,8 +11,8 @@ import pytest
 
 from inferd.config.loader import parse_model_config
 from inferd.config.model import ModelSignature
-from inferd.errors import ModelConfigError
-from inferd.runtimes.padded import PaddedBatches, allowed_batch_sizes
+from inferd.errors import ModelConfigError, ModelOutputError
+from inferd.runtimes.padded import MAX_PADDING_BYTES, PaddedBatches, allowed_batch_sizes
 
 
 class RowsSeen:
@@ -72,8 +72,34 @@ def test_a_model_without_the_parameter_allows_every_size() -> None:
         ("four", "max_batch_size: 8", "separated by commas"),
         ("8", "max_batch_size: 0", "does not batch"),
         ("8", "max_batch_size: 8\nsequence_batching { }", "cannot be padded"),
+        ("8", "max_batch_size: 8\nmodel_transaction_policy { decoupled: true }", "cannot be padded"),
     ],
 )
 def test_sizes_a_model_cannot_use_are_refused_with_the_reason(sizes: str, extra: str, reason: str) -> None:
     with pytest.raises(ModelConfigError, match=re.escape(reason)):
         allowed_batch_sizes(config(sizes, extra))
+
+
+class Unbatched(RowsSeen):
+    """A runtime whose output has no batch dimension: its contract broken."""
+
+    def execute(
+        self, inputs: Mapping[str, np.ndarray[Any, Any]], output_names: Sequence[str], deadline_s: float | None = None
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        self.rows.append(len(inputs["x"]))
+        return {"y": np.zeros(8, dtype=np.float32)}
+
+
+def test_outputs_without_the_padded_rows_are_the_models_error_not_cut_to_fit() -> None:
+    padded = PaddedBatches(Unbatched(), (4, 8), "m")
+    with pytest.raises(ModelOutputError, match="output 'y' has shape \\[8\\], but the batch had 4 rows"):
+        padded.execute({"x": np.ones((3, 2), dtype=np.float32)}, ["y"])
+
+
+def test_a_row_too_large_to_copy_runs_unpadded_and_padding_never_runs_inline() -> None:
+    inner = RowsSeen()
+    padded = PaddedBatches(inner, (8,), "m")
+    big = np.ones((1, MAX_PADDING_BYTES // 4 // 7 + 1), dtype=np.float32)  # 7 copies would pass the bound
+    out = padded.execute({"x": big, "t": np.array([[b"a"]], dtype=object)}, ["y"])
+    assert inner.rows == [1] and out["y"].shape == big.shape
+    assert not padded.may_run_inline

@@ -133,9 +133,8 @@ def test_outputs_become_arrow_columns_of_any_rank_through_framed_streams() -> No
     groups, errors = converter.decode(records)
     assert not errors
     outputs = [Tensor("y", DataType.FP32, (2, 2), np.array([[1, 2], [3, 4]], dtype=np.float32))]
-    first, _ = converter.encode(groups[0], outputs)
+    first, _ = converter.encode(groups[0], outputs, "in.jsonl")
     body = first + first  # two mini-batches one after the other in a part
     tables = list(read_frames(body, lambda data: pa.ipc.open_stream(data).read_all()))
-    assert [table.to_pylist() for table in tables] == [
-        [{"record": 3, "y": [1.0, 2.0]}, {"record": 4, "y": [3.0, 4.0]}]
-    ] * 2
+    rows = [{"file": "in.jsonl", "record": 3, "y": [1.0, 2.0]}, {"file": "in.jsonl", "record": 4, "y": [3.0, 4.0]}]
+    assert [table.to_pylist() for table in tables] == [rows, rows]

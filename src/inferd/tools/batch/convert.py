@@ -27,6 +27,7 @@ from inferd.limits import UNLIMITED
 from inferd.protocol import json_v2, tfserving_json
 from inferd.tools.batch.filters import FilterError, JsonFilter, join
 from inferd.tools.batch.options import (
+    FILE_COLUMN,
     RECORD_COLUMN,
     AssembleWith,
     BatchOptions,
@@ -35,7 +36,7 @@ from inferd.tools.batch.options import (
     JoinSource,
     OutputKind,
 )
-from inferd.tools.batch.records import Record, Records
+from inferd.tools.batch.records import Record, Records, positions
 from inferd.tools.batch.store import frame
 from inferd.types import DataType, ModelMetadata, Tensor, TensorMetadata
 
@@ -84,10 +85,11 @@ class Converter:
         # The outputs written, in the order asked (else the signature's).
         self._output_names = list(options.outputs) or declared
         self._parquet = options.output_kind is OutputKind.PARQUET
-        if self._parquet and RECORD_COLUMN in self._output_names:
+        taken = [name for name in (FILE_COLUMN, RECORD_COLUMN) if name in self._output_names]
+        if self._parquet and taken:
             raise BatchUsageError(
-                f"{signature.name} has an output named {RECORD_COLUMN!r}, the column a Parquet output keeps "
-                "each row's record in: leave it out with --outputs, or write .out records"
+                f"{signature.name} has an output named {taken[0]!r}, a column a Parquet output keeps each row's "
+                "input in: leave it out with --outputs, or write .out records"
             )
         self._columns = dict(options.columns) or {name: name for name in self._inputs}
         if self._format in (Format.CSV, Format.NPY, Format.TEXT, Format.RAW) and len(self._inputs) != 1:
@@ -297,10 +299,11 @@ class Converter:
 
     # -- answers to output records -------------------------------------------------------------------
 
-    def encode(self, group: Group, outputs: Sequence[Tensor]) -> tuple[bytes, list[RecordError]]:
-        """The group's output records, in order (those that failed here left out), and the errors."""
+    def encode(self, group: Group, outputs: Sequence[Tensor], file_name: str = "") -> tuple[bytes, list[RecordError]]:
+        """The group's output records, in order (those that failed here left out), and the errors;
+        `file_name`: the input file's, which a Parquet output's rows name."""
         if self._parquet:
-            return self._arrow_frame(group, outputs), []
+            return self._arrow_frame(group, outputs, file_name), []
         if self._plain_output and len(outputs) == 1:
             fast = _plain_lines(outputs[0], len(group.records))
             if fast is not None:
@@ -316,14 +319,16 @@ class Converter:
                 errors.append(_error(record, exc))
         return b"".join(written), errors
 
-    def _arrow_frame(self, group: Group, outputs: Sequence[Tensor]) -> bytes:
-        """The group's rows as one Arrow stream (framed): its records' positions, then a column
-        per output in the order written, typed by the output's datatype."""
+    def _arrow_frame(self, group: Group, outputs: Sequence[Tensor], file_name: str) -> bytes:
+        """The group's rows as one Arrow stream (framed): its file's name and its records'
+        positions, then a column per output in the order written, typed by the output's datatype."""
         import pyarrow as pa
 
-        records = group.records
-        indexes = records.index_list() if isinstance(records, Records) else [record.index for record in records]
-        columns: dict[str, Any] = {RECORD_COLUMN: pa.array(np.asarray(indexes, dtype=np.int64))}
+        indexes = positions(group.records)
+        columns: dict[str, Any] = {
+            FILE_COLUMN: pa.DictionaryArray.from_arrays(np.zeros(len(indexes), dtype=np.int32), [file_name]),
+            RECORD_COLUMN: pa.array(np.asarray(indexes, dtype=np.int64)),
+        }
         for tensor in sorted(outputs, key=lambda tensor: self._output_order(tensor.name)):
             data = np.asarray(tensor.data).reshape(tensor.shape)
             if not self._batching:

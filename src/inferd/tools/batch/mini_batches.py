@@ -22,7 +22,7 @@ from inferd.tools.batch.convert import Converter, Group, RecordError
 from inferd.tools.batch.engines import Engine
 from inferd.tools.batch.options import BatchOptions
 from inferd.tools.batch.pieces import Piece
-from inferd.tools.batch.records import Records
+from inferd.tools.batch.records import positions
 
 RETRY_BACKOFF_S = (0.1, 0.5, 2.0, 5.0)
 
@@ -108,7 +108,7 @@ class MiniBatches:
             break
         started = time.perf_counter()
         try:
-            blob, failed = self.converter.encode(group, outputs)
+            blob, failed = self.converter.encode(group, outputs, file_name)
         except InferdError as exc:
             errors.extend(RecordError(r, exc.message, exc.code.value) for r in group.records)
             return 0
@@ -121,9 +121,7 @@ class MiniBatches:
 
 def _keys(group: Group, file_name: str) -> list[str]:
     """Each record's key: its file's name and its position, the same on every run and engine."""
-    records = group.records
-    indexes = records.index_list() if isinstance(records, Records) else [record.index for record in records]
-    return [f"{file_name}:{index}" for index in indexes]
+    return [f"{file_name}:{index}" for index in positions(group.records)]
 
 
 def _halves(group: Group) -> list[Group]:

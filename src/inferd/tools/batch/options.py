@@ -54,16 +54,17 @@ class OutputKind(enum.StrEnum):
     PARQUET = "parquet"  # <input>.parquet: a row per answered record, a column per output
 
 
-# --accept values: SageMaker's TransformOutput Accept. "" keeps SageMaker's default: the answers as
-# the records were sent (JSON Lines, CSV for CSV input).
+# --accept values: SageMaker's TransformOutput Accept. "" (the default) writes the answers as the
+# records came (JSON Lines, CSV for CSV input).
 ACCEPT_TYPES: Mapping[str, OutputKind] = {
     "": OutputKind.RECORDS,
-    "application/jsonlines": OutputKind.RECORDS,
     "application/vnd.apache.parquet": OutputKind.PARQUET,
     "application/x-parquet": OutputKind.PARQUET,
 }
 OUTPUT_SUFFIXES: Mapping[OutputKind, str] = {OutputKind.RECORDS: ".out", OutputKind.PARQUET: ".parquet"}
-# A Parquet output's column of each row's record (its position in its input file).
+# A Parquet output's columns of each row's input: its file (as --input names it) and its record
+# (its position in that file).
+FILE_COLUMN = "file"
 RECORD_COLUMN = "record"
 
 

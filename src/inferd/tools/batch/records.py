@@ -184,6 +184,11 @@ def list_inputs(uri: str) -> tuple[fsspec.AbstractFileSystem, list[InputFile]]:
     return fs, files
 
 
+def positions(records: Sequence[Record]) -> list[int]:
+    """Each record's position in its file (Records keep them without making a Record each)."""
+    return records.index_list() if isinstance(records, Records) else [record.index for record in records]
+
+
 def check_output_name(relative: str) -> None:
     """An input's name becomes its output's (`<output>/<name>.out`): a name that could climb out of
     the output (`..`, an object key such as `a/../../b`) or land among the job's own parts is

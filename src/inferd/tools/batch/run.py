@@ -114,6 +114,7 @@ class _FileState:
     shards: int | None = None  # known once read to its end
     done: set[int] = field(default_factory=set)
     assembled: bool = False
+    no_output: bool = False  # assembled, but none written (a Parquet output with no answered record)
 
 
 @dataclass
@@ -387,9 +388,10 @@ class BatchJob:
             return
         started = time.perf_counter()
         name = self._store.output_name(state.file.name)
-        await asyncio.to_thread(self._store.assemble, file_index, range(state.shards), name)
+        size = await asyncio.to_thread(self._store.assemble, file_index, range(state.shards), name)
         self._summary.phases.write_s += time.perf_counter() - started
         state.assembled = True
+        state.no_output = size < 0
         self._summary.files_done += 1
         await self._write_manifest("running", force=True)
 
@@ -443,7 +445,7 @@ class BatchJob:
                 "files": [
                     {
                         "name": state.file.name,
-                        "output": self._store.output_name(state.file.name),
+                        "output": None if state.no_output else self._store.output_name(state.file.name),
                         "shards": state.shards,
                         "shards_done": sorted(state.done),
                         "assembled": state.assembled,

@@ -107,33 +107,45 @@ class OutputStore:
 
     def assemble(self, file_index: int, shards: Iterable[int], output_name: str) -> int:
         """The output file of one input from its shards' parts, in order, whole or not at all;
-        its size."""
+        its size (-1: none written, for a Parquet output none of whose records was answered: a
+        Parquet file needs a schema, which the answers give)."""
+        parts = [self.path(self.part_name(file_index, shard)) for shard in shards]
+        if self.kind is OutputKind.PARQUET and not any(self._has_body(path) for path in parts):
+            return -1
         write = self._copy_records if self.kind is OutputKind.RECORDS else self._write_parquet
         target = self.path(output_name)
-        self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-        temporary = f"{target}.{uuid.uuid4().hex[:8]}.tmp" if self._local else target
+        folder, base = target.rsplit("/", 1)
+        self.fs.makedirs(folder, exist_ok=True)
+        temporary = target
+        if self._local:
+            # Beside its target, named as readers of a dataset skip (a dot first): a crash cannot
+            # leave a file that `pq.read_table(output)` would take for part of the dataset.
+            for stale in self.fs.glob(f"{folder}/.{base}.*.tmp"):
+                self.fs.rm(stale)
+            temporary = f"{folder}/.{base}.{uuid.uuid4().hex[:8]}.tmp"
         with self.fs.open(temporary, "wb") as out:
-            wrote = write(out, [self.path(self.part_name(file_index, shard)) for shard in shards])
+            write(out, parts)
             written = out.tell()
             if self._local:
                 out.flush()
                 os.fsync(out.fileno())
-        if not wrote:  # a Parquet file of no rows would have no schema: none is written
-            self.fs.rm(temporary)
-            return 0
         if self._local:
             os.replace(temporary, target)
         return int(written)
 
-    def _copy_records(self, out: IO[bytes], parts: list[str]) -> bool:
+    def _has_body(self, path: str) -> bool:
+        with self.fs.open(path, "rb") as part:
+            part.readline()
+            return bool(part.read(1))
+
+    def _copy_records(self, out: IO[bytes], parts: list[str]) -> None:
         for path in parts:
             with self.fs.open(path, "rb") as part:
                 part.readline()
                 while chunk := part.read(COPY_CHUNK):
                     out.write(chunk)
-        return True  # an input with no output record has an empty .out, as SageMaker writes it
 
-    def _write_parquet(self, out: IO[bytes], parts: list[str]) -> bool:
+    def _write_parquet(self, out: IO[bytes], parts: list[str]) -> None:
         """One Parquet file: a row group per shard (a part's Arrow streams, one per mini-batch)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -153,7 +165,6 @@ class OutputStore:
         finally:
             if writer is not None:
                 writer.close()
-        return writer is not None
 
     def remove_parts(self) -> None:
         folder = self.path(PARTS)
