@@ -42,6 +42,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model(root, "same")
     model(root, "flaky", fail_every=5)
     model(root, "slow", sleep_ms=100)
+    model(root, "drifted", offset=0.5)  # answers well, but not what the baseline answers
     return root
 
 
@@ -138,6 +139,44 @@ def test_an_a_a_rollout_is_promoted_after_its_bakes_and_history_tells_each_step(
     assert weights(server, "twins") == {"blue": 0.0, "green": 100.0}
     history = json.loads(http_request(server, "GET", "/v2/endpoints/twins/rollout/history").body)["rollouts"]
     assert [r["state"] for r in history] == ["promoted"]
+
+
+def shadowed_endpoint(server: ServerProcess, name: str, candidate: str) -> None:
+    """blue (stable) and green (`candidate`), and green's model as a shadow: the baseline's
+    requests are copied to it and its answers compared."""
+    document = {"variants": [{"name": "blue", "model": "stable", "weight": 100},
+                             {"name": "green", "model": candidate, "weight": 0}],
+                "shadow": [{"name": "green-shadow", "model": candidate, "sample": 1.0}]}  # fmt: skip
+    reply = http_request(server, "PUT", f"/v2/endpoints/{name}", json.dumps(document).encode())
+    assert reply.status == 201, reply.body
+
+
+def test_a_candidate_whose_answers_drift_rolls_back_on_the_drift_guard(server: ServerProcess) -> None:
+    """Healthy by error rate and latency, but its answers differ from the baseline's on the very
+    requests: --max-drift rolls it back; an A/A candidate passes the same guard."""
+    shadowed_endpoint(server, "drift", "drifted")
+    start(server, "drift", strategy="canary:50", bake="1h", min_requests=20, max_drift=0.05)
+    answers = drive(server, "drift", ended)
+    document = rollout(server, "drift")
+    assert document["state"] == "rolled-back", document
+    message = document["decisions"][-1]["message"]
+    assert re.match(
+        r"rolled back at step 1: candidate's answers disagreed with the baseline's on (\d+) of \1 ", message
+    )
+    assert {status for status, _ in answers} == {200}  # no client saw a failure: the answers only differed
+
+    shadowed_endpoint(server, "drift-aa", "same")
+    start(server, "drift-aa", strategy="canary:50", bake="1s", min_requests=20, max_drift=0.05)
+    drive(server, "drift-aa", ended)
+    document = rollout(server, "drift-aa")
+    assert document["state"] == "promoted", document
+    assert "disagreed on 0 of" in document["decisions"][2]["message"]
+
+    set_endpoint(server, "unshadowed", "same")
+    reply = http_request(
+        server, "POST", "/v2/endpoints/unshadowed/rollout", json.dumps({"to": "green", "max_drift": 0.05}).encode()
+    )
+    assert reply.status == 400 and b"shadow" in reply.body
 
 
 def test_too_little_traffic_pauses_the_step_and_says_so(server: ServerProcess) -> None:

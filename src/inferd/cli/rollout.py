@@ -42,16 +42,20 @@ def rollout() -> None:
                    "and --min-p99-delta above it.")  # fmt: skip
 @click.option("--min-p99-delta", default="20ms", show_default=True,
               help="See --max-p99-ratio: so that noise cannot fail an A/A rollout.")  # fmt: skip
+@click.option("--max-drift", type=click.FloatRange(0, 1), default=None,
+              help="Roll back when the candidate's answers disagree with the baseline's on more than this share "
+                   "of shadowed requests (the endpoint needs a shadow running the candidate's model).")  # fmt: skip
 @click.option("--webhook", default="", help="An outside alarm to ask at each step: a NAME the server was started "
               "with (--rollout-webhook NAME=URL).")  # fmt: skip
 @_server_options
 def start(endpoint: str, candidate: str, strategy: str, bake: str, min_requests: int, max_error_rate_delta: float,
-          max_p99_ratio: float, min_p99_delta: str, webhook: str, **server: Any) -> None:  # fmt: skip
+          max_p99_ratio: float, min_p99_delta: str, max_drift: float | None, webhook: str,
+          **server: Any) -> None:  # fmt: skip
     """Start a rollout of ENDPOINT's traffic to its variant --to."""
     body = {
         "to": candidate, "strategy": strategy, "bake": bake, "min_requests": min_requests,
         "max_error_rate_delta": max_error_rate_delta, "max_p99_ratio": max_p99_ratio, "min_p99_delta": min_p99_delta,
-        "webhook": webhook,
+        "webhook": webhook, **({"max_drift": max_drift} if max_drift is not None else {}),
     }  # fmt: skip
     _show(_call(server, "POST", f"/v2/endpoints/{endpoint}/rollout", body))
 

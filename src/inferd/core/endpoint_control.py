@@ -104,6 +104,14 @@ class EndpointControl:
     def unpinned_requests(self, endpoint: str, variant: str) -> int:
         return self.get(endpoint).windows[variant].requests_total
 
+    def compared_answers(self, endpoint: str, variant: str) -> tuple[int, int] | None:
+        served = self.get(endpoint)
+        chosen = served.spec.variant(variant)
+        for shadow in served.shadows:
+            if (shadow.model, shadow.version) == (chosen.model, chosen.version):
+                return shadow.compared, shadow.agreed
+        return None
+
     def _keep_rollouts(self, documents: list[dict[str, Any]]) -> None:
         if self._state is not None:
             self._state.write(ROLLOUTS_NAME, {"rollouts": documents})

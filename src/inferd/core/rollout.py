@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 TICK_S = 0.5
 HISTORY = 50  # ended rollouts kept per endpoint
+# Compared answers a step needs before max_drift judges it (fewer say too little about a share).
+MIN_DRIFT_PAIRS = 30
 
 
 def parse_strategy(text: str) -> tuple[float, ...]:
@@ -87,8 +89,14 @@ class Guards:
     max_error_rate_delta: float = 0.05
     max_p99_ratio: float = 1.5
     min_p99_delta_ms: float = 20.0
+    # The share of shadowed requests on which the candidate's answer may disagree with the
+    # baseline's (inferd validate's judgment); None: answers are not judged. Needs a shadow of the
+    # candidate on the endpoint, which copies the baseline's requests to it.
+    max_drift: float | None = None
 
     def __post_init__(self) -> None:
+        if self.max_drift is not None and not 0 <= self.max_drift <= 1:
+            raise InvalidRequestError("max_drift must be a share, 0 to 1")
         if self.min_requests < 1:
             raise InvalidRequestError("min_requests must be at least 1: a rollout never promotes on no data")
         if not 0 <= self.max_error_rate_delta <= 1:
@@ -106,15 +114,34 @@ class Verdict:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """A step's shadowed requests: how many answers of the candidate were compared with the
+    baseline's, and on how many they disagreed."""
+
+    compared: int = 0
+    disagreed: int = 0
+
+
 def judge(
     candidate: WindowSummary,
     baseline: WindowSummary,
     step_requests: int,
     baked: bool,
     guards: Guards,
+    drift: Drift | None = None,
 ) -> Verdict:
     """The step's verdict from the candidate's and the baseline's figures over the same window,
-    the candidate's requests in the step so far, and whether the bake time is over."""
+    the candidate's requests in the step so far, whether the bake time is over, and (with
+    `max_drift`) the step's compared answers (None: not judged in this step)."""
+    if guards.max_drift is not None and drift is not None and drift.compared >= MIN_DRIFT_PAIRS:
+        share = drift.disagreed / drift.compared
+        if share > guards.max_drift:
+            return Verdict(
+                "fail",
+                f"candidate's answers disagreed with the baseline's on {drift.disagreed} of {drift.compared} "
+                f"shadowed requests ({share:.1%}, more than {guards.max_drift:.1%})",
+            )
     if step_requests < guards.min_requests:
         if baked:
             return Verdict(
@@ -139,11 +166,24 @@ def judge(
                 f"{candidate.requests} requests (more than {guards.max_p99_ratio:g}x and "
                 f"{guards.min_p99_delta_ms:g} ms above)",
             )
+    if guards.max_drift is not None and drift is not None:
+        compared = drift.compared
+        if compared < MIN_DRIFT_PAIRS:
+            if baked:
+                return Verdict(
+                    "pause",
+                    f"too few answers compared: the candidate's shadow compared {compared} of the "
+                    f"{MIN_DRIFT_PAIRS} this step needs before its drift is judged",
+                )
+            return Verdict("wait", "")
     if baked:
+        drifted = ""
+        if guards.max_drift is not None and drift is not None:
+            drifted = f", disagreed on {drift.disagreed} of {drift.compared} shadowed"
         return Verdict(
             "pass",
             f"candidate error rate {candidate.error_rate:.1%} vs baseline {baseline.error_rate:.1%}, p99 "
-            f"{_ms(candidate.p99_ms)} vs {_ms(baseline.p99_ms)}, over {step_requests} requests",
+            f"{_ms(candidate.p99_ms)} vs {_ms(baseline.p99_ms)}, over {step_requests} requests{drifted}",
         )
     return Verdict("wait", "")
 
@@ -207,12 +247,19 @@ class RolloutTarget(Protocol):
 
     def unpinned_requests(self, endpoint: str, variant: str) -> int: ...
 
+    def compared_answers(self, endpoint: str, variant: str) -> tuple[int, int] | None:
+        """(compared, agreed) of the endpoint's shadow that runs `variant`'s model and version;
+        None when it has none."""
+        ...
+
 
 @dataclass
 class _Running:
     rollout: Rollout
     # The candidate's unpinned requests when the step (or this process's view of it) began.
     step_requests_at: int
+    # Its shadow's (compared, agreed) then.
+    compared_at: tuple[int, int] = (0, 0)
 
 
 class RolloutController:
@@ -249,7 +296,16 @@ class RolloutController:
                 f"webhook '{webhook}' is not one the server was started with "
                 f"(--rollout-webhook NAME=URL; known: {known})"
             )
+        if guards.max_drift is not None and self._target.compared_answers(endpoint, candidate) is None:
+            raise InvalidRequestError(
+                f"max_drift judges '{candidate}''s answers against the baseline's on shadowed requests: give "
+                f"endpoint '{endpoint}' a shadow that runs '{candidate}''s model and version first"
+            )
         steps = parse_strategy(strategy)
+        if guards.max_drift is not None and steps[0] >= 100:
+            raise InvalidRequestError(
+                "max_drift compares the candidate with the baseline while both serve: all-at-once leaves no such step"
+            )
         now = self._clock()
         rollout = Rollout(
             endpoint, candidate, baseline, strategy, steps, bake_s, guards, dict(weights), webhook=webhook
@@ -316,7 +372,8 @@ class RolloutController:
         if not resumed:
             self._decide(rollout, step + 1, "step", f"'{rollout.candidate}' at {share:g}% for {rollout.bake_s:g} s")
         requests_now = self._target.unpinned_requests(rollout.endpoint, rollout.candidate)
-        self._running[rollout.endpoint] = _Running(rollout, requests_now)
+        compared_now = self._target.compared_answers(rollout.endpoint, rollout.candidate) or (0, 0)
+        self._running[rollout.endpoint] = _Running(rollout, requests_now, compared_now)
         self._save()
 
     def _watch_in_background(self, endpoint: str) -> None:
@@ -347,7 +404,7 @@ class RolloutController:
             baseline = WindowSummary(**rollout.baseline_reference)
         step_requests = self._target.unpinned_requests(endpoint, rollout.candidate) - running.step_requests_at
         baked = now - rollout.step_started >= rollout.bake_s
-        verdict = judge(candidate, baseline, step_requests, baked, rollout.guards)
+        verdict = judge(candidate, baseline, step_requests, baked, rollout.guards, self._drift(running))
         if verdict.action == "fail":
             await self._finish(rollout, "rolled-back", f"rolled back at step {rollout.step + 1}: {verdict.reason}")
         elif verdict.action == "pause" and rollout.state != "paused":
@@ -381,6 +438,22 @@ class RolloutController:
         log("endpoint '%s': %s", rollout.endpoint, message)
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _drift(self, running: _Running) -> Drift | None:
+        """The step's compared answers (a shadow set anew counts from zero again); None when not
+        judged: not asked, or a step where the candidate takes all the traffic and the baseline
+        answers nothing to compare with (the steps before judged it)."""
+        rollout = running.rollout
+        if rollout.guards.max_drift is None or rollout.steps[rollout.step] >= 100:
+            return None
+        now = self._target.compared_answers(running.rollout.endpoint, running.rollout.candidate)
+        if now is None:
+            return Drift()
+        compared, agreed = now
+        base_compared, base_agreed = running.compared_at
+        if compared < base_compared:  # the endpoint was set again: its shadow began anew
+            base_compared, base_agreed = 0, 0
+        return Drift(compared - base_compared, (compared - agreed) - (base_compared - base_agreed))
 
     def _window(self, rollout: Rollout) -> float:
         return max(1.0, min(WINDOW_S, self._clock() - rollout.step_started))

@@ -114,8 +114,14 @@ class ShadowTraffic:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def offer(self, shadows: list[ShadowState], request: InferRequest, response: InferResponse) -> None:
-        """A primary `response` to `request` exists: copy the request to each shadow that samples it."""
+        """A primary `response` to `request` exists: copy the request to each shadow that samples
+        it, unless the shadow's own model and version answered it (nothing to compare; during a
+        rollout the candidate is such a variant, and its shadow then compares it only with the
+        others, what the rollout's drift guard judges)."""
+        route = request.context.route
         for shadow in shadows:
+            if route is not None and (route.model, route.version) == (shadow.model, shadow.version):
+                continue
             if shadow.off_reason or not shadow.sampled():
                 continue
             if shadow.waiting_or_running >= MAX_RUNNING + MAX_WAITING:

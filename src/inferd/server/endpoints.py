@@ -176,6 +176,7 @@ class _RolloutBody(BaseModel):
     max_error_rate_delta: Annotated[float, BeforeValidator(_integer_as_number)] = 0.05
     max_p99_ratio: Annotated[float, BeforeValidator(_integer_as_number)] = 1.5
     min_p99_delta: str | Annotated[float, BeforeValidator(_integer_as_number)] = "20ms"
+    max_drift: Annotated[float, BeforeValidator(_integer_as_number)] | None = None
     webhook: str = ""
 
 
@@ -217,7 +218,7 @@ class RolloutsApi:
         body = decode_strict(_RolloutBody, f"endpoint '{name}'", request.body)
         delta = body.min_p99_delta
         delta_ms = parse_duration(delta) * 1000 if isinstance(delta, str) else delta
-        guards = Guards(body.min_requests, body.max_error_rate_delta, body.max_p99_ratio, delta_ms)
+        guards = Guards(body.min_requests, body.max_error_rate_delta, body.max_p99_ratio, delta_ms, body.max_drift)
         rollout = await control.start_rollout(
             name, body.to, body.strategy, parse_duration(body.bake), guards, body.webhook
         )

@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 
 from inferd.core.request_window import WindowSummary
-from inferd.core.rollout import Guards, RolloutController, judge, parse_duration, parse_strategy
+from inferd.core.rollout import (
+    MIN_DRIFT_PAIRS,
+    Drift,
+    Guards,
+    RolloutController,
+    judge,
+    parse_duration,
+    parse_strategy,
+)
 from inferd.errors import InvalidRequestError
 from inferd.testing.fakes import FakeClock
 
@@ -57,6 +65,7 @@ class FakeEndpoint:
         self.weights: dict[str, float] = {"blue": 100.0, "green": 0.0}
         self.figures: dict[str, WindowSummary] = {"blue": HEALTHY, "green": WindowSummary(0, 0, None, None)}
         self.requests: dict[str, int] = {"blue": 0, "green": 0}
+        self.shadow: tuple[int, int] | None = None  # (compared, agreed) of a shadow running green
 
     async def set_weights(self, endpoint: str, weights: dict[str, float]) -> None:
         self.weights = dict(weights)
@@ -66,6 +75,9 @@ class FakeEndpoint:
 
     def unpinned_requests(self, endpoint: str, variant: str) -> int:
         return self.requests[variant]
+
+    def compared_answers(self, endpoint: str, variant: str) -> tuple[int, int] | None:
+        return self.shadow
 
     def serve(self, candidate: WindowSummary) -> None:
         """The candidate answered these requests since the last look."""
@@ -187,5 +199,62 @@ def test_promote_and_abort_by_hand_and_one_rollout_at_a_time() -> None:
         assert [r.state for r in rollouts.history("e")] == ["aborted", "promoted"]
         with pytest.raises(InvalidRequestError, match="has no rollout running"):
             await rollouts.abort("e")
+
+    asyncio.run(scenario())
+
+
+DRIFT = Guards(min_requests=100, max_drift=0.05)
+
+
+def test_drift_fails_past_its_share_and_needs_enough_compared_answers() -> None:
+    few = Drift(MIN_DRIFT_PAIRS - 1, MIN_DRIFT_PAIRS - 1)
+    assert judge(HEALTHY, HEALTHY, 150, False, DRIFT, few).action == "wait"  # too few to judge a share
+    assert judge(HEALTHY, HEALTHY, 150, True, DRIFT, few).action == "pause"
+    assert "compared 29 of the 30" in judge(HEALTHY, HEALTHY, 150, True, DRIFT, few).reason
+    verdict = judge(HEALTHY, HEALTHY, 10, False, DRIFT, Drift(40, 4))  # judged before min_requests
+    assert verdict.action == "fail"
+    assert verdict.reason == (
+        "candidate's answers disagreed with the baseline's on 4 of 40 shadowed requests (10.0%, more than 5.0%)"
+    )
+    passed = judge(HEALTHY, HEALTHY, 150, True, DRIFT, Drift(40, 2))
+    assert passed.action == "pass" and passed.reason.endswith("disagreed on 2 of 40 shadowed")
+    assert judge(HEALTHY, HEALTHY, 150, True, GUARDS, None).action == "pass"  # not asked: not judged
+    with pytest.raises(InvalidRequestError, match="max_drift"):
+        Guards(max_drift=1.5)
+
+
+def test_a_drifting_candidate_rolls_back_counting_only_its_steps_answers() -> None:
+    async def scenario() -> None:
+        clock, endpoint, kept = FakeClock(), FakeEndpoint(), []
+        rollouts = controller(endpoint, clock, kept)
+        with pytest.raises(InvalidRequestError, match="give endpoint 'e' a shadow"):
+            await rollouts.start("e", "green", "blue", dict(endpoint.weights), "canary:10", 60, DRIFT)
+        endpoint.shadow = (500, 400)  # before the rollout: not this step's
+        await rollouts.start("e", "green", "blue", dict(endpoint.weights), "canary:10", 60, DRIFT)
+        endpoint.serve(WindowSummary(150, 0, 5.0, 10.0))
+        endpoint.shadow = (540, 439)  # 40 compared in the step, 1 disagreed
+        clock.advance(61)
+        await rollouts.tick("e")
+        assert endpoint.weights == {"blue": 0.0, "green": 100.0}  # step 2
+        endpoint.serve(WindowSummary(300, 0, 5.0, 10.0))
+        clock.advance(61)
+        await rollouts.tick("e")  # at 100% nothing is compared: the step before judged the drift
+        rollout = rollouts.current("e")
+        assert rollout is not None and rollout.state == "promoted"
+        assert "disagreed on 1 of 40 shadowed" in rollout.decisions[2].message
+        assert kept[-1][0]["guards"]["max_drift"] == 0.05
+
+        endpoint.weights, endpoint.shadow = {"blue": 100.0, "green": 0.0}, (540, 439)
+        await rollouts.start("e", "green", "blue", dict(endpoint.weights), "linear:4", 60, DRIFT)
+        endpoint.shadow = (0, 0)  # the endpoint was set again: its shadow began anew
+        endpoint.serve(WindowSummary(150, 0, 5.0, 10.0))
+        endpoint.shadow = (50, 40)
+        clock.advance(5)
+        await rollouts.tick("e")
+        rollout = rollouts.current("e")
+        assert rollout is not None and rollout.state == "rolled-back"
+        assert "disagreed with the baseline's on 10 of 50 shadowed requests" in rollout.decisions[-1].message
+        with pytest.raises(InvalidRequestError, match="all-at-once"):
+            await rollouts.start("e", "green", "blue", dict(endpoint.weights), "all-at-once", 60, DRIFT)
 
     asyncio.run(scenario())

@@ -87,3 +87,39 @@ def test_a_shadow_failing_again_and_again_turns_off() -> None:
         assert shadow.window.requests_total == OFF_AFTER_FAILURES
 
     asyncio.run(scenario())
+
+
+def test_a_request_its_own_model_answered_is_not_copied_to_it() -> None:
+    """A rollout's candidate answers some requests as a variant: its shadow compares it only with
+    the other variants' answers (a comparison with itself would always agree)."""
+    from dataclasses import dataclass, replace
+
+    from inferd.types import RequestContext
+
+    @dataclass
+    class Answered:
+        endpoint: str = "e"
+        variant: str = "green"
+        model: str = "candidate"
+        version: str = ""
+        variant_header: bytes = b"green"
+        shadowed: bool = True
+
+        def observe(self, latency_s: float, outcome: str) -> None:
+            pass
+
+    async def scenario() -> None:
+        async def infer(request: InferRequest) -> InferResponse:
+            return PRIMARY
+
+        traffic = ShadowTraffic(infer, NoMetrics())
+        shadow = state()
+        by_itself = replace(REQUEST, context=RequestContext(route=Answered()))
+        by_the_baseline = replace(REQUEST, context=RequestContext(route=Answered(variant="blue", model="stable")))
+        traffic.offer([shadow], by_itself, PRIMARY)
+        traffic.offer([shadow], by_the_baseline, PRIMARY)
+        while shadow.waiting_or_running:
+            await asyncio.sleep(0.001)
+        assert shadow.compared == 1
+
+    asyncio.run(scenario())
