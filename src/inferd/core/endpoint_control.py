@@ -104,13 +104,13 @@ class EndpointControl:
     def unpinned_requests(self, endpoint: str, variant: str) -> int:
         return self.get(endpoint).windows[variant].requests_total
 
-    def compared_answers(self, endpoint: str, variant: str) -> tuple[int, int] | None:
-        served = self.get(endpoint)
-        chosen = served.spec.variant(variant)
-        for shadow in served.shadows:
-            if (shadow.model, shadow.version) == (chosen.model, chosen.version):
-                return shadow.compared, shadow.agreed
-        return None
+    def compared_answers(self, endpoint: str, candidate: str, baseline: str) -> tuple[int, int] | None:
+        return self.get(endpoint).compared_answers(candidate, baseline)
+
+    def same_servable(self, endpoint: str, candidate: str, baseline: str) -> bool:
+        spec = self.get(endpoint).spec
+        a, b = spec.variant(candidate), spec.variant(baseline)
+        return (a.model, a.version) == (b.model, b.version)
 
     def _keep_rollouts(self, documents: list[dict[str, Any]]) -> None:
         if self._state is not None:

@@ -277,6 +277,17 @@ class Endpoint:
             for name, window in self.windows.items()
         ]
 
+    def compared_answers(self, candidate: str, baseline: str) -> tuple[int, int] | None:
+        """(compared, agreed) of the answers of `candidate`'s model that a shadow compared with
+        `baseline`'s, on requests `baseline` answered; None when no shadow runs `candidate`'s
+        model and version (as the variant names them; one still on first)."""
+        chosen = self.spec.variant(candidate)
+        running = [s for s in self.shadows if (s.model, s.version) == (chosen.model, chosen.version)]
+        if not running:
+            return None
+        shadow = min(running, key=lambda s: bool(s.off_reason))
+        return shadow.by_variant.get(baseline, (0, 0))
+
     def route(self, pinned: str | None = None, key: str | None = None) -> Route:
         """The route of one request: the `pinned` variant's, else the one `key` sticks to (when
         the endpoint is sticky and the request carried its header), else the round robin's next."""

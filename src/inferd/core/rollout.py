@@ -13,6 +13,10 @@ A strategy is a list of the candidate's shares: `all-at-once` [100], `canary:10`
 - the latency guard: the candidate's p99 above `max_p99_ratio` times the baseline's *and* more than
   `min_p99_delta_ms` above it rolls back (both: an A/A rollout cannot flap on noise, and a fast
   model is not failed for a few milliseconds);
+- the drift guard (`max_drift`, when asked): of the requests the baseline answered in the step, a
+  shadow running the candidate's model compares the two answers; a disagreeing share surely over
+  `max_drift` (its 95% lower bound) rolls back at once, and one over it at the end of the bake
+  does; a step at 100% has no baseline answers and is not judged on drift;
 - a step passes once its bake time is over with enough requests and no guard failed; the last
   step passing promotes the candidate (it keeps all the traffic).
 
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -134,14 +139,16 @@ def judge(
     """The step's verdict from the candidate's and the baseline's figures over the same window,
     the candidate's requests in the step so far, whether the bake time is over, and (with
     `max_drift`) the step's compared answers (None: not judged in this step)."""
-    if guards.max_drift is not None and drift is not None and drift.compared >= MIN_DRIFT_PAIRS:
-        share = drift.disagreed / drift.compared
-        if share > guards.max_drift:
-            return Verdict(
-                "fail",
-                f"candidate's answers disagreed with the baseline's on {drift.disagreed} of {drift.compared} "
-                f"shadowed requests ({share:.1%}, more than {guards.max_drift:.1%})",
-            )
+    # Before the bake ends a share fails only when it is surely over (its 95% lower bound): a
+    # small one judged every tick would otherwise fail on the first disagreement or two.
+    surely_over = (
+        drift is not None
+        and guards.max_drift is not None
+        and drift.compared >= MIN_DRIFT_PAIRS
+        and _lower_bound(drift.disagreed, drift.compared) > guards.max_drift
+    )
+    if surely_over and drift is not None and guards.max_drift is not None:
+        return _drifted(drift, guards.max_drift)
     if step_requests < guards.min_requests:
         if baked:
             return Verdict(
@@ -179,6 +186,8 @@ def judge(
     if baked:
         drifted = ""
         if guards.max_drift is not None and drift is not None:
+            if drift.disagreed > guards.max_drift * drift.compared:  # the step's whole share, at its end
+                return _drifted(drift, guards.max_drift)
             drifted = f", disagreed on {drift.disagreed} of {drift.compared} shadowed"
         return Verdict(
             "pass",
@@ -186,6 +195,22 @@ def judge(
             f"{_ms(candidate.p99_ms)} vs {_ms(baseline.p99_ms)}, over {step_requests} requests{drifted}",
         )
     return Verdict("wait", "")
+
+
+def _drifted(drift: Drift, max_drift: float) -> Verdict:
+    return Verdict(
+        "fail",
+        f"candidate's answers disagreed with the baseline's on {drift.disagreed} of {drift.compared} shadowed "
+        f"requests ({drift.disagreed / drift.compared:.1%}, more than {max_drift:.1%})",
+    )
+
+
+def _lower_bound(hits: int, count: int, z: float = 1.96) -> float:
+    """The Wilson score interval's lower end for a share of `hits` in `count` (95% with z 1.96)."""
+    share = hits / count
+    middle = share + z * z / (2 * count)
+    spread = z * math.sqrt(share * (1 - share) / count + z * z / (4 * count * count))
+    return (middle - spread) / (1 + z * z / count)
 
 
 def _ms(value: float | None) -> str:
@@ -247,9 +272,13 @@ class RolloutTarget(Protocol):
 
     def unpinned_requests(self, endpoint: str, variant: str) -> int: ...
 
-    def compared_answers(self, endpoint: str, variant: str) -> tuple[int, int] | None:
-        """(compared, agreed) of the endpoint's shadow that runs `variant`'s model and version;
-        None when it has none."""
+    def compared_answers(self, endpoint: str, candidate: str, baseline: str) -> tuple[int, int] | None:
+        """(compared, agreed) of the endpoint's shadow that runs `candidate`'s model and version, on
+        the requests `baseline` answered; None when it has none."""
+        ...
+
+    def same_servable(self, endpoint: str, candidate: str, baseline: str) -> bool:
+        """Whether the two variants name the same model and version."""
         ...
 
 
@@ -296,11 +325,8 @@ class RolloutController:
                 f"webhook '{webhook}' is not one the server was started with "
                 f"(--rollout-webhook NAME=URL; known: {known})"
             )
-        if guards.max_drift is not None and self._target.compared_answers(endpoint, candidate) is None:
-            raise InvalidRequestError(
-                f"max_drift judges '{candidate}''s answers against the baseline's on shadowed requests: give "
-                f"endpoint '{endpoint}' a shadow that runs '{candidate}''s model and version first"
-            )
+        if guards.max_drift is not None:
+            self._check_drift_can_be_judged(endpoint, candidate, baseline)
         steps = parse_strategy(strategy)
         if guards.max_drift is not None and steps[0] >= 100:
             raise InvalidRequestError(
@@ -372,7 +398,7 @@ class RolloutController:
         if not resumed:
             self._decide(rollout, step + 1, "step", f"'{rollout.candidate}' at {share:g}% for {rollout.bake_s:g} s")
         requests_now = self._target.unpinned_requests(rollout.endpoint, rollout.candidate)
-        compared_now = self._target.compared_answers(rollout.endpoint, rollout.candidate) or (0, 0)
+        compared_now = self._target.compared_answers(rollout.endpoint, rollout.candidate, rollout.baseline) or (0, 0)
         self._running[rollout.endpoint] = _Running(rollout, requests_now, compared_now)
         self._save()
 
@@ -413,7 +439,8 @@ class RolloutController:
             self._save()
         elif verdict.action == "pass":
             if rollout.webhook and self.webhook is not None:
-                passed, why = await self.webhook.ask(rollout.webhook, _step_document(rollout, candidate, baseline))
+                step = _step_document(rollout, candidate, baseline, self._drift(running))
+                passed, why = await self.webhook.ask(rollout.webhook, step)
                 if not passed:
                     message = f"rolled back at step {rollout.step + 1}: the webhook '{rollout.webhook}' said no: {why}"
                     await self._finish(rollout, "rolled-back", message)
@@ -446,7 +473,7 @@ class RolloutController:
         rollout = running.rollout
         if rollout.guards.max_drift is None or rollout.steps[rollout.step] >= 100:
             return None
-        now = self._target.compared_answers(running.rollout.endpoint, running.rollout.candidate)
+        now = self._target.compared_answers(rollout.endpoint, rollout.candidate, rollout.baseline)
         if now is None:
             return Drift()
         compared, agreed = now
@@ -454,6 +481,19 @@ class RolloutController:
         if compared < base_compared:  # the endpoint was set again: its shadow began anew
             base_compared, base_agreed = 0, 0
         return Drift(compared - base_compared, (compared - agreed) - (base_compared - base_agreed))
+
+    def _check_drift_can_be_judged(self, endpoint: str, candidate: str, baseline: str) -> None:
+        if self._target.compared_answers(endpoint, candidate, baseline) is None:
+            raise InvalidRequestError(
+                f"max_drift judges '{candidate}''s answers against the baseline's on shadowed requests: give "
+                f"endpoint '{endpoint}' a shadow that runs '{candidate}''s model and version (as the variant "
+                "names them) first"
+            )
+        if self._target.same_servable(endpoint, candidate, baseline):
+            raise InvalidRequestError(
+                f"'{candidate}' and the baseline '{baseline}' run the same model and version: their answers "
+                "cannot drift apart, and max_drift would wait for a difference that cannot come"
+            )
 
     def _window(self, rollout: Rollout) -> float:
         return max(1.0, min(WINDOW_S, self._clock() - rollout.step_started))
@@ -493,9 +533,14 @@ class Webhook(Protocol):
         ...
 
 
-def _step_document(rollout: Rollout, candidate: WindowSummary, baseline: WindowSummary) -> dict[str, Any]:
-    """What a webhook is asked about: the rollout, its step, and both variants' figures."""
+def _step_document(
+    rollout: Rollout, candidate: WindowSummary, baseline: WindowSummary, drift: Drift | None = None
+) -> dict[str, Any]:
+    """What a webhook is asked about: the rollout, its step, both variants' figures, and (when
+    judged) the step's compared answers."""
+    drifted = {"drift": {"compared": drift.compared, "disagreed": drift.disagreed}} if drift is not None else {}
     return {
+        **drifted,
         "endpoint": rollout.endpoint,
         "candidate": rollout.candidate,
         "baseline": rollout.baseline,

@@ -71,6 +71,9 @@ class ShadowState:
     compared: int = 0
     agreed: int = 0
     max_abs_diff: dict[str, float] = field(default_factory=dict)
+    # (compared, agreed) by the variant whose answer was the primary: a rollout's drift guard reads
+    # the baseline's (the others' would blame the baseline for a third variant's answers).
+    by_variant: dict[str, tuple[int, int]] = field(default_factory=dict)
     off_reason: str = ""
     logged: int = 0
     _credit: float = 0.0
@@ -96,11 +99,14 @@ class ShadowState:
             self.off_reason = f"turned off after {self._failures_in_a_row} failures in a row; the last: {why}"
             logger.warning("endpoint '%s': shadow '%s' %s", self.endpoint, self.name, self.off_reason)
 
-    def succeeded(self, latency_s: float, agreed: bool, diffs: dict[str, float]) -> None:
+    def succeeded(self, latency_s: float, agreed: bool, diffs: dict[str, float], answered_by: str = "") -> None:
+        """A copy's answer compared with the primary's, which the variant `answered_by` gave."""
         self.window.observe(latency_s, SUCCESS)
         self._failures_in_a_row = 0
         self.compared += 1
         self.agreed += agreed
+        compared, agreed_before = self.by_variant.get(answered_by, (0, 0))
+        self.by_variant[answered_by] = (compared + 1, agreed_before + agreed)
         for output, diff in diffs.items():
             self.max_abs_diff[output] = max(diff, self.max_abs_diff.get(output, 0.0))
 
@@ -114,14 +120,8 @@ class ShadowTraffic:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def offer(self, shadows: list[ShadowState], request: InferRequest, response: InferResponse) -> None:
-        """A primary `response` to `request` exists: copy the request to each shadow that samples
-        it, unless the shadow's own model and version answered it (nothing to compare; during a
-        rollout the candidate is such a variant, and its shadow then compares it only with the
-        others, what the rollout's drift guard judges)."""
-        route = request.context.route
+        """A primary `response` to `request` exists: copy the request to each shadow that samples it."""
         for shadow in shadows:
-            if route is not None and (route.model, route.version) == (shadow.model, shadow.version):
-                continue
             if shadow.off_reason or not shadow.sampled():
                 continue
             if shadow.waiting_or_running >= MAX_RUNNING + MAX_WAITING:
@@ -148,7 +148,8 @@ class ShadowTraffic:
                     return
                 elapsed = time.perf_counter() - started
                 agreed, diffs = compare(primary, answer)
-                shadow.succeeded(elapsed, agreed, diffs)
+                route = request.context.route
+                shadow.succeeded(elapsed, agreed, diffs, route.variant if route is not None else "")
                 self._metrics.shadow_finished(shadow.endpoint, shadow.name, "success", elapsed)
                 self._metrics.shadow_compared(shadow.endpoint, shadow.name, agreed, diffs)
                 if shadow.log is not None and shadow.logged < MAX_LOGGED_PAIRS:

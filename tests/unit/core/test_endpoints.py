@@ -217,3 +217,17 @@ def test_a_windows_totals_count_every_request_it_was_told_of_as_a_histogram_woul
     endpoint.pinned_windows["blue"].observe(0.02, "INVALID_ARGUMENT")
     (name, variant, totals), *_ = endpoints.totals()
     assert (name, variant, totals.outcomes) == ("e", "blue", {"success": 1, "INVALID_ARGUMENT": 1})
+
+
+def test_a_rollouts_compared_answers_are_the_candidates_shadows_on_the_baselines_requests() -> None:
+    shadows = (Shadow("off", "m1", "", 1.0), Shadow("on", "m1", "", 1.0), Shadow("other", "m2", "", 1.0))
+    endpoint = Endpoint(EndpointSpec("e", spec(90, 10, 0).variants, shadows=shadows))
+    off, on, _ = endpoint.shadows
+    off.off_reason = "turned off after 50 failures in a row"
+    on.succeeded(0.001, True, {}, "blue")
+    on.succeeded(0.001, False, {}, "blue")
+    on.succeeded(0.001, False, {}, "red")  # a third variant's answer is not the baseline's
+    assert endpoint.compared_answers("green", "blue") == (2, 1)  # green runs m1: the shadow still on
+    assert endpoint.compared_answers("green", "red") == (1, 0)
+    assert endpoint.compared_answers("red", "blue") == (0, 0)  # "other" runs red's m2: nothing compared yet
+    assert endpoint.compared_answers("blue", "green") is None  # no shadow runs blue's m0

@@ -66,9 +66,12 @@ class FakeEndpoint:
         self.figures: dict[str, WindowSummary] = {"blue": HEALTHY, "green": WindowSummary(0, 0, None, None)}
         self.requests: dict[str, int] = {"blue": 0, "green": 0}
         self.shadow: tuple[int, int] | None = None  # (compared, agreed) of a shadow running green
+        self.twins = False  # whether green and blue run the same model and version
 
     async def set_weights(self, endpoint: str, weights: dict[str, float]) -> None:
         self.weights = dict(weights)
+        if self.shadow is not None:
+            self.shadow = (0, 0)  # as the server does: the endpoint set again, its shadows anew
 
     def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
         return self.figures[variant]
@@ -76,8 +79,11 @@ class FakeEndpoint:
     def unpinned_requests(self, endpoint: str, variant: str) -> int:
         return self.requests[variant]
 
-    def compared_answers(self, endpoint: str, variant: str) -> tuple[int, int] | None:
+    def compared_answers(self, endpoint: str, candidate: str, baseline: str) -> tuple[int, int] | None:
         return self.shadow
+
+    def same_servable(self, endpoint: str, candidate: str, baseline: str) -> bool:
+        return self.twins
 
     def serve(self, candidate: WindowSummary) -> None:
         """The candidate answered these requests since the last look."""
@@ -206,16 +212,22 @@ def test_promote_and_abort_by_hand_and_one_rollout_at_a_time() -> None:
 DRIFT = Guards(min_requests=100, max_drift=0.05)
 
 
-def test_drift_fails_past_its_share_and_needs_enough_compared_answers() -> None:
+def test_drift_fails_early_only_when_surely_over_and_at_the_bakes_end_over_its_share() -> None:
     few = Drift(MIN_DRIFT_PAIRS - 1, MIN_DRIFT_PAIRS - 1)
     assert judge(HEALTHY, HEALTHY, 150, False, DRIFT, few).action == "wait"  # too few to judge a share
     assert judge(HEALTHY, HEALTHY, 150, True, DRIFT, few).action == "pause"
     assert "compared 29 of the 30" in judge(HEALTHY, HEALTHY, 150, True, DRIFT, few).reason
-    verdict = judge(HEALTHY, HEALTHY, 10, False, DRIFT, Drift(40, 4))  # judged before min_requests
-    assert verdict.action == "fail"
-    assert verdict.reason == (
-        "candidate's answers disagreed with the baseline's on 4 of 40 shadowed requests (10.0%, more than 5.0%)"
+    early = judge(HEALTHY, HEALTHY, 10, False, DRIFT, Drift(40, 10))  # before min_requests, surely over
+    assert early.action == "fail"
+    assert early.reason == (
+        "candidate's answers disagreed with the baseline's on 10 of 40 shadowed requests (25.0%, more than 5.0%)"
     )
+    # 4 of 40 is over 5%, but not surely (its 95% lower bound is 4%): judged when the bake ends.
+    assert judge(HEALTHY, HEALTHY, 150, False, DRIFT, Drift(40, 4)).action == "wait"
+    assert judge(HEALTHY, HEALTHY, 150, True, DRIFT, Drift(40, 4)).action == "fail"
+    # One disagreement in the first 30 does not fail a 1% guard early (a 0.1% candidate would be
+    # rolled back one time in ten if it did).
+    assert judge(HEALTHY, HEALTHY, 150, False, Guards(max_drift=0.01), Drift(30, 1)).action == "wait"
     passed = judge(HEALTHY, HEALTHY, 150, True, DRIFT, Drift(40, 2))
     assert passed.action == "pass" and passed.reason.endswith("disagreed on 2 of 40 shadowed")
     assert judge(HEALTHY, HEALTHY, 150, True, GUARDS, None).action == "pass"  # not asked: not judged
@@ -229,10 +241,16 @@ def test_a_drifting_candidate_rolls_back_counting_only_its_steps_answers() -> No
         rollouts = controller(endpoint, clock, kept)
         with pytest.raises(InvalidRequestError, match="give endpoint 'e' a shadow"):
             await rollouts.start("e", "green", "blue", dict(endpoint.weights), "canary:10", 60, DRIFT)
-        endpoint.shadow = (500, 400)  # before the rollout: not this step's
+        endpoint.shadow, endpoint.twins = (500, 400), True
+        with pytest.raises(InvalidRequestError, match="run the same model and version"):
+            await rollouts.start("e", "green", "blue", dict(endpoint.weights), "canary:10", 60, DRIFT)
+        endpoint.twins = False
+        with pytest.raises(InvalidRequestError, match="all-at-once"):
+            await rollouts.start("e", "green", "blue", dict(endpoint.weights), "all-at-once", 60, DRIFT)
         await rollouts.start("e", "green", "blue", dict(endpoint.weights), "canary:10", 60, DRIFT)
+        assert endpoint.shadow == (0, 0)  # what it compared before the rollout is not the step's
         endpoint.serve(WindowSummary(150, 0, 5.0, 10.0))
-        endpoint.shadow = (540, 439)  # 40 compared in the step, 1 disagreed
+        endpoint.shadow = (40, 39)
         clock.advance(61)
         await rollouts.tick("e")
         assert endpoint.weights == {"blue": 0.0, "green": 100.0}  # step 2
@@ -244,9 +262,8 @@ def test_a_drifting_candidate_rolls_back_counting_only_its_steps_answers() -> No
         assert "disagreed on 1 of 40 shadowed" in rollout.decisions[2].message
         assert kept[-1][0]["guards"]["max_drift"] == 0.05
 
-        endpoint.weights, endpoint.shadow = {"blue": 100.0, "green": 0.0}, (540, 439)
+        endpoint.weights = {"blue": 100.0, "green": 0.0}
         await rollouts.start("e", "green", "blue", dict(endpoint.weights), "linear:4", 60, DRIFT)
-        endpoint.shadow = (0, 0)  # the endpoint was set again: its shadow began anew
         endpoint.serve(WindowSummary(150, 0, 5.0, 10.0))
         endpoint.shadow = (50, 40)
         clock.advance(5)
@@ -254,7 +271,5 @@ def test_a_drifting_candidate_rolls_back_counting_only_its_steps_answers() -> No
         rollout = rollouts.current("e")
         assert rollout is not None and rollout.state == "rolled-back"
         assert "disagreed with the baseline's on 10 of 50 shadowed requests" in rollout.decisions[-1].message
-        with pytest.raises(InvalidRequestError, match="all-at-once"):
-            await rollouts.start("e", "green", "blue", dict(endpoint.weights), "all-at-once", 60, DRIFT)
 
     asyncio.run(scenario())

@@ -89,20 +89,17 @@ def test_a_shadow_failing_again_and_again_turns_off() -> None:
     asyncio.run(scenario())
 
 
-def test_a_request_its_own_model_answered_is_not_copied_to_it() -> None:
-    """A rollout's candidate answers some requests as a variant: its shadow compares it only with
-    the other variants' answers (a comparison with itself would always agree)."""
+def test_comparisons_are_counted_by_the_variant_that_answered() -> None:
+    """A rollout's drift guard reads the baseline's: a third variant's answers are not its."""
     from dataclasses import dataclass, replace
 
     from inferd.types import RequestContext
 
     @dataclass
     class Answered:
+        variant: str
         endpoint: str = "e"
-        variant: str = "green"
-        model: str = "candidate"
-        version: str = ""
-        variant_header: bytes = b"green"
+        variant_header: bytes = b""
         shadowed: bool = True
 
         def observe(self, latency_s: float, outcome: str) -> None:
@@ -114,12 +111,12 @@ def test_a_request_its_own_model_answered_is_not_copied_to_it() -> None:
 
         traffic = ShadowTraffic(infer, NoMetrics())
         shadow = state()
-        by_itself = replace(REQUEST, context=RequestContext(route=Answered()))
-        by_the_baseline = replace(REQUEST, context=RequestContext(route=Answered(variant="blue", model="stable")))
-        traffic.offer([shadow], by_itself, PRIMARY)
-        traffic.offer([shadow], by_the_baseline, PRIMARY)
+        for variant in ("blue", "blue", "red"):
+            traffic.offer([shadow], replace(REQUEST, context=RequestContext(route=Answered(variant))), PRIMARY)
+        traffic.offer([shadow], REQUEST, PRIMARY)  # no route: asked by the model's own name
         while shadow.waiting_or_running:
             await asyncio.sleep(0.001)
-        assert shadow.compared == 1
+        assert shadow.by_variant == {"blue": (2, 2), "red": (1, 1), "": (1, 1)}
+        assert (shadow.compared, shadow.agreed) == (4, 4)
 
     asyncio.run(scenario())
