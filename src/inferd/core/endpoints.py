@@ -228,6 +228,9 @@ class Endpoint:
     shadows: list[ShadowState] = field(init=False)
     # The sticky header's name as HTTP headers are keyed (lower-case bytes); b"" when not sticky.
     sticky_header: bytes = field(init=False)
+    # The route of every request by weight when the endpoint has one variant (None: it has several):
+    # the hot path takes it without a call.
+    only_route: Route | None = field(init=False)
     _routes: list[Route] = field(init=False)
     _pinned_routes: list[Route] = field(init=False)
     _round_robin: RoundRobin = field(init=False)
@@ -265,6 +268,7 @@ class Endpoint:
         ]
         self._round_robin = RoundRobin([variant.weight for variant in self.spec.variants])
         self.sticky_header = self.spec.sticky.lower().encode()
+        self.only_route = self._routes[0] if len(self._routes) == 1 else None
 
     @property
     def name(self) -> str:

@@ -174,7 +174,12 @@ class InferenceCall:
                     if endpoint is not None:
                         pinned = headers.get(_TARGET_VARIANT) or headers.get(_SAGEMAKER_TARGET_VARIANT)
                         key = headers.get(endpoint.sticky_header) if endpoint.sticky_header else None
-                        self._route(endpoint, target, context, pinned, key)
+                        only = endpoint.only_route
+                        if only is not None and pinned is None and key is None and not target.version:
+                            context.route = only  # one variant, by weight: _route's work without its calls
+                            target.model, target.version = only.model, only.version
+                        else:
+                            self._route(endpoint, target, context, pinned, key)
                     if self._sheds:
                         self._dispatcher.shed(target.model, target.version, codec.door, context.route)
                 try:
