@@ -13,6 +13,12 @@ from inferd.config.parameters import ALLOWED_BATCH_SIZES
 logger = logging.getLogger("inferd.config")
 
 
+def batch_sizes(text: str) -> tuple[int, ...]:
+    """A list of batch sizes as `allowed_batch_sizes` writes it ("8, 16,32"); ValueError when a
+    part is not a whole number."""
+    return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+
+
 @dataclass(frozen=True, slots=True)
 class BatchingDefaults:
     max_batch_size: int
@@ -61,7 +67,7 @@ class BatchingDefaults:
         own = parameters.pop(ALLOWED_BATCH_SIZES.name, None)
         if self.preferred_batch_sizes:
             parameters[ALLOWED_BATCH_SIZES.name] = ",".join(map(str, self.preferred_batch_sizes))
-        elif own is not None and own.replace(" ", "").rstrip(",").rsplit(",", 1)[-1] == str(self.max_batch_size):
+        elif own is not None and _ends_at(own, self.max_batch_size):
             parameters[ALLOWED_BATCH_SIZES.name] = own
         elif own is not None:
             logger.warning(
@@ -78,3 +84,11 @@ class BatchingDefaults:
             f"max_queue_size {self.max_queue_size or 'unbounded'}, instance_group count {self.instances}"
             + (f", preferred_batch_size {list(self.preferred_batch_sizes)}" if self.preferred_batch_sizes else "")
         )
+
+
+def _ends_at(text: str, max_batch_size: int) -> bool:
+    try:
+        sizes = batch_sizes(text)
+    except ValueError:
+        return True  # kept: the model's load says what is wrong with it
+    return bool(sizes) and sizes[-1] == max_batch_size

@@ -139,16 +139,12 @@ def judge(
     """The step's verdict from the candidate's and the baseline's figures over the same window,
     the candidate's requests in the step so far, whether the bake time is over, and (with
     `max_drift`) the step's compared answers (None: not judged in this step)."""
+    limit = guards.max_drift
+    judged = drift if limit is not None and drift is not None and drift.compared >= MIN_DRIFT_PAIRS else None
     # Before the bake ends a share fails only when it is surely over (its 95% lower bound): a
     # small one judged every tick would otherwise fail on the first disagreement or two.
-    surely_over = (
-        drift is not None
-        and guards.max_drift is not None
-        and drift.compared >= MIN_DRIFT_PAIRS
-        and _lower_bound(drift.disagreed, drift.compared) > guards.max_drift
-    )
-    if surely_over and drift is not None and guards.max_drift is not None:
-        return _drifted(drift, guards.max_drift)
+    if judged is not None and limit is not None and _lower_bound(judged.disagreed, judged.compared) > limit:
+        return _drifted(judged, limit)
     if step_requests < guards.min_requests:
         if baked:
             return Verdict(
@@ -173,22 +169,20 @@ def judge(
                 f"{candidate.requests} requests (more than {guards.max_p99_ratio:g}x and "
                 f"{guards.min_p99_delta_ms:g} ms above)",
             )
-    if guards.max_drift is not None and drift is not None:
-        compared = drift.compared
-        if compared < MIN_DRIFT_PAIRS:
-            if baked:
-                return Verdict(
-                    "pause",
-                    f"too few answers compared: the candidate's shadow compared {compared} of the "
-                    f"{MIN_DRIFT_PAIRS} this step needs before its drift is judged",
-                )
-            return Verdict("wait", "")
+    if limit is not None and drift is not None and judged is None:  # too few compared yet
+        if baked:
+            return Verdict(
+                "pause",
+                f"too few answers compared: the candidate's shadow compared {drift.compared} of the "
+                f"{MIN_DRIFT_PAIRS} this step needs before its drift is judged",
+            )
+        return Verdict("wait", "")
     if baked:
         drifted = ""
-        if guards.max_drift is not None and drift is not None:
-            if drift.disagreed > guards.max_drift * drift.compared:  # the step's whole share, at its end
-                return _drifted(drift, guards.max_drift)
-            drifted = f", disagreed on {drift.disagreed} of {drift.compared} shadowed"
+        if judged is not None and limit is not None:
+            if judged.disagreed > limit * judged.compared:  # the step's whole share, at its end
+                return _drifted(judged, limit)
+            drifted = f", disagreed on {judged.disagreed} of {judged.compared} shadowed"
         return Verdict(
             "pass",
             f"candidate error rate {candidate.error_rate:.1%} vs baseline {baseline.error_rate:.1%}, p99 "

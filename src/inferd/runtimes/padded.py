@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from inferd.config.batching import batch_sizes
 from inferd.config.model import ModelConfig, ModelSignature
 from inferd.config.parameters import ALLOWED_BATCH_SIZES
 from inferd.errors import ModelConfigError, ModelOutputError
@@ -34,7 +35,7 @@ def allowed_batch_sizes(config: ModelConfig) -> tuple[int, ...]:
         return ()
     where = f"model '{config.name}': parameter {ALLOWED_BATCH_SIZES.name} {text!r}"
     try:
-        sizes = tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+        sizes = batch_sizes(text)
     except ValueError:
         raise ModelConfigError(f'{where}: give batch sizes separated by commas, such as "8,16,32"') from None
     if config.max_batch_size <= 0:

@@ -174,12 +174,7 @@ class InferenceCall:
                     if endpoint is not None:
                         pinned = headers.get(_TARGET_VARIANT) or headers.get(_SAGEMAKER_TARGET_VARIANT)
                         key = headers.get(endpoint.sticky_header) if endpoint.sticky_header else None
-                        only = endpoint.only_route
-                        if only is not None and pinned is None and key is None and not target.version:
-                            context.route = only  # one variant, by weight: _route's work without its calls
-                            target.model, target.version = only.model, only.version
-                        else:
-                            self._route(endpoint, target, context, pinned, key)
+                        self._route(endpoint, target, context, pinned, key)
                     if self._sheds:
                         self._dispatcher.shed(target.model, target.version, codec.door, context.route)
                 try:
@@ -419,8 +414,8 @@ class InferenceCall:
                 f"'{target.model}' is an endpoint: it has variants, not versions "
                 f"(pin one with the {TARGET_VARIANT_HEADER} header)"
             )
-        if pinned is None and key is None:
-            route = context.route = endpoint.route()
+        if pinned is None and key is None:  # most requests: by weight (one variant: its one route)
+            route = context.route = endpoint.only_route or endpoint.route()
         else:
             route = context.route = endpoint.route(_text(pinned) if pinned else None, _text(key))
         target.model, target.version = route.model, route.version

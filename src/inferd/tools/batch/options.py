@@ -147,10 +147,6 @@ class BatchOptions:
         return kind
 
     @property
-    def output_suffix(self) -> str:
-        return OUTPUT_SUFFIXES[self.output_kind]
-
-    @property
     def split(self) -> SplitType:
         """The split in effect: the one asked, else Line for JSON Lines and CSV, None otherwise."""
         if self.split_type is not None:

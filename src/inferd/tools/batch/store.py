@@ -3,7 +3,7 @@
 - `<name>.out`: an input file's output records, in input order, assembled once every shard of the
   file is done (SageMaker's name; a file's output is there whole or not at all). With `--accept`
   Parquet, `<name>.parquet` instead: a row group per shard, from the Arrow streams of its part
-  (`encode_parquet`); the output folder is then a Parquet dataset (readers skip `_` files).
+  (`Converter.encode`); the output folder is then a Parquet dataset (readers skip `_` files).
 - `_parts/F/S.part`: shard S of input file F, written whole or not at all (a local file written
   beside, flushed and renamed; an object stored in one PUT). A part is the durable proof its
   shard finished: its first line is its header (the records it covers, its outputs, its record
