@@ -98,3 +98,23 @@ def test_a_hot_swap_leaves_the_server_as_large_as_before(minilm_server: ServerPr
             f"{before:.0f} MiB before, {rss_mib(minilm_server):.0f} after"
         )
     manage(minilm_server, "unload")
+
+
+def test_a_model_scaled_to_zero_gives_its_memory_back_and_comes_back_on_its_next_request(
+    minilm_server: ServerProcess,
+) -> None:
+    """Loaded with an idle time of 1 s (no budget): after it, the server is within 10% of its size
+    before the load; its next request loads it again (a cold start), and idle, it goes back."""
+    empty = rss_mib(minilm_server)
+    manage(minilm_server, "load", '{"max_batch_size": 8, "parameters": {"idle_unload_seconds": {"string_value": "1"}}}')
+    for _ in range(2):  # the load above, then a cold start
+        infer(minilm_server, 1)
+        loaded = rss_mib(minilm_server)
+        assert loaded > empty + 60, "MiniLM's session should hold its weights"
+        deadline = time.monotonic() + 60
+        while b"scaled to zero" not in http_request(minilm_server, "POST", "/v2/repository/index").body:
+            assert time.monotonic() < deadline, "MiniLM was never scaled to zero"
+            time.sleep(0.1)
+        assert settles_below(minilm_server, empty * 1.10), (
+            f"empty {empty:.0f} MiB, loaded {loaded:.0f}, scaled to zero {rss_mib(minilm_server):.0f}"
+        )

@@ -9,6 +9,7 @@ import click
 import pydantic
 from click.core import ParameterSource
 
+from inferd.config.scale_to_zero import DEFAULT_MAX_HELD
 from inferd.config.server import (
     DEFAULT_MAX_COMPRESSION_RATIO,
     DEFAULT_MAX_DECODED_BYTES_IN_FLIGHT,
@@ -146,6 +147,24 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     type=click.IntRange(min=1),
     envvar="INFERD_MAX_LOADED_MODELS",
     help="Loaded models at most. Turns on on-demand loading with eviction, as --model-memory-budget does.",
+)
+@click.option(
+    "--idle-unload-seconds",
+    default=None,
+    type=click.FloatRange(min=0, min_open=True),
+    envvar="INFERD_IDLE_UNLOAD_SECONDS",
+    help="Scale to zero: unload a model after this many seconds with nothing in flight, queued or waiting in an "
+    "async backlog; its next request loads it again (a cold start). A model's idle_unload_seconds parameter "
+    "overrides it (0: never). Off unless given.",
+)
+@click.option(
+    "--max-held",
+    default=DEFAULT_MAX_HELD,
+    show_default=True,
+    type=click.IntRange(min=1),
+    envvar="INFERD_MAX_HELD",
+    help="Requests that may wait for one model's cold start (an on-demand load) at once; the next get 503 "
+    "with Retry-After. A model's max_held parameter overrides it.",
 )
 @click.option(
     "--log-format",

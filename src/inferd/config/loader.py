@@ -36,6 +36,7 @@ from inferd.config.model import (
     WarmupSample,
 )
 from inferd.config.parameters import QUEUE_INCLUDES_EXECUTING
+from inferd.config.scale_to_zero import check_scale_to_zero
 from inferd.datatypes import NAMES
 from inferd.errors import ModelConfigError
 from inferd.types import DataType
@@ -138,6 +139,8 @@ def parse_model_config_json(text: str, *, model_name: str, source: str = "config
 def _from_message(message: Any, pb: Any, *, model_name: str, source: str) -> ModelConfig:
     if message.name and message.name != model_name:
         raise ModelConfigError(f"{source}: name '{message.name}' differs from the model's folder name '{model_name}'")
+    parameters = {key: value.string_value for key, value in message.parameters.items()}
+    check_scale_to_zero(parameters, source)
     return ModelConfig(
         name=model_name,
         platform=message.platform,
@@ -150,7 +153,7 @@ def _from_message(message: Any, pb: Any, *, model_name: str, source: str) -> Mod
         version_policy=_version_policy(message, source),
         dynamic_batching=_dynamic_batching(message, pb, source) if message.HasField("dynamic_batching") else None,
         warmup=tuple(_warmup(w, pb, source) for w in message.model_warmup),
-        parameters={key: value.string_value for key, value in message.parameters.items()},
+        parameters=parameters,
         ensemble=_ensemble(message, source),
         decoupled=message.model_transaction_policy.decoupled,
         sequence_batching=_sequence_batching(message, pb, source) if message.HasField("sequence_batching") else None,

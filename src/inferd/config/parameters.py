@@ -106,6 +106,21 @@ QUEUE_INCLUDES_EXECUTING = ModelParameter(
     "true with one priority level, else false",
     "Whether requests executing count toward `max_queue_size` (TF Serving's bound) or only queued ones.",
 )
+# Scale to zero (config/scale_to_zero.py, core/idle_unload.py).
+IDLE_UNLOAD_SECONDS = ModelParameter(
+    "idle_unload_seconds",
+    "every model",
+    "the server's --idle-unload-seconds (off unless given)",
+    "Seconds with nothing in flight, queued or waiting in an async backlog after which the model is "
+    "unloaded (scaled to zero); its next request loads it again. `0` keeps it loaded whatever the server's default.",
+)
+MAX_HELD = ModelParameter(
+    "max_held",
+    "every model that loads on a request's demand (scaled to zero, or under a memory budget)",
+    "the server's --max-held (1024)",
+    "Requests that may wait for the model's cold start at once; past them a request gets 503 with "
+    "Retry-After, saying the model is starting.",
+)
 # The doors.
 VERSION_LABELS = ModelParameter(
     "version_labels",
@@ -159,6 +174,8 @@ MODEL_PARAMETERS: tuple[ModelParameter, ...] = (
     REMOTE_MAX_IN_FLIGHT,
     REMOTE_CONNECTIONS,
     QUEUE_INCLUDES_EXECUTING,
+    IDLE_UNLOAD_SECONDS,
+    MAX_HELD,
     VERSION_LABELS,
     TORCHSERVE_BODY_INPUT,
     EMBEDDING_INPUT,

@@ -7,6 +7,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from inferd.config.scale_to_zero import DEFAULT_MAX_HELD
 from inferd.config.tracing import TracingSettings
 from inferd.limits import (
     DEFAULT_MAX_REQUEST_ELEMENTS,
@@ -79,6 +80,12 @@ class ServerSettings(BaseModel):
     """Estimated memory of the loaded models at most; turns on on-demand loading and eviction."""
     max_loaded_models: int | None = Field(default=None, gt=0)
     """Loaded models at most; turns on on-demand loading and eviction."""
+    idle_unload_seconds: float | None = Field(default=None, gt=0)
+    """Seconds after which an idle model is unloaded (scaled to zero), unless its
+    idle_unload_seconds parameter says otherwise; None: models stay loaded."""
+    max_held: int = Field(default=DEFAULT_MAX_HELD, gt=0)
+    """Requests that may wait for one model's on-demand load (a cold start) at once, unless its
+    max_held parameter says otherwise."""
     intra_op_pools: IntraOpPools = IntraOpPools.SHARED
     """Intra-op thread pools of ONNX Runtime: one shared (default) or one per instance."""
     execution_threads: int = Field(default=0, ge=0)

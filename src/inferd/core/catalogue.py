@@ -25,6 +25,9 @@ from inferd.types import LoadTimings
 # such a model may load again on demand, and does not count against readiness.
 UNLOADED = "unloaded"
 EVICTED = "evicted to make room"
+# Unloaded after its idle time (core.idle_unload): its next request loads it again (a cold start).
+SCALED_TO_ZERO = "scaled to zero"
+AT_REST = (UNLOADED, EVICTED, SCALED_TO_ZERO)
 
 
 class ModelState(enum.Enum):
@@ -56,8 +59,11 @@ class ModelRecord:
     versions: Mapping[int, VersionRecord] = field(default_factory=lambda: MappingProxyType({}))
     # What the repository held when this record was made (None for files sent with a load request).
     fingerprint: ModelFingerprint | None = None
-    # A folder inferd made for the model's files (sent with a load request): removed on unload.
+    # A folder inferd made for the model's files (sent with a load request): removed on unload,
+    # kept while the model rests (scaled to zero or evicted: it loads again from there).
     owned_dir: Path | None = None
+    # The config a load request gave in place of config.pbtxt: a model at rest loads again with it.
+    override: ModelConfig | None = None
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, r in self.versions.items() if r.state is ModelState.READY)
@@ -178,8 +184,9 @@ class Catalogue:
         return record.owned_dir if record is not None else None
 
     def all_ready(self) -> bool:
-        """Every model loaded (or that failed to) is ready; unloaded ones do not count."""
-        return all(r.state is ModelState.READY for r in self.snapshot.models.values() if r.reason != UNLOADED)
+        """Every model loaded (or that failed to) is ready; ones at rest (unloaded, evicted or scaled
+        to zero: they load again when asked) do not count."""
+        return all(r.state is ModelState.READY for r in self.snapshot.models.values() if r.reason not in AT_REST)
 
 
 def _not_ready_message(record: ModelRecord) -> str:

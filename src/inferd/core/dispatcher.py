@@ -60,7 +60,9 @@ class Dispatcher:
         load_on_demand: OnDemandLoad | None = None,
     ) -> None:
         """`metrics`: where requests are counted; `tracer`: hears of every request when the server
-        traces; `budget` and `load_on_demand`: given when models load on a request's demand."""
+        traces; `budget`: given when models load on a request's demand under a memory budget;
+        `load_on_demand`: loads a model that a request names and that does not serve, when it may
+        (scaled to zero, or under the budget; core.lifecycle)."""
         self._catalogue = catalogue
         self._metrics = metrics
         self.tracer = tracer

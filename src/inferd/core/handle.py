@@ -45,6 +45,9 @@ class Handle:
     version: int
     # Requests inside now (between `enter` and `leave`): queued, waiting for an instance or executing.
     in_flight: int = field(default=0, init=False)
+    # Requests that ever came inside: the idle unloader (core.idle_unload) tells use from this,
+    # so the request path pays one increment and no clock.
+    arrivals: int = field(default=0, init=False)
     state: HandleState = field(default=HandleState.READY, init=False)
     # Set by `drain` while it waits for the requests inside to finish.
     _idle: asyncio.Event | None = field(default=None, init=False)
@@ -71,6 +74,7 @@ class Handle:
         if self.state is HandleState.CLOSED:
             raise ModelNotReadyError(f"model '{self.config.name}' version {self.version} was unloaded")
         self.in_flight += 1
+        self.arrivals += 1
 
     def leave(self) -> None:
         """A request inside is done: a drain waiting for the last one may go on."""

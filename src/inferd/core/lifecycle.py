@@ -19,6 +19,12 @@ On demand (with a `MemoryBudget`, core.budget): `load_on_demand` loads a model o
 that a request names and that is not loaded; concurrent first requests wait for the one load (the
 model's lock). Before any load under a budget, room is made by evicting idle models.
 
+Scale to zero (core.idle_unload, with or without a budget): `scale_to_zero` unloads a model that
+stayed idle for its `idle_unload_seconds`; its record says SCALED_TO_ZERO and keeps the files'
+fingerprint (a poll does not bring it back), and its next request loads it again through
+`load_on_demand`: a cold start, timed under its own cause and logged once. At most `max_held`
+requests wait for one model's on-demand load; the next get 503 with Retry-After.
+
 Ensembles (core.ensemble_loading) load their step models first; their handles get the dispatcher
 (core.dispatcher), through which their steps run.
 """
@@ -30,14 +36,25 @@ import contextlib
 import logging
 import shutil
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
 from types import MappingProxyType
 
 from inferd.config.batching import BatchingDefaults
 from inferd.config.model import ModelConfig
+from inferd.config.scale_to_zero import SCALE_TO_ZERO_OFF, ScaleToZeroDefaults, max_held
 from inferd.core.budget import MemoryBudget
-from inferd.core.catalogue import EVICTED, UNLOADED, Catalogue, ModelRecord, ModelState, VersionRecord
+from inferd.core.catalogue import (
+    AT_REST,
+    EVICTED,
+    SCALED_TO_ZERO,
+    UNLOADED,
+    Catalogue,
+    ModelRecord,
+    ModelState,
+    VersionRecord,
+)
 from inferd.core.classification import with_labels
 from inferd.core.dispatcher import Dispatcher
 from inferd.core.ensemble_loading import (
@@ -58,10 +75,15 @@ from inferd.errors import (
     InferdError,
     ModelLoadError,
     ModelNotFoundError,
+    ModelNotReadyError,
     PermissionDeniedError,
     relative_to_model_folder,
 )
 from inferd.types import LoadTimings
+
+# The causes a load's phases are counted under (`Metrics.version_loaded`).
+LOAD = "load"
+COLD_START = "cold_start"
 
 logger = logging.getLogger("inferd.registry")
 
@@ -70,6 +92,15 @@ LOAD_WORKERS = 2
 # How long a listing of the repository's model names answers on-demand lookups: a client sending
 # made-up names costs at most one listing per interval, not one per request.
 NAMES_TTL_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class AtRest:
+    """A model scaled to zero, as its cold start needs it: how many requests may wait for it, and
+    how long its last load took (for the Retry-After of those past them)."""
+
+    max_held: int
+    load_s: float
 
 
 class ModelLifecycle:
@@ -85,12 +116,14 @@ class ModelLifecycle:
         shared_intra_op_pool: bool = True,
         batching_defaults: BatchingDefaults | None = None,
         tracer: RequestTracer | None = None,
+        scale_to_zero: ScaleToZeroDefaults = SCALE_TO_ZERO_OFF,
     ) -> None:
         """`dispatcher`: what ensembles' steps run through; `execution_threads`: the worker threads
         every loaded model shares (0: the default); `shared_intra_op_pool`: whether sessions
         compute on one pool (see core.executor); `batching_defaults`: settings every batching model
         takes (--tfserving-batching-parameters); `tracer`: hears of every loaded version's
-        executions when the server traces."""
+        executions when the server traces; `scale_to_zero`: the server's --idle-unload-seconds and
+        --max-held."""
         self._repository = repository
         self._catalogue = catalogue
         self._dispatcher = dispatcher
@@ -105,6 +138,13 @@ class ModelLifecycle:
         self._locks: dict[str, asyncio.Lock] = {}
         self._load_slots: asyncio.Semaphore | None = None
         self._draining: set[asyncio.Task[None]] = set()
+        self.scale_to_zero_defaults = scale_to_zero
+        # The models scaled to zero (their next request is a cold start), and how many requests
+        # wait for each model's on-demand load now.
+        self._at_rest: dict[str, AtRest] = {}
+        self._held: dict[str, int] = {}
+        # How long each model's last load took (wall clock, all its versions).
+        self._load_s: dict[str, float] = {}
 
     async def load_all(self, names: Iterable[str] | None = None) -> None:
         """Load `names` (default: every model of the repository), concurrently; failures stay in
@@ -125,22 +165,26 @@ class ModelLifecycle:
         files: Mapping[str, bytes] = {},
         if_not_loaded: bool = False,
         code_may_change: bool = True,
+        kept_dir: Path | None = None,
     ) -> None:
         """Load or reload `name`. `config` replaces its config.pbtxt; `files` (relative path ->
         bytes, e.g. "1/model.onnx") replace its folder; `if_not_loaded`: nothing to do when it
         serves already (an on-demand load that waited for another); `code_may_change`: False
-        refuses a `config` that changes what code runs (`model_files.check_override`). Raises the
+        refuses a `config` that changes what code runs (`model_files.check_override`);
+        `kept_dir`: the folder of files an earlier load was sent, kept while it rested. Raises the
         InferdError that says why when the model is unknown or a version fails (what was serving
         keeps serving), PermissionDeniedError (nothing published) for a refused override."""
         chain = check_no_cycle(name)
         async with self._lock(name):
             if if_not_loaded and self._catalogue.serves(name):
                 return
-            fingerprint = None if files else await asyncio.to_thread(self._repository.fingerprint, name)
+            started = time.monotonic()
+            from_repository = not files and kept_dir is None
+            fingerprint = await asyncio.to_thread(self._repository.fingerprint, name) if from_repository else None
             try:
                 model = await asyncio.to_thread(
                     read_local_model, self._repository, name, config, files, fingerprint,
-                    code_may_change=code_may_change, batching_defaults=self._batching_defaults,
+                    code_may_change=code_may_change, batching_defaults=self._batching_defaults, kept_dir=kept_dir,
                 )  # fmt: skip
             except PermissionDeniedError:
                 raise  # the caller's request was refused: the model is as it was
@@ -149,43 +193,84 @@ class ModelLifecycle:
                 logger.error("model %s failed to load: %s", name, exc.logged, extra={"model": name})
                 raise
             if model.config.ensemble is None:
-                await self._load_cleaning_up(name, model)
+                await self._load_cleaning_up(name, model, started)
                 return
         # An ensemble: the models of its steps first, outside this model's lock (loading them
         # may wait for other loads, never for this one's).
         try:
             await load_steps(name, model.config, chain, self._load_if_not_loaded)
         except InferdError as exc:
-            if model.owned_dir is not None:
-                shutil.rmtree(model.owned_dir, ignore_errors=True)
+            self._discard_files(name, model)
             self._publish_failure(name, exc.message, model.fingerprint)
             logger.error("model %s failed to load: %s", name, exc.logged, extra={"model": name})
             raise
         async with self._lock(name):
             if if_not_loaded and self._catalogue.serves(name):
-                if model.owned_dir is not None:
-                    shutil.rmtree(model.owned_dir, ignore_errors=True)
+                self._discard_files(name, model)
                 return
-            await self._load_cleaning_up(name, model)
+            await self._load_cleaning_up(name, model, time.monotonic())
 
-    async def _load_cleaning_up(self, name: str, model: LocalModel) -> None:
+    async def _load_cleaning_up(self, name: str, model: LocalModel, started: float) -> None:
         try:
-            await self._load(name, model)
+            await self._load(name, model, started)
         except BaseException:
-            if model.owned_dir is not None and self._catalogue.owned_dir(name) != model.owned_dir:
-                shutil.rmtree(model.owned_dir, ignore_errors=True)
+            self._discard_files(name, model)
             raise
 
+    def _discard_files(self, name: str, model: LocalModel) -> None:
+        """Remove the folder a load that did not happen made, unless the model's record keeps it."""
+        if model.owned_dir is not None and self._catalogue.owned_dir(name) != model.owned_dir:
+            shutil.rmtree(model.owned_dir, ignore_errors=True)
+
     async def load_on_demand(self, name: str) -> None:
-        """Load `name` when a request names it and it is a model of the repository that is not
-        loaded (concurrent callers share the one load); a failure stays in its record, which the
-        request's answer reads."""
-        if self._budget is None or not await self._loadable_on_demand(name):
+        """Load `name` when a request names it and it was scaled to zero, or (under a budget) it is
+        a model of the repository that is not loaded. Concurrent callers share the one load, at
+        most `max_held` of them: the next are refused (ModelNotReadyError, 503 with Retry-After).
+        A failure stays in its record, which the request's answer reads."""
+        at_rest = self._at_rest.get(name)
+        if at_rest is None and (self._budget is None or not await self._loadable_on_demand(name)):
             return
-        self._metrics.on_demand_miss()
-        with contextlib.suppress(ModelLoadError):
-            await self.load(name, if_not_loaded=True)
-        self._budget.touch(name)
+        limit = at_rest.max_held if at_rest is not None else self.scale_to_zero_defaults.max_held
+        held = self._held.get(name, 0)
+        if held >= limit:
+            raise ModelNotReadyError(
+                f"model '{name}' is starting (loading on demand) and {held} requests already wait for it, "
+                f"as many as may (max_held {limit}); retry later",
+                retry_after_s=self._retry_after_s(name),
+            )
+        self._held[name] = held + 1
+        try:
+            if self._budget is not None:
+                self._metrics.on_demand_miss()
+            record = self._catalogue.snapshot.models.get(name)
+            resting = record is not None and not record.versions and record.reason in AT_REST
+            with contextlib.suppress(ModelLoadError):  # as it was: its override, the files it was sent
+                await self.load(
+                    name,
+                    if_not_loaded=True,
+                    config=record.override if resting and record is not None else None,
+                    kept_dir=record.owned_dir if resting and record is not None else None,
+                )
+        finally:
+            if held:
+                self._held[name] = held
+            else:
+                self._held.pop(name, None)
+        if self._budget is not None:
+            self._budget.touch(name)
+
+    def _retry_after_s(self, name: str) -> float:
+        """When a refused waiter may find the model loaded: its last load's length, at least 1 s."""
+        return max(1.0, round(self._load_s.get(name, 1.0), 1))
+
+    def at_rest(self, name: str) -> bool:
+        """Whether `name` is scaled to zero (its next request loads it)."""
+        return name in self._at_rest
+
+    async def scale_to_zero(self, name: str, still_idle: Callable[[ModelRecord], bool]) -> bool:
+        """Unload `name` because it is idle, when `still_idle(record)` still holds once its lock is
+        taken (a request that came meanwhile keeps it): True when it was unloaded."""
+        return await self._unload(name, SCALED_TO_ZERO, still_idle)
 
     async def unload(self, name: str, *, reason: str = UNLOADED, dependents: bool = False) -> None:
         """Stop serving `name`: requests already accepted finish, later ones are told it is unloaded.
@@ -197,33 +282,56 @@ class ModelLifecycle:
             if step_model not in models_used_by_ensembles(self._catalogue.snapshot.models.values()):
                 await self.unload(step_model, reason=reason, dependents=True)
 
-    async def _unload(self, name: str, reason: str) -> None:
+    async def _unload(self, name: str, reason: str, only_if: Callable[[ModelRecord], bool] | None = None) -> bool:
+        """Unload `name` for `reason` (when `only_if(record)` holds under the lock): True when it was."""
         async with self._lock(name):
             record = self._catalogue.snapshot.models.get(name)
             if record is None:
                 if await asyncio.to_thread(self._repository.has_model, name):
-                    return
+                    return False
                 raise ModelNotFoundError(f"model '{name}' is not loaded or not in the repository")
+            if only_if is not None and not only_if(record):
+                return False
             handles = [v.handle for v in record.versions.values() if v.handle is not None]
+            config = next((v.config for v in record.versions.values() if v.config is not None), None)
             self._catalogue.publish(
                 replace(record, state=ModelState.UNLOADING, reason="", versions=MappingProxyType({}))
             )
             logger.info("model %s: unloading", name, extra={"model": name})
             await asyncio.gather(*(handle.drain() for handle in handles))
-            if record.owned_dir is not None:
+            resting = reason in (SCALED_TO_ZERO, EVICTED)
+            if record.owned_dir is not None and not resting:
                 shutil.rmtree(record.owned_dir, ignore_errors=True)
             await asyncio.to_thread(self._repository.release, name)
-            self._catalogue.publish(ModelRecord(name=name, state=ModelState.FAILED, reason=reason))
+            if resting:  # it loads again as it was: its override and the files it was sent stay
+                # A poll finds a model scaled to zero unchanged (its fingerprint) and leaves it there.
+                fingerprint = record.fingerprint if reason == SCALED_TO_ZERO else None
+                self._catalogue.publish(
+                    ModelRecord(name, ModelState.FAILED, reason, MappingProxyType({}), fingerprint, record.owned_dir,
+                                record.override)
+                )  # fmt: skip
+            else:
+                self._catalogue.publish(ModelRecord(name=name, state=ModelState.FAILED, reason=reason))
+            if reason == SCALED_TO_ZERO:
+                defaults = self.scale_to_zero_defaults
+                held = max_held(config.parameters, defaults.max_held) if config is not None else defaults.max_held
+                self._at_rest[name] = AtRest(held, self._load_s.get(name, 0.0))
+                self._metrics.model_scaled_to_zero(name)
+            else:
+                self._at_rest.pop(name, None)
             if self._budget is not None:
                 self._budget.forget(name)
             self._metrics.model_unloaded(name)
-            logger.info("model %s: unloaded", name, extra={"model": name})
+            if reason != SCALED_TO_ZERO:  # the idle unloader says why, with the idle time
+                logger.info("model %s: %s", name, reason, extra={"model": name})
+            return True
 
     async def forget(self, name: str) -> None:
         """Unload `name` and drop its record (its folder left the repository)."""
         if name in self._catalogue.snapshot.models:
             await self.unload(name)
             self._catalogue.drop(name)
+        self._at_rest.pop(name, None)
 
     async def poll(self) -> None:
         """Bring the served models in line with the repository: load what was added or changed,
@@ -233,11 +341,15 @@ class ModelLifecycle:
             if self._catalogue.snapshot.models[name].owned_dir is None:
                 logger.info("model %s left the repository", name, extra={"model": name})
                 await self.forget(name)
+        # A model scaled to zero stays there: its next request loads the files as they are then.
         changed = [
             name
             for name in names
-            if (record := self._catalogue.snapshot.models.get(name)) is None
-            or record.fingerprint != fingerprints.get(name)
+            if name not in self._at_rest
+            and (
+                (record := self._catalogue.snapshot.models.get(name)) is None
+                or record.fingerprint != fingerprints.get(name)
+            )
         ]
         if self._budget is not None:
             # Under a budget a model loads on its first request, not because it appeared; only
@@ -245,7 +357,7 @@ class ModelLifecycle:
             # A model that failed is forgotten when its files change, so its next request tries again.
             for name in changed:
                 record = self._catalogue.snapshot.models.get(name)
-                if record is not None and not record.versions and record.reason not in (UNLOADED, EVICTED):
+                if record is not None and not record.versions and record.reason not in AT_REST:
                     self._catalogue.drop(name)
             changed = [
                 name for name in changed if (r := self._catalogue.snapshot.models.get(name)) is not None and r.versions
@@ -291,7 +403,10 @@ class ModelLifecycle:
         else:
             self._catalogue.publish(ModelRecord(name, ModelState.FAILED, reason, fingerprint=fingerprint))
 
-    async def _load(self, name: str, model: LocalModel) -> None:
+    async def _load(self, name: str, model: LocalModel, started: float) -> None:
+        """Load `model`'s versions beside what serves, then switch to them; `started`: when this
+        load began (monotonic), for its length."""
+        cause = COLD_START if name in self._at_rest else LOAD
         old = self._catalogue.snapshot.models.get(name)
         old_versions = dict(old.versions) if old is not None else {}
         kept: dict[int, VersionRecord] = {}
@@ -317,7 +432,10 @@ class ModelLifecycle:
                 showing[version] = VersionRecord(version=version, state=ModelState.LOADING)
         state = ModelState.READY if any(v.state is ModelState.READY for v in showing.values()) else ModelState.LOADING
         fingerprint, owned_dir = (old.fingerprint, old.owned_dir) if old is not None else (None, None)
-        self._catalogue.publish(ModelRecord(name, state, "", MappingProxyType(showing), fingerprint, owned_dir))
+        override = old.override if old is not None else None
+        self._catalogue.publish(
+            ModelRecord(name, state, "", MappingProxyType(showing), fingerprint, owned_dir, override)
+        )
 
         need = sum(model.memory_bytes.get(version, 0) for version in to_load)
         new_model = not any(v.handle is not None for v in old_versions.values())
@@ -325,7 +443,7 @@ class ModelLifecycle:
         if budget is not None:
             await budget.make_room(name, need, new_model, self._catalogue.records, self._changing, self._evict)
         try:
-            loaded = await asyncio.gather(*(self._load_version(name, model, version) for version in to_load))
+            loaded = await asyncio.gather(*(self._load_version(name, model, version, cause) for version in to_load))
         finally:
             if budget is not None:
                 budget.release(need, new_model)
@@ -350,8 +468,14 @@ class ModelLifecycle:
         else:
             state, reason = ModelState.FAILED, "; ".join(failures)
         self._catalogue.publish(
-            ModelRecord(name, state, reason, MappingProxyType(versions), model.fingerprint, model.owned_dir)
+            ModelRecord(
+                name, state, reason, MappingProxyType(versions), model.fingerprint, model.owned_dir, model.override
+            )
         )
+        if state is ModelState.READY:
+            self._load_s[name] = seconds = time.monotonic() - started
+            if self._at_rest.pop(name, None) is not None:
+                _log_cold_start(name, seconds, [versions[v] for v in to_load if versions[v].state is ModelState.READY])
         # Traffic has moved: what no longer serves drains in the background.
         serving = {id(v.handle) for v in versions.values() if v.handle is not None}
         for replaced in old_versions.values():
@@ -362,7 +486,7 @@ class ModelLifecycle:
         if failures:
             raise ModelLoadError(f"model '{name}' failed to load: {'; '.join(failures)}")
 
-    async def _load_version(self, name: str, model: LocalModel, version: int) -> VersionRecord:
+    async def _load_version(self, name: str, model: LocalModel, version: int, cause: str) -> VersionRecord:
         if self._load_slots is None:
             self._load_slots = asyncio.Semaphore(LOAD_WORKERS)
         files = model.fingerprint.version(version) if model.fingerprint is not None else None
@@ -376,7 +500,7 @@ class ModelLifecycle:
                 )
             except InferdError as exc:
                 return self._version_failed(name, version, exc, model, files)
-            self._metrics.version_loaded(name, LoadTimings(session_s=0.0, warmup_s=0.0))
+            self._metrics.version_loaded(name, LoadTimings(session_s=0.0, warmup_s=0.0), cause)
             return VersionRecord(version, ModelState.READY, "", ensemble, None, files, model.config)
         async with self._load_slots:
             try:
@@ -396,7 +520,7 @@ class ModelLifecycle:
                 timings = replace(timings, fetch_s=model.fetch_s)
             except InferdError as exc:
                 return self._version_failed(name, version, exc, model, files)
-        self._metrics.version_loaded(name, timings)
+        self._metrics.version_loaded(name, timings, cause)
         return VersionRecord(
             version, ModelState.READY, "", handle, timings, files, model.config, model.memory_bytes.get(version, 0)
         )
@@ -424,7 +548,7 @@ class ModelLifecycle:
             # was never loaded, unloaded or evicted loads on demand, or one loading now (its
             # load's lock is then waited for, not taken again).
             loading = record.state is ModelState.LOADING or self._lock(name).locked()
-            return loading or (record.reason in (UNLOADED, EVICTED) and not record.versions)
+            return loading or (record.reason in AT_REST and not record.versions)
         now = time.monotonic()
         listed_at, names = self._names
         if now - listed_at > NAMES_TTL_S:
@@ -446,3 +570,20 @@ class ModelLifecycle:
     async def _evict(self, name: str) -> None:
         self._metrics.model_evicted(name)
         await self.unload(name, reason=EVICTED)
+
+
+def _log_cold_start(name: str, seconds: float, versions: list[VersionRecord]) -> None:
+    """One line for a cold start, with each loaded version's phases."""
+    phases = "; ".join(
+        f"version {v.version}: fetch {v.timings.fetch_s:.3f} s, session {v.timings.session_s:.3f} s, "
+        f"warm-up {v.timings.warmup_s:.3f} s"
+        for v in versions
+        if v.timings is not None
+    )
+    logger.info(
+        "model %s: cold start in %.3f s (%s)",
+        name,
+        seconds,
+        phases or "no phases",
+        extra={"model": name, "cold_start_s": round(seconds, 6)},
+    )

@@ -37,6 +37,8 @@ class LocalModel:
     versions: list[int]
     fingerprint: ModelFingerprint | None
     owned_dir: Path | None = None
+    # The config a load request gave in place of config.pbtxt (None: the folder's own was read).
+    override: ModelConfig | None = None
     # Seconds spent bringing the files to `model_dir` (a remote repository's fetch).
     fetch_s: float = 0.0
     # version -> the runtime's estimate of its resident memory once loaded.
@@ -52,14 +54,20 @@ def read_local_model(
     *,
     code_may_change: bool = True,
     batching_defaults: BatchingDefaults | None = None,
+    kept_dir: Path | None = None,
 ) -> LocalModel:
     """`config` replaces the folder's config.pbtxt; `files` (relative path -> bytes) replace the
     repository's folder; `code_may_change`: False refuses a `config` that changes what code runs;
-    `batching_defaults`: what every batching model takes (--tfserving-batching-parameters)."""
+    `batching_defaults`: what every batching model takes (--tfserving-batching-parameters);
+    `kept_dir`: the folder inferd made for files an earlier load was sent, kept while the model
+    rested (scaled to zero or evicted), loaded again in place of the repository's."""
     owned_dir = None
     fetch_s = 0.0
+    override = config
     if files:
         owned_dir = model_dir = write_model_files(name, files)
+    elif kept_dir is not None:
+        owned_dir = model_dir = kept_dir
     else:
         fetch_started = time.perf_counter()
         model_dir = repository.localize(name, ())  # the config and shared files first
@@ -99,13 +107,13 @@ def read_local_model(
                 check_override(config, model_dir, selected)
         check_config_paths(config, model_dir, selected)
     except BaseException as exc:
-        if owned_dir is not None:
+        if owned_dir is not None and owned_dir != kept_dir:
             shutil.rmtree(owned_dir, ignore_errors=True)
         if isinstance(exc, InferdError):  # config.pbtxt's errors name its path
             raise relative_to_model_folder(exc, str(model_dir)) from exc
         raise
     memory = {version: estimated_memory_bytes(config, model_dir, version, fingerprint) for version in selected}
-    return LocalModel(model_dir, config, selected, fingerprint, owned_dir, fetch_s, memory)
+    return LocalModel(model_dir, config, selected, fingerprint, owned_dir, override, fetch_s, memory)
 
 
 def estimated_memory_bytes(

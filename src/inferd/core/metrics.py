@@ -47,13 +47,20 @@ class Metrics(Protocol):
         """One execution of the runtime, on a batch of `rows` rows from one or more requests."""
         ...
 
-    def version_loaded(self, model: str, timings: LoadTimings) -> None: ...
+    def version_loaded(self, model: str, timings: LoadTimings, cause: str = "load") -> None:
+        """A version loaded, its phases counted under `cause` ("load", or "cold_start": the first
+        request after the model was scaled to zero)."""
+        ...
 
     def version_load_failed(self, model: str) -> None: ...
 
     def model_unloaded(self, model: str) -> None: ...
 
     def model_evicted(self, model: str) -> None: ...
+
+    def model_scaled_to_zero(self, model: str) -> None:
+        """A model was unloaded because it stayed idle for its idle_unload_seconds."""
+        ...
 
     def on_demand_hit(self) -> None:
         """A request found its model loaded (counted only when on-demand loading is on)."""
@@ -95,7 +102,7 @@ class NoMetrics:
     def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
         return None
 
-    def version_loaded(self, model: str, timings: LoadTimings) -> None:
+    def version_loaded(self, model: str, timings: LoadTimings, cause: str = "load") -> None:
         return None
 
     def version_load_failed(self, model: str) -> None:
@@ -105,6 +112,9 @@ class NoMetrics:
         return None
 
     def model_evicted(self, model: str) -> None:
+        return None
+
+    def model_scaled_to_zero(self, model: str) -> None:
         return None
 
     def on_demand_hit(self) -> None:

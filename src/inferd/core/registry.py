@@ -9,13 +9,15 @@ service and ensembles' steps call. What it answers itself are the questions abou
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from inferd.config.batching import BatchingDefaults
 from inferd.config.model import ModelConfig
+from inferd.config.scale_to_zero import SCALE_TO_ZERO_OFF, ScaleToZeroDefaults
 from inferd.core.budget import LoadBudget, MemoryBudget
 from inferd.core.catalogue import UNLOADED, Catalogue, ModelRecord, ModelState, Snapshot, VersionRecord
 from inferd.core.dispatcher import Dispatcher
+from inferd.core.idle_unload import IdleUnloader
 from inferd.core.lifecycle import ModelLifecycle
 from inferd.core.metrics import Metrics
 from inferd.core.repository import ModelRepository
@@ -36,13 +38,16 @@ class ModelRegistry:
         shared_intra_op_pool: bool = True,
         batching_defaults: BatchingDefaults | None = None,
         tracer: RequestTracer | None = None,
+        scale_to_zero: ScaleToZeroDefaults = SCALE_TO_ZERO_OFF,
     ) -> None:
         """`metrics`: where requests, executions and loads are counted (a `ServingStatistics` of
         its own when not given; the service reads the same); `budget`: turns on on-demand loading;
         `execution_threads`: the worker threads every loaded model shares (0: the default);
         `shared_intra_op_pool`: whether sessions compute on one pool (see core.executor);
         `batching_defaults`: settings every batching model takes (--tfserving-batching-parameters);
-        `tracer`: hears of every request and every loaded version's executions when the server traces."""
+        `tracer`: hears of every request and every loaded version's executions when the server traces;
+        `scale_to_zero`: the server's defaults of idle unloading and cold starts (core.idle_unload).
+        Models load on a request's demand under a budget, and when they were scaled to zero."""
         self._repository = repository
         self._budget = budget
         self.metrics: Metrics = metrics if metrics is not None else ServingStatistics()
@@ -53,7 +58,7 @@ class ModelRegistry:
             self.metrics,
             tracer,
             budget=memory,
-            load_on_demand=self._load_on_demand if memory is not None else None,
+            load_on_demand=self._load_on_demand,
         )
         self._lifecycle = ModelLifecycle(
             repository,
@@ -65,6 +70,7 @@ class ModelRegistry:
             shared_intra_op_pool=shared_intra_op_pool,
             batching_defaults=batching_defaults,
             tracer=tracer,
+            scale_to_zero=scale_to_zero,
         )
 
     @property
@@ -130,6 +136,16 @@ class ModelRegistry:
     async def poll(self) -> None:
         """Bring the served models in line with the repository; see `ModelLifecycle.poll`."""
         await self._lifecycle.poll()
+
+    def idle_unloader(self, backlog: Callable[[], list[str]] = list) -> IdleUnloader:
+        """What scales idle models to zero (its `run` is the server's task); `backlog`: the models
+        async jobs wait for now, which keeps them loaded."""
+        return IdleUnloader(
+            lambda: self.catalogue.snapshot,
+            self._lifecycle.scale_to_zero,
+            self._lifecycle.scale_to_zero_defaults.idle_unload_s,
+            backlog,
+        )
 
     async def close(self) -> None:
         """Drain every handle (shutdown)."""

@@ -23,6 +23,9 @@ BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 # Model loads: from a small model's milliseconds to a large one's minutes.
 LOAD_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 LOAD_PHASES = ("fetch", "session", "warmup")
+# Why a version loaded: asked (startup, poll, the load API, on demand under a budget), or the first
+# request after its model was scaled to zero (core.lifecycle's LOAD and COLD_START).
+LOAD_CAUSES = ("load", "cold_start")
 
 
 @dataclass(slots=True)
@@ -130,11 +133,14 @@ class ServingStatistics:
         # doors times the ErrorCode enum.
         self.unresolved: dict[tuple[str, str], int] = {}
         # Model management, server-wide (no model label: a fleet of many models adds no series):
-        # each version load's time by phase, loads by outcome, unloads.
-        self.load_phases = {phase: Histogram.with_bounds(LOAD_BUCKETS_S) for phase in LOAD_PHASES}
+        # each version load's time by (cause, phase), loads by outcome, unloads, scale to zero.
+        self.load_phases = {
+            (cause, phase): Histogram.with_bounds(LOAD_BUCKETS_S) for cause in LOAD_CAUSES for phase in LOAD_PHASES
+        }
         self.loads = {"success": 0, "failure": 0}
         self.unloads = 0
         self.evictions = 0
+        self.scaled_to_zero = 0
         self.on_demand = {"hit": 0, "miss": 0}
         # Shadows' copies: (endpoint, shadow, outcome) -> count; (endpoint, shadow) -> dropped; (endpoint,
         # shadow, "agree" or "differ") -> count; (endpoint, shadow, output) -> the largest |diff| seen.
@@ -173,11 +179,11 @@ class ServingStatistics:
         stats.inference_count += rows
         stats.last_inference_ms = int(time.time() * 1000)
 
-    def version_loaded(self, model: str, timings: LoadTimings) -> None:
+    def version_loaded(self, model: str, timings: LoadTimings, cause: str = "load") -> None:
         self.loads["success"] += 1
-        self.load_phases["fetch"].observe(timings.fetch_s)
-        self.load_phases["session"].observe(timings.session_s)
-        self.load_phases["warmup"].observe(timings.warmup_s)
+        self.load_phases[(cause, "fetch")].observe(timings.fetch_s)
+        self.load_phases[(cause, "session")].observe(timings.session_s)
+        self.load_phases[(cause, "warmup")].observe(timings.warmup_s)
 
     def version_load_failed(self, model: str) -> None:
         self.loads["failure"] += 1
@@ -187,6 +193,9 @@ class ServingStatistics:
 
     def model_evicted(self, model: str) -> None:
         self.evictions += 1
+
+    def model_scaled_to_zero(self, model: str) -> None:
+        self.scaled_to_zero += 1
 
     def on_demand_hit(self) -> None:
         self.on_demand["hit"] += 1

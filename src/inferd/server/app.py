@@ -12,11 +12,13 @@ import shutil
 import signal
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import grpc
 
+from inferd.config.scale_to_zero import ScaleToZeroDefaults
 from inferd.config.server import HttpServerKind, IntraOpPools, ModelControlMode, ServerSettings
 from inferd.config.tracing import EXTRA, TracingSettings
 from inferd.core.async_inference import AsyncInference
@@ -87,6 +89,19 @@ async def serve(settings: ServerSettings) -> None:
         shutil.rmtree(cache_dir, ignore_errors=True)
 
 
+def _backlog_models(service: InferenceService, jobs: AsyncInference | None) -> Callable[[], list[str]]:
+    """The models async jobs wait for now (an endpoint's: its variants'), which stay loaded."""
+
+    def models() -> list[str]:
+        names = []
+        for entry in jobs.backlog if jobs is not None else ():
+            endpoint = service.endpoints.endpoints.get(entry.model)
+            names += [v.model for v in endpoint.spec.variants] if endpoint is not None else [entry.model]
+        return names
+
+    return models
+
+
 def start_tracing(settings: TracingSettings) -> Tracing:
     """The server's tracer; imports OpenTelemetry (the `tracing` extra), which nothing else does."""
     try:
@@ -122,6 +137,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         shared_intra_op_pool=settings.intra_op_pools is IntraOpPools.SHARED,
         batching_defaults=batching_defaults,
         tracer=tracing,
+        scale_to_zero=ScaleToZeroDefaults(settings.idle_unload_seconds, settings.max_held),
     )
     service = InferenceService(
         registry,
@@ -196,6 +212,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         settings.metrics_port,
         budget_bytes=settings.model_memory_budget_bytes,
         tls=tls,
+        at_zero=service.models_at_zero,
     )
 
     # Listeners come up before models load: liveness answers at once, readiness once loading is done.
@@ -250,13 +267,16 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     _freeze_startup_objects()
 
     poller = loop.create_task(_poll(registry, settings.repository_poll_s)) if mode is ModelControlMode.POLL else None
+    # Scale to zero: a sweep a second at most, whether or not a model has an idle limit yet (one
+    # loaded later may have).
+    idle_unloader = loop.create_task(registry.idle_unloader(_backlog_models(service, jobs)).run())
     endpoint_follower = None
     if settings.endpoints_file is not None:
         endpoint_follower = loop.create_task(
             follow_endpoint_file(service.endpoints, settings.endpoints_file, settings.repository_poll_s)
         )
     await stop.wait()
-    for task in (poller, endpoint_follower):
+    for task in (poller, endpoint_follower, idle_unloader):
         if task is not None:
             task.cancel()
     logger.info("shutting down: finishing in-flight requests (up to %.0f s)", settings.shutdown_timeout_s)

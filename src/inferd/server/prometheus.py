@@ -120,11 +120,14 @@ def serve_metrics(
     *,
     budget_bytes: int | None = None,
     tls: TlsFiles | None = None,
+    at_zero: Callable[[], list[str]] = list,
 ) -> Any:
     """Start the /metrics listener on a daemon thread; returns the server (has `.shutdown()`).
     With `tls`, HTTPS (and client certificates when it names a client CA), as the other ports."""
     registry = CollectorRegistry()
-    registry.register(_Exposition(statistics, model_states, load, memory, endpoint_totals, async_backlog, budget_bytes))
+    registry.register(
+        _Exposition(statistics, model_states, load, memory, endpoint_totals, async_backlog, budget_bytes, at_zero)
+    )
     if tls is None:
         server, _thread = start_http_server(port, addr=host, registry=registry)
         return server
@@ -177,8 +180,11 @@ class _Exposition(Collector):
         endpoint_totals: EndpointTotals,
         async_backlog: AsyncBacklog,
         budget_bytes: int | None,
+        at_zero: Callable[[], list[str]] = list,
     ) -> None:
+        """`at_zero`: the models scaled to zero now."""
         self._statistics = statistics
+        self._at_zero = at_zero
         self._endpoint_totals = endpoint_totals
         self._async_backlog = async_backlog
         self._model_states = model_states
@@ -294,12 +300,13 @@ class _Exposition(Collector):
         phases = HistogramMetricFamily(
             "inferd_model_load_duration_seconds",
             "Model version loads that succeeded: seconds per phase (fetch: files to local disk; session: "
-            "runtime sessions created; warmup: warm-up samples and placement timing).",
-            labels=["phase"],
+            "runtime sessions created; warmup: warm-up samples and placement timing), by cause (load, or "
+            "cold_start: the first request after the model was scaled to zero).",
+            labels=["phase", "cause"],
         )
-        for phase, histogram in statistics.load_phases.items():
+        for (cause, phase), histogram in statistics.load_phases.items():
             copied = histogram.copy()
-            phases.add_metric([phase], _cumulative_buckets(copied), copied.total)
+            phases.add_metric([phase, cause], _cumulative_buckets(copied), copied.total)
         yield phases
         loads = CounterMetricFamily("inferd_model_loads", "Model version loads, by outcome.", labels=["outcome"])
         for outcome, count in dict(statistics.loads).items():
@@ -309,6 +316,19 @@ class _Exposition(Collector):
         yield CounterMetricFamily(
             "inferd_model_evictions", "Models unloaded to make room under the budget.", value=statistics.evictions
         )
+        yield CounterMetricFamily(
+            "inferd_model_scaled_to_zero",
+            "Models unloaded because they stayed idle for their idle_unload_seconds (each also counts as an unload).",
+            value=statistics.scaled_to_zero,
+        )
+        at_zero = GaugeMetricFamily(
+            "inferd_model_at_zero",
+            "1 for each model scaled to zero now (its next request loads it: a cold start).",
+            labels=["model"],
+        )
+        for model in self._at_zero():
+            at_zero.add_metric([model], 1.0)
+        yield at_zero
         on_demand = CounterMetricFamily(
             "inferd_model_on_demand_requests",
             "With on-demand loading: requests that found their model loaded (hit) or loaded it (miss).",

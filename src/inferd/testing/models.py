@@ -272,7 +272,8 @@ def sleepy_model(
     )
 
 
-# y = x + `offset`, after `sleep_ms`; with `hold_file`, each execution first waits while that file
+# y = x + `offset`, after `sleep_ms`; its load sleeps `load_sleep_ms` (in `initialize`), then waits
+# while `load_hold_file` exists (bounded); with `hold_file`, each execution first waits while that file
 # exists (bounded); with `fail_every` N, every Nth execution raises; with `fail_negative` 1, an
 # execution with a negative value raises (the request that sent it, run alone, is the one refused):
 # a model that is slow, wrong or failing by construction, whatever the machine's speed.
@@ -292,6 +293,11 @@ class Model:
         self.fail_every = int(parameters.get("fail_every", "0"))
         self.fail_negative = parameters.get("fail_negative", "0") == "1"
         self.calls = 0
+        time.sleep(float(parameters.get("load_sleep_ms", "0")) / 1000)
+        load_hold = parameters.get("load_hold_file", "")
+        deadline = time.monotonic() + 120
+        while load_hold and os.path.exists(load_hold) and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     def execute(self, inputs):
         deadline = time.monotonic() + 120
@@ -309,7 +315,8 @@ class Model:
 
 def misbehaving_model(model_dir: Path, **parameters: object) -> None:
     """A Python model of x -> y (FP32 [4], batching up to 8) that misbehaves as `parameters` say:
-    `offset`, `sleep_ms`, `hold_file`, `fail_every`, `fail_negative` (see MISBEHAVING_MODEL)."""
+    `offset`, `sleep_ms`, `load_sleep_ms`, `load_hold_file`, `hold_file`, `fail_every`, `fail_negative` (see
+    MISBEHAVING_MODEL); other keys (`idle_unload_seconds`) are parameters of the config too."""
     python_model(model_dir / "1", MISBEHAVING_MODEL)
     settings = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in parameters.items())
     write_config(
