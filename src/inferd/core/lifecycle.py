@@ -251,11 +251,12 @@ class ModelLifecycle:
                     config=record.override if resting and record is not None else None,
                     kept_dir=record.owned_dir if resting and record is not None else None,
                 )
-        finally:
-            if held:
-                self._held[name] = held
+        finally:  # the others may have come and gone meanwhile: one less, whatever the order
+            left = self._held[name] - 1
+            if left:
+                self._held[name] = left
             else:
-                self._held.pop(name, None)
+                del self._held[name]
         if self._budget is not None:
             self._budget.touch(name)
 

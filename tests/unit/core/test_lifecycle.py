@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from inferd.config.scale_to_zero import ScaleToZeroDefaults
 from inferd.core.budget import LoadBudget
-from inferd.core.catalogue import EVICTED, UNLOADED, ModelState
+from inferd.core.catalogue import EVICTED, SCALED_TO_ZERO, UNLOADED, ModelState
 from inferd.core.handle import HandleState
 from inferd.core.registry import ModelRegistry
 from inferd.core.repository import LocalRepository
@@ -165,3 +166,59 @@ async def test_ensembles_that_need_each_other_are_a_load_error(tmp_path: Path, r
         )
     with pytest.raises(ModelLoadError, match="cycle: e1 → e2 → e1"):
         await registry.load("e1")
+
+
+# y = 3 * x; its load waits (at most 30 s) while the file LOAD_HOLD exists.
+SLOW_TO_LOAD = """
+import os
+import time
+
+
+class Model:
+    inputs = [{{"name": "x", "datatype": "FP32", "shape": [-1]}}]
+    outputs = [{{"name": "y", "datatype": "FP32", "shape": [-1]}}]
+
+    def initialize(self, args):
+        deadline = time.monotonic() + 30
+        while os.path.exists({hold!r}) and time.monotonic() < deadline:
+            time.sleep(0.002)
+
+    def execute(self, inputs):
+        return {{"y": inputs["x"] * 3}}
+"""
+
+
+async def test_a_cold_start_holds_at_most_max_held_requests_round_after_round(tmp_path: Path) -> None:
+    """Requests waiting for a model's cold start are counted in and out whatever order they
+    finish in: each round admits max_held of them again, and refuses the next with Retry-After."""
+    hold = tmp_path / "load-hold"
+    python_model(tmp_path / "models" / "m" / "1", SLOW_TO_LOAD.format(hold=str(hold)))
+    write_config(tmp_path / "models" / "m", 'backend: "python"')
+    registry = ModelRegistry(LocalRepository(tmp_path / "models"), scale_to_zero=ScaleToZeroDefaults(None, 3))
+    try:
+        await registry.load("m")
+        for _ in range(2):
+            assert await registry._lifecycle.scale_to_zero("m", lambda record: True)
+            assert registry.record("m").reason == SCALED_TO_ZERO
+            hold.touch()
+            waiting = [asyncio.ensure_future(registry.dispatcher.infer(request("m"))) for _ in range(3)]
+            await until(lambda: registry.record("m").state is ModelState.LOADING)
+            with pytest.raises(ModelNotReadyError) as refused:
+                await registry.dispatcher.infer(request("m"))
+            assert "is starting" in refused.value.message and refused.value.retry_after_s is not None
+            hold.unlink()
+            for answered in await asyncio.gather(*waiting):
+                assert answer(answered) == [3.0, 6.0]
+    finally:
+        hold.unlink(missing_ok=True)
+        await registry.close()
+
+
+async def test_a_model_scaled_to_zero_is_left_there_by_a_poll(tmp_path: Path, registry: ModelRegistry) -> None:
+    model(tmp_path / "models", "m", 2)
+    await registry.load("m")
+    assert await registry._lifecycle.scale_to_zero("m", lambda record: True)
+    await registry.poll()
+    assert registry.record("m").reason == SCALED_TO_ZERO and not registry.record("m").versions
+    assert answer(await registry.dispatcher.infer(request("m"))) == [2.0, 4.0]  # its next request loads it
+    assert registry.record("m").state is ModelState.READY
