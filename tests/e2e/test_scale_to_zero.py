@@ -185,10 +185,41 @@ def test_a_model_sent_with_its_load_comes_back_from_zero_with_its_files_and_conf
     client = clients.http(explicit.http_url)
     config = orjson.dumps({"max_batch_size": 8}).decode()
     client.load_model("sent", config=config, files={"file:1/model.onnx": (tmp_path / "model.onnx").read_bytes()})
-    for _ in range(2):  # loaded, then a cold start
+    nine = orjson.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [9, 16], "data": [0.0] * 144}]})
+    for _ in range(2):  # loaded, then a cold start (each request loads it again if it went to zero meanwhile)
         np.testing.assert_allclose(mlp_output(client, "sent"), expected_mlp(7), rtol=1e-6)
-        assert client.get_model_config("sent")["max_batch_size"] == 8
+        refused = http_request(explicit, "POST", "/v2/models/sent/infer", nine)  # the override's max_batch_size
+        assert refused.status == 400 and b"batch" in refused.body, refused.body
         wait_scaled_to_zero(explicit, "sent")
     assert reason(explicit, "pinned") == "READY"  # its idle_unload_seconds of 0 keeps it
     client.unload_model("sent")
     assert reason(explicit, "sent") == "unloaded"
+
+
+def test_async_jobs_waiting_for_a_model_keep_it_loaded(tmp_path: Path) -> None:
+    """One async job at a time: `held`'s job runs (held by its file) while `waiting`'s queues
+    behind it. `waiting` has nothing in flight for many idle limits, but a job in the backlog: it
+    stays loaded, answers the job, and then scales to zero."""
+    from tests.e2e.test_async_inference import body, submit, wait
+
+    hold = tmp_path / "hold"
+    misbehaving_model(tmp_path / "repository" / "held", hold_file=hold)
+    misbehaving_model(tmp_path / "repository" / "waiting", offset=1, idle_unload_seconds=1)
+    arguments = ("--state-dir", str(tmp_path / "state"), "--async-concurrency", "1")
+    with run_server(tmp_path / "repository", tmp_path / "server.log", *arguments) as server:
+        hold.touch()  # once loaded (its warm-up would wait too)
+        try:
+            running = submit(server, "held", body([1.0] * 4))
+            queued = submit(server, "waiting", body([2.0] * 4))
+            wait_for(lambda: 'inferd_async_backlog{model="waiting"} 1.0' in scrape(server), "waiting's job counted")
+            # Loaded now (a cold start if it was already at zero), with its job still queued.
+            assert output(infer(server, "waiting", [0, 0, 0, 0], 4)) == [1, 1, 1, 1]
+            before = sample(scrape(server), "inferd_model_scaled_to_zero_total")
+            time.sleep(3)  # three of its idle limits, its job still queued
+            assert reason(server, "waiting") == "READY"
+            assert sample(scrape(server), "inferd_model_scaled_to_zero_total") == before
+        finally:
+            hold.unlink(missing_ok=True)
+        assert wait(server, running["inference_id"])["state"] == "succeeded"
+        assert wait(server, queued["inference_id"])["state"] == "succeeded"
+        wait_scaled_to_zero(server, "waiting")
