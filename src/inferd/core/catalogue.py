@@ -10,7 +10,7 @@ loop's thread publishes (core.lifecycle does); any thread may read.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -183,10 +183,15 @@ class Catalogue:
         record = self.snapshot.models.get(name)
         return record.owned_dir if record is not None else None
 
-    def all_ready(self) -> bool:
+    def all_ready(self, resting: Collection[str] = ()) -> bool:
         """Every model loaded (or that failed to) is ready; ones at rest (unloaded, evicted or scaled
-        to zero: they load again when asked) do not count."""
-        return all(r.state is ModelState.READY for r in self.snapshot.models.values() if r.reason not in AT_REST)
+        to zero: they load again when asked) do not count, nor the `resting` ones (loading on a
+        request's demand)."""
+        return all(
+            r.state is ModelState.READY
+            for r in self.snapshot.models.values()
+            if r.reason not in AT_REST and r.name not in resting
+        )
 
 
 def _not_ready_message(record: ModelRecord) -> str:

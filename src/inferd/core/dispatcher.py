@@ -58,16 +58,19 @@ class Dispatcher:
         *,
         budget: MemoryBudget | None = None,
         load_on_demand: OnDemandLoad | None = None,
+        resting: Callable[[str], bool] = lambda name: False,
     ) -> None:
         """`metrics`: where requests are counted; `tracer`: hears of every request when the server
         traces; `budget`: given when models load on a request's demand under a memory budget;
         `load_on_demand`: loads a model that a request names and that does not serve, when it may
-        (scaled to zero, or under the budget; core.lifecycle)."""
+        (scaled to zero, or under the budget; core.lifecycle); `resting`: whether a model rests (its
+        next request loads it)."""
         self._catalogue = catalogue
         self._metrics = metrics
         self.tracer = tracer
         self._budget = budget
         self._load_on_demand = load_on_demand
+        self._resting = resting
         # When (perf_counter) a real-time request a model serves last began, whichever model:
         # async jobs hold back while they keep coming (core.async_inference).
         self.realtime_started_s = -math.inf
@@ -107,7 +110,7 @@ class Dispatcher:
         found = self._catalogue.ready_handle(name, version)
         # With a budget, a step model that was evicted loads again on the step's demand.
         if isinstance(found, EnsembleHandle) and self._budget is None:
-            check_steps_serving(found, self._catalogue.snapshot.serving, self._catalogue.ready_handle)
+            check_steps_serving(found, self._catalogue.snapshot.serving, self._catalogue.ready_handle, self._resting)
         return found
 
     # -- a request's count -------------------------------------------------------------------------

@@ -95,12 +95,16 @@ def ensemble_handle(
 
 
 def check_steps_serving(
-    ensemble: EnsembleHandle, serving: Mapping[tuple[str, str], Handle], ready_handle: ReadyHandle
+    ensemble: EnsembleHandle,
+    serving: Mapping[tuple[str, str], Handle],
+    ready_handle: ReadyHandle,
+    resting: Callable[[str], bool] = lambda name: False,
 ) -> None:
-    """ModelNotReadyError naming the first step whose model does not serve in `serving`."""
+    """ModelNotReadyError naming the first step whose model does not serve in `serving`, nor
+    `resting` (scaled to zero: the step's request loads it)."""
     for planned in ensemble.plan.steps:
         step = planned.step
-        if (step.model_name, step.version_label) not in serving:
+        if (step.model_name, step.version_label) not in serving and not resting(step.model_name):
             try:
                 ready_handle(step.model_name, step.version_label)
             except InferdError as exc:

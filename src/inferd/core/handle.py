@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,8 @@ from inferd.core.validation import answer, output_names, prepare_inputs
 from inferd.errors import ModelNotReadyError, OverloadedError
 from inferd.runtimes.base import release_freed_memory
 from inferd.types import InferRequest, InferResponse
+
+_SERIALS = itertools.count()
 
 
 class HandleState(enum.Enum):
@@ -48,6 +51,8 @@ class Handle:
     # Requests that ever came inside: the idle unloader (core.idle_unload) tells use from this,
     # so the request path pays one increment and no clock.
     arrivals: int = field(default=0, init=False)
+    # Tells this handle from every other one made in the process (an id() may be reused).
+    serial: int = field(default_factory=lambda: next(_SERIALS), init=False)
     state: HandleState = field(default=HandleState.READY, init=False)
     # Set by `drain` while it waits for the requests inside to finish.
     _idle: asyncio.Event | None = field(default=None, init=False)

@@ -32,7 +32,7 @@ logger = logging.getLogger("inferd.registry")
 MAX_TICK_S = 1.0
 MIN_TICK_S = 0.05
 
-# What a model's handles have seen: (id of the handle, requests that came inside it) per version.
+# What a model's handles have seen: (the handle's serial, requests that came inside it) per version.
 Arrivals = tuple[tuple[int, int], ...]
 
 
@@ -76,17 +76,21 @@ class IdleClock:
 
 
 def arrivals_of(record: ModelRecord) -> Arrivals:
-    return tuple((id(v.handle), v.handle.arrivals) for _, v in sorted(record.versions.items()) if v.handle is not None)
+    return tuple(
+        (v.handle.serial, v.handle.arrivals) for _, v in sorted(record.versions.items()) if v.handle is not None
+    )
 
 
 def idle_limit_s(config: ModelConfig, default_s: float | None) -> float | None:
     """The model's idle limit: its parameter over the server's default; None: never unloaded. A
-    sequence model waits at least as long as its sequences may idle (their state would be lost)."""
+    sequence model waits at least as long as its sequences may idle, and a sweep more (their
+    state would be lost: a sequence's idle time counts from its last request's end, a model's from
+    the sweep that saw it busy)."""
     limit = idle_unload_seconds(config.parameters, default_s)
     if limit is None or config.ensemble is not None:  # an ensemble holds nothing; its steps scale alone
         return None
     if config.sequence_batching is not None:
-        limit = max(limit, config.sequence_batching.max_idle_us / 1e6)
+        limit = max(limit, config.sequence_batching.max_idle_us / 1e6 + MAX_TICK_S)
     return limit
 
 
@@ -117,6 +121,8 @@ class IdleUnloader:
         waiting = set(self._backlog())
         uses = {}
         for name, record in self._snapshot().models.items():
+            if record.reason:  # a reload failed: the version serving now would not come back
+                continue
             config = next((v.config for v in record.versions.values() if v.handle is not None and v.config), None)
             limit = idle_limit_s(config, self._default_s) if config is not None else None
             if limit is not None:
@@ -141,10 +147,16 @@ class IdleUnloader:
         return unloaded
 
     async def run(self) -> None:
-        """Sweep until cancelled; an unload that fails is logged, and the model tried again later."""
+        """Sweep until cancelled; an unload that fails is logged, and the model tried again later.
+        Cancelled during a sweep, the unload under way finishes first (a model left half unloaded
+        would keep its sessions open past the server's close)."""
         while True:
             await asyncio.sleep(self.tick_s)
+            sweep = asyncio.ensure_future(self.sweep())
             try:
-                await self.sweep()
+                await asyncio.shield(sweep)
+            except asyncio.CancelledError:
+                await asyncio.gather(sweep, return_exceptions=True)
+                raise
             except Exception:
                 logger.exception("scale to zero: a sweep failed")

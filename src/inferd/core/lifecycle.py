@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import shutil
 import time
@@ -94,13 +95,18 @@ LOAD_WORKERS = 2
 NAMES_TTL_S = 1.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class AtRest:
-    """A model scaled to zero, as its cold start needs it: how many requests may wait for it, and
-    how long its last load took (for the Retry-After of those past them)."""
+    """A model unloaded to rest (scaled to zero, or evicted under the budget), as its next load
+    needs it: loaded again as it was (its config override, the folder of the files its load sent),
+    with at most `max_held` requests waiting for it, told to retry after about its last load's
+    length. Compared by identity: a load started for one rest does not serve the next."""
 
+    reason: str
     max_held: int
     load_s: float
+    override: ModelConfig | None = None
+    kept_dir: Path | None = None
 
 
 class ModelLifecycle:
@@ -139,9 +145,10 @@ class ModelLifecycle:
         self._load_slots: asyncio.Semaphore | None = None
         self._draining: set[asyncio.Task[None]] = set()
         self.scale_to_zero_defaults = scale_to_zero
-        # The models scaled to zero (their next request is a cold start), and how many requests
-        # wait for each model's on-demand load now.
+        # The models at rest (their next request loads them), the on-demand load under way for
+        # each (shared by its waiters), and how many requests wait for it.
         self._at_rest: dict[str, AtRest] = {}
+        self._starting: dict[str, asyncio.Future[None]] = {}
         self._held: dict[str, int] = {}
         # How long each model's last load took (wall clock, all its versions).
         self._load_s: dict[str, float] = {}
@@ -166,17 +173,23 @@ class ModelLifecycle:
         if_not_loaded: bool = False,
         code_may_change: bool = True,
         kept_dir: Path | None = None,
+        cause: str = LOAD,
+        resting: AtRest | None = None,
     ) -> None:
         """Load or reload `name`. `config` replaces its config.pbtxt; `files` (relative path ->
         bytes, e.g. "1/model.onnx") replace its folder; `if_not_loaded`: nothing to do when it
         serves already (an on-demand load that waited for another); `code_may_change`: False
         refuses a `config` that changes what code runs (`model_files.check_override`);
-        `kept_dir`: the folder of files an earlier load was sent, kept while it rested. Raises the
+        `kept_dir`: the folder of files an earlier load was sent, kept while it rested; `cause`:
+        what its phases are counted under; `resting`: the rest an on-demand load ends, nothing to
+        do when the model left it meanwhile (loaded, or unloaded on purpose). Raises the
         InferdError that says why when the model is unknown or a version fails (what was serving
         keeps serving), PermissionDeniedError (nothing published) for a refused override."""
         chain = check_no_cycle(name)
         async with self._lock(name):
             if if_not_loaded and self._catalogue.serves(name):
+                return
+            if resting is not None and self._at_rest.get(name) is not resting:
                 return
             started = time.monotonic()
             from_repository = not files and kept_dir is None
@@ -193,7 +206,7 @@ class ModelLifecycle:
                 logger.error("model %s failed to load: %s", name, exc.logged, extra={"model": name})
                 raise
             if model.config.ensemble is None:
-                await self._load_cleaning_up(name, model, started)
+                await self._load_cleaning_up(name, model, started, cause)
                 return
         # An ensemble: the models of its steps first, outside this model's lock (loading them
         # may wait for other loads, never for this one's).
@@ -208,11 +221,11 @@ class ModelLifecycle:
             if if_not_loaded and self._catalogue.serves(name):
                 self._discard_files(name, model)
                 return
-            await self._load_cleaning_up(name, model, time.monotonic())
+            await self._load_cleaning_up(name, model, time.monotonic(), cause)
 
-    async def _load_cleaning_up(self, name: str, model: LocalModel, started: float) -> None:
+    async def _load_cleaning_up(self, name: str, model: LocalModel, started: float, cause: str) -> None:
         try:
-            await self._load(name, model, started)
+            await self._load(name, model, started, cause)
         except BaseException:
             self._discard_files(name, model)
             raise
@@ -223,12 +236,18 @@ class ModelLifecycle:
             shutil.rmtree(model.owned_dir, ignore_errors=True)
 
     async def load_on_demand(self, name: str) -> None:
-        """Load `name` when a request names it and it was scaled to zero, or (under a budget) it is
-        a model of the repository that is not loaded. Concurrent callers share the one load, at
-        most `max_held` of them: the next are refused (ModelNotReadyError, 503 with Retry-After).
-        A failure stays in its record, which the request's answer reads."""
+        """Load `name` when a request names it and it rests (scaled to zero, or evicted), or (under
+        a budget) it is a model of the repository that is not loaded. Concurrent callers share the
+        one load, and its failure: at most `max_held` of them wait, the next are refused
+        (ModelNotReadyError, 503 with Retry-After). A failure stays in the model's record, which
+        the request's answer reads; a model that rested still rests, and the next request tries
+        again."""
         at_rest = self._at_rest.get(name)
-        if at_rest is None and (self._budget is None or not await self._loadable_on_demand(name)):
+        if (
+            name not in self._starting
+            and at_rest is None
+            and (self._budget is None or not await self._loadable_on_demand(name))
+        ):
             return
         limit = at_rest.max_held if at_rest is not None else self.scale_to_zero_defaults.max_held
         held = self._held.get(name, 0)
@@ -242,15 +261,11 @@ class ModelLifecycle:
         try:
             if self._budget is not None:
                 self._metrics.on_demand_miss()
-            record = self._catalogue.snapshot.models.get(name)
-            resting = record is not None and not record.versions and record.reason in AT_REST
-            with contextlib.suppress(ModelLoadError):  # as it was: its override, the files it was sent
-                await self.load(
-                    name,
-                    if_not_loaded=True,
-                    config=record.override if resting and record is not None else None,
-                    kept_dir=record.owned_dir if resting and record is not None else None,
-                )
+            starting = self._starting.get(name)
+            if starting is None:
+                starting = self._starting[name] = asyncio.ensure_future(self._load_resting(name, at_rest))
+                starting.add_done_callback(functools.partial(self._started, name))
+            await asyncio.shield(starting)  # a waiter that leaves does not stop the others' load
         finally:  # the others may have come and gone meanwhile: one less, whatever the order
             left = self._held[name] - 1
             if left:
@@ -260,13 +275,40 @@ class ModelLifecycle:
         if self._budget is not None:
             self._budget.touch(name)
 
+    async def _load_resting(self, name: str, at_rest: AtRest | None) -> None:
+        """The one on-demand load of `name`: as it was when it went to rest."""
+        cause = COLD_START if at_rest is not None and at_rest.reason == SCALED_TO_ZERO else LOAD
+        with contextlib.suppress(ModelLoadError):  # in its record, which each waiter's answer reads
+            await self.load(
+                name,
+                if_not_loaded=True,
+                config=at_rest.override if at_rest is not None else None,
+                kept_dir=at_rest.kept_dir if at_rest is not None else None,
+                cause=cause,
+                resting=at_rest,
+            )
+
+    def _started(self, name: str, starting: asyncio.Future[None]) -> None:
+        if self._starting.get(name) is starting:
+            del self._starting[name]
+        if not starting.cancelled():
+            starting.exception()  # retrieved: each waiter raised it already, or none was left
+
     def _retry_after_s(self, name: str) -> float:
         """When a refused waiter may find the model loaded: its last load's length, at least 1 s."""
         return max(1.0, round(self._load_s.get(name, 1.0), 1))
 
     def at_rest(self, name: str) -> bool:
-        """Whether `name` is scaled to zero (its next request loads it)."""
+        """Whether `name` rests (scaled to zero or evicted): its next request loads it."""
         return name in self._at_rest
+
+    def resting(self) -> frozenset[str]:
+        """The models at rest, cold starts under way included."""
+        return frozenset(self._at_rest)
+
+    def at_zero(self) -> list[str]:
+        """The models scaled to zero now (a cold start under way included)."""
+        return sorted(name for name, rest in self._at_rest.items() if rest.reason == SCALED_TO_ZERO)
 
     async def scale_to_zero(self, name: str, still_idle: Callable[[ModelRecord], bool]) -> bool:
         """Unload `name` because it is idle, when `still_idle(record)` still holds once its lock is
@@ -294,17 +336,26 @@ class ModelLifecycle:
             if only_if is not None and not only_if(record):
                 return False
             handles = [v.handle for v in record.versions.values() if v.handle is not None]
-            config = next((v.config for v in record.versions.values() if v.config is not None), None)
+            resting = reason in (SCALED_TO_ZERO, EVICTED)
+            if resting:
+                # At rest from now on, not once drained: a request meanwhile waits for the unload
+                # and then loads it again, as it was (its override, the files its load sent).
+                config = next((v.config for v in record.versions.values() if v.config is not None), None)
+                defaults = self.scale_to_zero_defaults
+                held = max_held(config.parameters, defaults.max_held) if config is not None else defaults.max_held
+                load_s = self._load_s.get(name, 0.0)
+                self._at_rest[name] = AtRest(reason, held, load_s, record.override, record.owned_dir)
+            else:
+                self._at_rest.pop(name, None)
             self._catalogue.publish(
                 replace(record, state=ModelState.UNLOADING, reason="", versions=MappingProxyType({}))
             )
             logger.info("model %s: unloading", name, extra={"model": name})
             await asyncio.gather(*(handle.drain() for handle in handles))
-            resting = reason in (SCALED_TO_ZERO, EVICTED)
             if record.owned_dir is not None and not resting:
                 shutil.rmtree(record.owned_dir, ignore_errors=True)
             await asyncio.to_thread(self._repository.release, name)
-            if resting:  # it loads again as it was: its override and the files it was sent stay
+            if resting:  # the record keeps the override and the folder too (unload and close remove it)
                 # A poll finds a model scaled to zero unchanged (its fingerprint) and leaves it there.
                 fingerprint = record.fingerprint if reason == SCALED_TO_ZERO else None
                 self._catalogue.publish(
@@ -314,15 +365,11 @@ class ModelLifecycle:
             else:
                 self._catalogue.publish(ModelRecord(name=name, state=ModelState.FAILED, reason=reason))
             if reason == SCALED_TO_ZERO:
-                defaults = self.scale_to_zero_defaults
-                held = max_held(config.parameters, defaults.max_held) if config is not None else defaults.max_held
-                self._at_rest[name] = AtRest(held, self._load_s.get(name, 0.0))
                 self._metrics.model_scaled_to_zero(name)
-            else:
-                self._at_rest.pop(name, None)
             if self._budget is not None:
                 self._budget.forget(name)
-            self._metrics.model_unloaded(name)
+            if handles:  # a model at rest unloaded again was counted when it left
+                self._metrics.model_unloaded(name)
             if reason != SCALED_TO_ZERO:  # the idle unloader says why, with the idle time
                 logger.info("model %s: %s", name, reason, extra={"model": name})
             return True
@@ -402,12 +449,14 @@ class ModelLifecycle:
         if old is not None and old.ready_versions():
             self._catalogue.publish(replace(old, reason=f"reloading failed: {reason}", fingerprint=fingerprint))
         else:
-            self._catalogue.publish(ModelRecord(name, ModelState.FAILED, reason, fingerprint=fingerprint))
+            # A model at rest keeps the folder of its files and its override (unload and close remove it).
+            owned_dir, override = (old.owned_dir, old.override) if old is not None else (None, None)
+            self._catalogue.publish(ModelRecord(name, ModelState.FAILED, reason, MappingProxyType({}), fingerprint,
+                                                owned_dir, override))  # fmt: skip
 
-    async def _load(self, name: str, model: LocalModel, started: float) -> None:
+    async def _load(self, name: str, model: LocalModel, started: float, cause: str) -> None:
         """Load `model`'s versions beside what serves, then switch to them; `started`: when this
-        load began (monotonic), for its length."""
-        cause = COLD_START if name in self._at_rest else LOAD
+        load began (monotonic), for its length; `cause`: what its phases count under."""
         old = self._catalogue.snapshot.models.get(name)
         old_versions = dict(old.versions) if old is not None else {}
         kept: dict[int, VersionRecord] = {}
@@ -475,7 +524,8 @@ class ModelLifecycle:
         )
         if state is ModelState.READY:
             self._load_s[name] = seconds = time.monotonic() - started
-            if self._at_rest.pop(name, None) is not None:
+            self._at_rest.pop(name, None)  # whatever loaded it: it serves
+            if cause == COLD_START:
                 _log_cold_start(name, seconds, [versions[v] for v in to_load if versions[v].state is ModelState.READY])
         # Traffic has moved: what no longer serves drains in the background.
         serving = {id(v.handle) for v in versions.values() if v.handle is not None}

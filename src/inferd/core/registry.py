@@ -59,6 +59,7 @@ class ModelRegistry:
             tracer,
             budget=memory,
             load_on_demand=self._load_on_demand,
+            resting=self._resting,
         )
         self._lifecycle = ModelLifecycle(
             repository,
@@ -102,8 +103,13 @@ class ModelRegistry:
         return self.catalogue.version_record(name, version)
 
     def all_ready(self) -> bool:
-        """Every model loaded (or that failed to) is ready; unloaded ones do not count."""
-        return self.catalogue.all_ready()
+        """Every model loaded (or that failed to) is ready; unloaded ones, and ones at rest (a cold
+        start under way included), do not count."""
+        return self.catalogue.all_ready(self._lifecycle.resting())
+
+    def at_zero(self) -> list[str]:
+        """The models scaled to zero now (a cold start under way included)."""
+        return self._lifecycle.at_zero()
 
     # -- changes (event loop) ----------------------------------------------------------------------
 
@@ -150,6 +156,9 @@ class ModelRegistry:
     async def close(self) -> None:
         """Drain every handle (shutdown)."""
         await self._lifecycle.close()
+
+    def _resting(self, name: str) -> bool:
+        return self._lifecycle.at_rest(name)
 
     async def _load_on_demand(self, name: str) -> None:
         # The dispatcher is made before the lifecycle it asks (the lifecycle gives it to ensembles).

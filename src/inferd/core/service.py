@@ -11,7 +11,7 @@ from inferd import __version__
 from inferd.config.loader import parse_model_config_json
 from inferd.config.model import ModelConfig, TensorConfig
 from inferd.config.server import ModelControlMode
-from inferd.core.catalogue import SCALED_TO_ZERO, ModelState
+from inferd.core.catalogue import ModelState
 from inferd.core.dispatcher import Dispatcher
 from inferd.core.endpoint_control import EndpointControl
 from inferd.core.endpoints import Variant
@@ -363,7 +363,7 @@ class InferenceService:
 
     def models_at_zero(self) -> list[str]:
         """The models scaled to zero now (their next request loads them)."""
-        return sorted(r.name for r in self._registry.records() if r.reason == SCALED_TO_ZERO and not r.versions)
+        return self._registry.at_zero()
 
     def model_states(self) -> list[tuple[str, str, ModelState]]:
         """(model, version, state) for every known version; a model with none reports version ""."""

@@ -279,6 +279,8 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     for task in (poller, endpoint_follower, idle_unloader):
         if task is not None:
             task.cancel()
+    # An unload under way finishes before the registry closes (it would skip a half-unloaded model).
+    await asyncio.gather(idle_unloader, return_exceptions=True)
     logger.info("shutting down: finishing in-flight requests (up to %.0f s)", settings.shutdown_timeout_s)
     service.shutting_down = True
     await asyncio.gather(

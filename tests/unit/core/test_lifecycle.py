@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from inferd.config.loader import parse_model_config
 from inferd.config.scale_to_zero import ScaleToZeroDefaults
 from inferd.core.budget import LoadBudget
 from inferd.core.catalogue import EVICTED, SCALED_TO_ZERO, UNLOADED, ModelState
@@ -222,3 +223,97 @@ async def test_a_model_scaled_to_zero_is_left_there_by_a_poll(tmp_path: Path, re
     assert registry.record("m").reason == SCALED_TO_ZERO and not registry.record("m").versions
     assert answer(await registry.dispatcher.infer(request("m"))) == [2.0, 4.0]  # its next request loads it
     assert registry.record("m").state is ModelState.READY
+
+
+# y = factor * x (the `factor` parameter, 1 without it); its load fails while the file FAIL
+# exists; its finalize (on unload) waits, at most 30 s, while the file HOLD exists.
+RESTING = """
+import os
+import time
+
+
+class Model:
+    inputs = [{{"name": "x", "datatype": "FP32", "shape": [-1]}}]
+    outputs = [{{"name": "y", "datatype": "FP32", "shape": [-1]}}]
+
+    def initialize(self, args):
+        if os.path.exists({fail!r}):
+            raise RuntimeError("this load fails by construction")
+        self.factor = float(args["parameters"].get("factor", "1"))
+
+    def finalize(self):
+        deadline = time.monotonic() + 30
+        while os.path.exists({hold!r}) and time.monotonic() < deadline:
+            time.sleep(0.002)
+
+    def execute(self, inputs):
+        return {{"y": inputs["x"] * self.factor}}
+"""
+
+
+def resting_model(tmp_path: Path) -> tuple[Path, Path]:
+    """Model `m` of RESTING, loaded with a config override of factor 5; (its fail file, its hold file)."""
+    fail, hold = tmp_path / "fail", tmp_path / "hold"
+    python_model(tmp_path / "models" / "m" / "1", RESTING.format(fail=str(fail), hold=str(hold)))
+    write_config(tmp_path / "models" / "m", 'backend: "python"')
+    return fail, hold
+
+
+FACTOR_5 = 'backend: "python" parameters { key: "factor" value { string_value: "5" } }'
+
+
+async def test_a_failed_cold_start_is_one_load_for_its_waiters_and_the_next_request_loads_it_as_it_was(
+    tmp_path: Path, registry: ModelRegistry
+) -> None:
+    fail, _ = resting_model(tmp_path)
+    await registry.load("m", config=parse_model_config(FACTOR_5, model_name="m"))
+    assert answer(await registry.dispatcher.infer(request("m"))) == [5.0, 10.0]
+    assert await registry._lifecycle.scale_to_zero("m", lambda record: True)
+    fail.touch()
+    failures = registry.metrics.loads["failure"]  # type: ignore[attr-defined]
+    results = await asyncio.gather(*(registry.dispatcher.infer(request("m")) for _ in range(5)), return_exceptions=True)
+    assert all(isinstance(result, ModelNotReadyError) for result in results), results
+    assert "fails by construction" in str(results[0])
+    assert registry.metrics.loads["failure"] == failures + 1  # type: ignore[attr-defined]
+    assert registry.all_ready()  # still at rest: a failed cold start does not make the server unready
+    fail.unlink()
+    assert answer(await registry.dispatcher.infer(request("m"))) == [5.0, 10.0]  # with its override
+
+
+async def test_a_request_during_the_unload_that_scales_to_zero_waits_and_loads_it_again(
+    tmp_path: Path, registry: ModelRegistry
+) -> None:
+    _, hold = resting_model(tmp_path)
+    await registry.load("m")
+    hold.touch()
+    try:
+        unloading = asyncio.ensure_future(registry._lifecycle.scale_to_zero("m", lambda record: True))
+        await until(lambda: registry.record("m").state is ModelState.UNLOADING)
+        arriving = asyncio.ensure_future(registry.dispatcher.infer(request("m")))
+        await asyncio.sleep(0.05)
+        assert not arriving.done()  # waits for the unload, then for its own load
+    finally:
+        hold.unlink(missing_ok=True)
+    assert await unloading
+    assert answer(await arriving) == [1.0, 2.0]
+
+
+async def test_an_ensemble_is_ready_while_its_step_model_is_scaled_to_zero(
+    tmp_path: Path, registry: ModelRegistry
+) -> None:
+    model(tmp_path / "models", "step", 2)
+    write_config(
+        tmp_path / "models" / "twice",
+        """
+        platform: "ensemble"
+        input [ { name: "x" data_type: TYPE_FP32 dims: [ -1 ] } ]
+        output [ { name: "y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+        ensemble_scheduling { step [ { model_name: "step"
+          input_map { key: "x" value: "x" } output_map { key: "y" value: "y" } } ] }
+        """,
+    )
+    await registry.load("twice")
+    assert await registry._lifecycle.scale_to_zero("step", lambda record: True)
+    registry.dispatcher.ready_handle("twice", "")  # ready: its step's request loads the step
+    assert answer(await registry.dispatcher.infer(request("twice"))) == [2.0, 4.0]
+    assert registry.record("step").state is ModelState.READY
