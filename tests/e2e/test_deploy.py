@@ -30,6 +30,7 @@ from inferd.tools import profiles
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 KSERVE_SCHEMAS = ROOT / "tests" / "data" / "kserve"
+KEDA_SCHEMAS = ROOT / "tests" / "data" / "keda"
 KUBERNETES_VERSION = "1.33.0"
 
 
@@ -57,8 +58,9 @@ def strict(schema: Any) -> Any:
     return schema
 
 
-def kserve_validator(kind: str, version: str) -> jsonschema.Draft7Validator:
-    record = json.loads(gzip.decompress((KSERVE_SCHEMAS / f"{kind}.schema.json.gz").read_bytes()))
+def crd_validator(folder: Path, kind: str, version: str) -> jsonschema.Draft7Validator:
+    """A custom resource's vendored schema (KServe's, KEDA's), strict."""
+    record = json.loads(gzip.decompress((folder / f"{kind}.schema.json.gz").read_bytes()))
     schema = strict(record["versions"][version])
     schema["properties"]["metadata"] = {"type": "object"}  # what the API server checks for every kind
     return jsonschema.Draft7Validator(schema)
@@ -66,8 +68,9 @@ def kserve_validator(kind: str, version: str) -> jsonschema.Draft7Validator:
 
 def validate(document: dict[str, Any]) -> None:
     group, _, version = document["apiVersion"].rpartition("/")
-    if group == "serving.kserve.io":
-        errors = list(kserve_validator(document["kind"], version).iter_errors(document))
+    custom = {"serving.kserve.io": KSERVE_SCHEMAS, "keda.sh": KEDA_SCHEMAS}
+    if group in custom:
+        errors = list(crd_validator(custom[group], document["kind"], version).iter_errors(document))
         assert not errors, f"{document['kind']}: {[(list(e.absolute_path), e.message) for e in errors[:3]]}"
         return
     # SchemaNotFoundError (a kind it cannot check) propagates: a failure, not a warning.
@@ -289,3 +292,62 @@ def test_the_queue_autoscaler_reads_inferds_queue_metric(plan_path: Path, tmp_pa
         assert metric["pods"]["metric"]["name"] == "inferd_queue_depth"
         assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": "6"}
         assert autoscaler["spec"]["maxReplicas"] == 3
+
+
+def test_scale_to_zero_renders_each_bin_serverless_and_async_workers_scaled_by_keda(
+    plan_path: Path, tmp_path: Path
+) -> None:
+    """Each bin an InferenceService in Knative mode that scales to zero on concurrency, whose pods
+    take no request before their models serve (the runtime's readiness is inferd's) and are not cut
+    while they load; async workers that KEDA scales from zero on each priority stream's lag, kept
+    while their jobs run. Every document validates (KServe's and KEDA's vendored schemas, strict)."""
+    plan = json.loads(plan_path.read_text())
+    output = tmp_path / "k8s"
+    result = inferd("deploy", "k8s", str(plan_path), "-o", str(output), "--model-repository", "s3://models/fleet",
+                    "--scale-to-zero", "--scale-target", "6", "--max-load-seconds", "900", "--scale-down-delay", "120",
+                    "--async-queue", "redis://redis.inferd:6379/2", "--async-payload-path", "s3://jobs/in",
+                    "--async-output-path", "s3://jobs/out", "--async-priorities", "0,5")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"kubectl apply -k {output / 'async'}" in result.stdout
+    kserve, workers = render(output / "kserve"), render(output / "async")
+    for document in (*kserve, *workers):
+        validate(document)
+
+    (runtime,) = [d for d in kserve if d["kind"] == "ServingRuntime"]
+    readiness = runtime["spec"]["containers"][0]["readinessProbe"]["httpGet"]
+    assert readiness == {"path": "/v2/health/ready", "port": 8080}  # 200 only once its models serve
+    services = {d["metadata"]["name"]: d for d in kserve if d["kind"] == "InferenceService"}
+    assert set(services) == {f"inferd-{i['name']}" for i in plan["instances"]}
+    for instance in plan["instances"]:
+        service = services[f"inferd-{instance['name']}"]
+        annotations = service["metadata"]["annotations"]
+        assert annotations["serving.kserve.io/deploymentMode"] == "Serverless"
+        assert annotations["serving.knative.dev/progress-deadline"] == "900s"  # a pod loading is not cut
+        assert annotations["autoscaling.knative.dev/scale-down-delay"] == "120s"
+        predictor = service["spec"]["predictor"]
+        assert predictor["minReplicas"] == 0 and predictor["scaleTarget"] == 6
+        assert predictor["scaleMetric"] == "concurrency"
+        args = predictor["model"]["args"]  # appended to the runtime's by KServe
+        assert sorted(args[i + 1] for i, arg in enumerate(args) if arg == "--load-model") == sorted(instance["models"])
+
+    (scaled,) = [d for d in workers if d["kind"] == "ScaledObject"]
+    (deployment,) = [d for d in workers if d["kind"] == "Deployment"]
+    assert "replicas" not in deployment["spec"]  # KEDA's
+    assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert scaled["spec"]["minReplicaCount"] == 0 and scaled["spec"]["initialCooldownPeriod"] == 900
+    triggers = {t["name"]: t["metadata"] for t in scaled["spec"]["triggers"]}
+    assert set(triggers) == {"waiting-0", "running-0", "waiting-5", "running-5"}
+    for priority in (0, 5):
+        waiting, running = triggers[f"waiting-{priority}"], triggers[f"running-{priority}"]
+        # The names inferd's Redis queue uses (core.redis_job_queue through config.async_queue).
+        assert waiting["stream"] == running["stream"] == f"inferd:async:stream:{priority}"
+        assert waiting["consumerGroup"] == running["consumerGroup"] == "workers"
+        assert waiting["address"] == "redis.inferd:6379" and waiting["databaseIndex"] == "2"
+        assert "lagCount" in waiting and "pendingEntriesCount" in running
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][container["args"].index("--async-queue") + 1] == "redis://redis.inferd:6379/2"
+
+    refused = inferd("deploy", "k8s", str(plan_path), "-o", str(tmp_path / "bad"), "--model-repository", "s3://m",
+                     "--scale-to-zero", "--async-queue", "redis://r:6379/0", "--async-payload-path", "/tmp/x",
+                     "--async-output-path", "s3://o")  # fmt: skip
+    assert refused.returncode != 0 and "--async-payload-path must be an s3:// place" in refused.stderr

@@ -223,3 +223,46 @@ def test_async_jobs_waiting_for_a_model_keep_it_loaded(tmp_path: Path) -> None:
         assert wait(server, running["inference_id"])["state"] == "succeeded"
         assert wait(server, queued["inference_id"])["state"] == "succeeded"
         wait_scaled_to_zero(server, "waiting")
+
+
+def test_a_starting_server_is_not_ready_until_its_models_serve(tmp_path: Path) -> None:
+    """What a pod's readiness probe reads (`inferd deploy k8s --scale-to-zero`): live at once,
+    ready only once its models serve, so Knative routes nothing to it before."""
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    from inferd.tools.ports import free_ports
+
+    hold = tmp_path / "load"
+    hold.touch()
+    misbehaving_model(tmp_path / "repository" / "slow", load_hold_file=hold)
+    http, grpc, metrics = free_ports(3)
+    command = [sys.executable, "-m", "inferd", "serve", "--model-repository", str(tmp_path / "repository"),
+               "--host", "127.0.0.1", "--http-port", str(http), "--grpc-port", str(grpc),
+               "--metrics-port", str(metrics)]  # fmt: skip
+
+    def status(path: str) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}{path}", timeout=5) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as error:
+            return int(error.code)
+        except OSError:
+            return 0  # not listening yet
+
+    with (tmp_path / "server.log").open("wb") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: status("/v2/health/live") == 200, "live")
+        for _ in range(5):  # its model's load is held: never ready meanwhile
+            assert status("/v2/health/ready") == 503
+            time.sleep(0.1)
+        hold.unlink()
+        wait_for(lambda: status("/v2/health/ready") == 200, "ready once its model serves")
+        assert status("/v2/models/slow/ready") == 200
+    finally:
+        hold.unlink(missing_ok=True)
+        server.terminate()
+        server.wait(30)

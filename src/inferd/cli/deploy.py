@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from inferd import __version__
+
+if TYPE_CHECKING:
+    from inferd.tools.deploy.serverless import ServerlessSettings
 
 
 @click.group()
@@ -38,6 +42,21 @@ def deploy() -> None:
 @click.option("--pipeline-front", default="", help="Split pipeline: the front's repository (tokenizer, ensemble).")
 @click.option("--pipeline-model", default="", help="Split pipeline: the model side's repository (127.0.0.1:9000).")
 @click.option("--pipeline-routes", default="", help="Split pipeline: models the Ingress sends to it, comma-separated.")
+@click.option("--scale-to-zero", is_flag=True,
+              help="kserve/: each bin as a serverless InferenceService that scales to zero (Knative).")  # fmt: skip
+@click.option("--scale-target", type=click.IntRange(min=1), default=8, show_default=True,
+              help="With --scale-to-zero: requests in flight a pod takes before Knative adds one.")  # fmt: skip
+@click.option("--max-load-seconds", type=click.IntRange(min=1), default=600, show_default=True,
+              help="With --scale-to-zero: the longest a new pod may take to load its models.")  # fmt: skip
+@click.option("--scale-down-delay", "scale_down_delay_s", type=click.IntRange(min=0), default=300, show_default=True,
+              help="With --scale-to-zero: seconds a pod stays after its last request or job.")  # fmt: skip
+@click.option("--async-queue", default="",
+              help="With --scale-to-zero: redis://HOST:PORT/DB, the async queue: async/ gets workers that KEDA "
+                   "scales from zero on its streams' lag.")  # fmt: skip
+@click.option("--async-payload-path", default="", help="With --async-queue: s3:// place of async request bodies.")
+@click.option("--async-output-path", default="", help="With --async-queue: s3:// place of async results.")
+@click.option("--async-priorities", default="0", show_default=True,
+              help="With --async-queue: the job priorities clients use, comma-separated (a stream each).")  # fmt: skip
 def k8s(
     plan_path: Path,
     output: Path,
@@ -56,6 +75,14 @@ def k8s(
     pipeline_front: str,
     pipeline_model: str,
     pipeline_routes: str,
+    scale_to_zero: bool,
+    scale_target: int,
+    max_load_seconds: int,
+    scale_down_delay_s: int,
+    async_queue: str,
+    async_payload_path: str,
+    async_output_path: str,
+    async_priorities: str,
 ) -> None:
     """Write PLAN as Kubernetes manifests: a Deployment, Service, HPA and PDB per bin, a Service per
     set of bins sharing models, an Ingress routing /v2/models/{m} to the bins that hold m, and a
@@ -92,7 +119,39 @@ def k8s(
         pipeline_model=pipeline_model,
         pipeline_routes=routes,
     )
-    folders = write_k8s(plan, settings, output)
+    serverless = None
+    if scale_to_zero:
+        serverless = _serverless(scale_target, max_load_seconds, scale_down_delay_s, async_queue,
+                                 async_payload_path, async_output_path, async_priorities)  # fmt: skip
+    elif async_queue:
+        raise click.ClickException("--async-queue goes with --scale-to-zero")
+    folders = write_k8s(plan, settings, output, serverless)
     click.echo(f"{len(plan.instances)} bins, {len(plan.models)} models: {output}")
     for folder in folders:
         click.echo(f"  kubectl apply -k {folder}")
+
+
+def _serverless(
+    scale_target: int,
+    max_load_s: int,
+    scale_down_delay_s: int,
+    queue: str,
+    payloads: str,
+    outputs: str,
+    priorities: str,
+) -> ServerlessSettings:
+    from inferd.tools.deploy.serverless import ServerlessSettings
+
+    if queue:
+        if not queue.startswith(("redis://", "rediss://")):
+            raise click.ClickException(f"--async-queue {queue!r}: expected redis://HOST:PORT/DB")
+        for flag, place in (("--async-payload-path", payloads), ("--async-output-path", outputs)):
+            if not place.startswith("s3://"):
+                raise click.ClickException(
+                    f"--async-queue is shared by the async workers: {flag} must be an s3:// place all of them reach"
+                )
+    try:
+        levels = tuple(sorted({int(part) for part in priorities.split(",") if part.strip()}))
+    except ValueError:
+        raise click.ClickException(f"--async-priorities {priorities!r}: whole numbers, comma-separated") from None
+    return ServerlessSettings(scale_target, max_load_s, scale_down_delay_s, queue, payloads, outputs, levels or (0,))

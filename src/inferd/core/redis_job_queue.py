@@ -24,9 +24,9 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
+from inferd.config.async_queue import DEFAULT_PREFIX, GROUP, stream_name
 from inferd.core.async_jobs import IN_QUEUE, Backlog, Job, JobEnd, JobQuery, JobState, Lease, LeaseLength
 
-GROUP = "workers"
 # Pending entries looked at a lease for claims (ones whose lease ran out, or whose backoff ended).
 _PENDING_SCAN = 100
 # Jobs the list looks through (newest first) for those its filters match.
@@ -92,7 +92,7 @@ return encoded
 
 
 class RedisJobQueue:
-    def __init__(self, url: str, consumer: str = "", prefix: str = "inferd:async") -> None:
+    def __init__(self, url: str, consumer: str = "", prefix: str = DEFAULT_PREFIX) -> None:
         """`consumer`: this server's name in the consumer group, the same across its restarts (so
         that it takes back at once what it was running); default the host's name."""
         import redis
@@ -112,7 +112,7 @@ class RedisJobQueue:
         return ":".join((self._prefix, *parts))
 
     def _stream(self, priority: int) -> str:
-        stream = self._key("stream", str(priority))
+        stream = stream_name(priority, self._prefix)
         if stream not in self._groups:
             try:
                 self._redis.xgroup_create(stream, GROUP, id="0", mkstream=True)

@@ -66,11 +66,11 @@ def objects(plan: Plan, settings: DeploySettings) -> dict[str, list[Manifest]]:
     for instance in plan.instances:
         files[f"{instance.name}.yaml"] = [
             _deployment(instance, settings, member_of.get(instance.name, []), server_mb),
-            _service(instance.name, {BIN: instance.name}, settings),
+            service(instance.name, {BIN: instance.name}, settings),
             _autoscaler(instance.name, settings),
             _disruption_budget(instance.name),
         ]
-    shared = [_service(r.name, {_route_label(r.name): "member"}, settings) for r in plan_routes if len(r.instances) > 1]
+    shared = [service(r.name, {_route_label(r.name): "member"}, settings) for r in plan_routes if len(r.instances) > 1]
     if shared:
         files["routes.yaml"] = shared
     extra: list[tuple[str, str]] = []
@@ -85,7 +85,7 @@ def resource_name(label: str) -> str:
     return f"inferd-{label}"
 
 
-def _labels(component: str, settings: DeploySettings) -> dict[str, str]:
+def labels_of(component: str, settings: DeploySettings) -> dict[str, str]:
     return {NAME: "inferd", PART_OF: "inferd-fleet", "app.kubernetes.io/component": component, **settings.labels}
 
 
@@ -104,7 +104,7 @@ def _serve_args(repository: str, models: tuple[str, ...], settings: DeploySettin
     return [*args, "--shutdown-timeout", f"{settings.shutdown_timeout_s:g}", "--log-format", "json"]
 
 
-def _container(name: str, args: list[str], settings: DeploySettings, resources: Manifest) -> Manifest:
+def server_container(name: str, args: list[str], settings: DeploySettings, resources: Manifest) -> Manifest:
     env = [{"name": "AWS_ENDPOINT_URL", "value": settings.s3_endpoint}] if settings.s3_endpoint else []
     probe = {"port": "http"}
     return {
@@ -147,7 +147,7 @@ def _container(name: str, args: list[str], settings: DeploySettings, resources: 
     }
 
 
-def _pod_spec(containers: list[Manifest], settings: DeploySettings, node_type: str | None) -> Manifest:
+def pod_spec(containers: list[Manifest], settings: DeploySettings, node_type: str | None) -> Manifest:
     spec: Manifest = {
         # Longer than inferd's drain (--shutdown-timeout) plus the preStop pause, so Kubernetes
         # never kills a pod that is still finishing requests.
@@ -167,7 +167,7 @@ def _pod_spec(containers: list[Manifest], settings: DeploySettings, node_type: s
     return spec
 
 
-def _resources(instance: PlannedInstance, server_mb: float) -> Manifest:
+def resources_of(instance: PlannedInstance, server_mb: float) -> Manifest:
     """Requests: what the plan placed on the instance plus inferd itself; limit: what the plan let
     models fill of the instance (so one bin cannot starve another on a shared node)."""
     cpu = max(100, instance.used["cpu_milli"] + 100)
@@ -181,20 +181,20 @@ def _deployment(
 ) -> Manifest:
     name = resource_name(instance.name)
     selector = {NAME: "inferd", BIN: instance.name}
-    pod_labels = {**_labels(instance.name, settings), BIN: instance.name}
+    pod_labels = {**labels_of(instance.name, settings), BIN: instance.name}
     pod_labels |= {_route_label(route): "member" for route in routes_of}
-    container = _container(
+    container = server_container(
         "inferd",
         _serve_args(settings.model_repository, instance.models, settings),
         settings,
-        _resources(instance, server_mb),
+        resources_of(instance, server_mb),
     )
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
             "name": name,
-            "labels": {**_labels(instance.name, settings), BIN: instance.name},
+            "labels": {**labels_of(instance.name, settings), BIN: instance.name},
             "annotations": {"inferd.dev/instance-type": instance.type, "inferd.dev/models": str(len(instance.models))},
         },
         "spec": {
@@ -210,17 +210,17 @@ def _deployment(
                         "prometheus.io/path": "/metrics",
                     },
                 },
-                "spec": _pod_spec([container], settings, instance.type),
+                "spec": pod_spec([container], settings, instance.type),
             },
         },
     }
 
 
-def _service(label: str, selector: dict[str, str], settings: DeploySettings) -> Manifest:
+def service(label: str, selector: dict[str, str], settings: DeploySettings) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": resource_name(label), "labels": _labels(label, settings)},
+        "metadata": {"name": resource_name(label), "labels": labels_of(label, settings)},
         "spec": {
             "selector": {NAME: "inferd", **selector},
             "ports": [
@@ -258,7 +258,7 @@ def _autoscaler(label: str, settings: DeploySettings) -> Manifest:
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": resource_name(label), "labels": _labels(label, settings)},
+        "metadata": {"name": resource_name(label), "labels": labels_of(label, settings)},
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": resource_name(label)},
             "minReplicas": 1,
@@ -303,7 +303,7 @@ def _ingress(plan_routes: list[Route], extra: list[tuple[str, str]], settings: D
         "kind": "Ingress",
         "metadata": {
             "name": "inferd",
-            "labels": _labels("ingress", settings),
+            "labels": labels_of("ingress", settings),
             # Inference is a POST: ingress-nginx retries it on another pod only when told it may.
             "annotations": {
                 "nginx.ingress.kubernetes.io/proxy-body-size": "64m",
@@ -318,7 +318,7 @@ def _ingress(plan_routes: list[Route], extra: list[tuple[str, str]], settings: D
 def _pipeline(settings: DeploySettings) -> list[Manifest]:
     """The split tokenizer / model pipeline: two containers in one pod, the front calling the
     model side over loopback (its remote model's url 127.0.0.1:9000)."""
-    front = _container(
+    front = server_container(
         "front",
         _serve_args(settings.pipeline_front, ("*",), settings),
         settings,
@@ -335,7 +335,7 @@ def _pipeline(settings: DeploySettings) -> list[Manifest]:
         "--metrics-port",
         "9002",
     ]
-    model = _container(
+    model = server_container(
         "model", model_args, settings, {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
     )
     model["ports"] = [{"name": "model-metrics", "containerPort": 9002, "protocol": "TCP"}]
@@ -354,7 +354,7 @@ def _pipeline(settings: DeploySettings) -> list[Manifest]:
         "failureThreshold": 3,
         "timeoutSeconds": 4,
     }
-    labels = {**_labels("pipeline", settings), BIN: "pipeline"}
+    labels = {**labels_of("pipeline", settings), BIN: "pipeline"}
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -371,8 +371,8 @@ def _pipeline(settings: DeploySettings) -> list[Manifest]:
                         "prometheus.io/path": "/metrics",
                     },
                 },
-                "spec": _pod_spec([model, front], settings, None),
+                "spec": pod_spec([model, front], settings, None),
             },
         },
     }
-    return [deployment, _service("pipeline", {BIN: "pipeline"}, settings)]
+    return [deployment, service("pipeline", {BIN: "pipeline"}, settings)]

@@ -5,7 +5,10 @@
     OUTPUT/overlays/staging/     one pod a bin, autoscaling up to 2
     OUTPUT/overlays/production/  two pods a bin at least, at most one down at a time
     OUTPUT/kserve/               ServingRuntime "inferd" and an InferenceService that scales to
-                                 zero (KServe's serverless mode), with their kustomization
+                                 zero (KServe's serverless mode), with their kustomization; with
+                                 --scale-to-zero, one such InferenceService per bin of the plan
+    OUTPUT/async/                with --scale-to-zero and an async queue: the async workers and
+                                 the KEDA ScaledObject that scales them (serverless.py)
 
 `kubectl apply -k OUTPUT/overlays/production` deploys the fleet."""
 
@@ -17,14 +20,18 @@ from typing import Any
 import yaml
 
 from inferd.tools.deploy.k8s import METRICS, USER_ID, DeploySettings, Manifest, objects
+from inferd.tools.deploy.serverless import ServerlessSettings, async_workers, inference_services
 from inferd.tools.plan.plan_file import Plan
 
 KSERVE_HTTP, KSERVE_GRPC = 8080, 9000
 """The ports KServe's v2 runtimes listen on (its predictor's container port is 8080)."""
 
 
-def write_k8s(plan: Plan, settings: DeploySettings, output: Path) -> list[Path]:
-    """Writes the tree; returns the kustomization folders a user applies."""
+def write_k8s(
+    plan: Plan, settings: DeploySettings, output: Path, serverless: ServerlessSettings | None = None
+) -> list[Path]:
+    """Writes the tree; returns the kustomization folders a user applies. `serverless`: the plan's
+    bins scale to zero in KServe's serverless mode too (and async workers with KEDA)."""
     base = output / "base"
     files = objects(plan, settings)
     for name, manifests in files.items():
@@ -67,12 +74,19 @@ def write_k8s(plan: Plan, settings: DeploySettings, output: Path) -> list[Path]:
 
     kserve = output / "kserve"
     _dump(kserve / "servingruntime.yaml", [serving_runtime(settings)])
-    _dump(kserve / "inferenceservice.yaml", [inference_service(settings)])
+    services = [inference_service(settings)] if serverless is None else inference_services(plan, settings, serverless)
+    _dump(kserve / "inferenceservice.yaml", services)
     _dump(
         kserve / "kustomization.yaml",
         [_kustomization(["servingruntime.yaml", "inferenceservice.yaml"], namespace=settings.namespace)],
     )
-    return [base, staging, production, kserve]
+    folders = [base, staging, production, kserve]
+    if serverless is not None and serverless.async_queue:
+        workers = output / "async"
+        _dump(workers / "async.yaml", async_workers(settings, serverless))
+        _dump(workers / "kustomization.yaml", [_kustomization(["async.yaml"], namespace=settings.namespace)])
+        folders.append(workers)
+    return folders
 
 
 def serving_runtime(settings: DeploySettings) -> Manifest:
@@ -112,6 +126,14 @@ def serving_runtime(settings: DeploySettings) -> Manifest:
                     ],
                     "env": [{"name": "HOME", "value": "/tmp"}],
                     "ports": [{"containerPort": KSERVE_HTTP, "protocol": "TCP"}],
+                    # inferd is ready once its models serve (not when its port opens): Knative
+                    # routes no request to a pod before, and its activator holds them meanwhile.
+                    "readinessProbe": {
+                        "httpGet": {"path": "/v2/health/ready", "port": KSERVE_HTTP},
+                        "periodSeconds": 2,
+                        "failureThreshold": 3,
+                        "timeoutSeconds": 2,
+                    },
                     "securityContext": {
                         "runAsUser": USER_ID,
                         "runAsNonRoot": True,

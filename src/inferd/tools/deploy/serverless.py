@@ -1,0 +1,149 @@
+"""`inferd deploy k8s --scale-to-zero`: the plan's bins as KServe InferenceServices in serverless
+(Knative) mode, each scaling to zero on its own, and async workers that KEDA scales to zero.
+
+A bin's pod is routed to only once its models serve: the runtime's readiness probe asks inferd's
+`/v2/health/ready`, which answers 200 only after the startup loads (Knative runs the probe in its
+queue-proxy and sends no request before it passes). A pod that is still loading is not scaled
+away: Knative's progress deadline is the bin's longest allowed load, and a scale-down waits its
+delay after the last request (a longer load than the delay would otherwise be cut by KServe, as
+kserve#1247 reported). KServe appends an InferenceService's `args` to its runtime's, so each bin
+adds only which models it loads.
+
+Async inference (`--async-queue redis://...`): a Deployment of inferd servers sharing the Redis
+Streams queue, scaled by a KEDA ScaledObject per stream of a priority: on the group's lag (jobs
+not yet handed to a server), which wakes the first pod, and on its pending entries (jobs a server
+runs), so a pod is never scaled away under a running job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferd.config.async_queue import GROUP, stream_name
+from inferd.tools.deploy.k8s import (
+    BIN,
+    NAME,
+    DeploySettings,
+    Manifest,
+    labels_of,
+    pod_spec,
+    resource_name,
+    resources_of,
+    server_container,
+    service,
+)
+from inferd.tools.plan.plan_file import Plan
+
+ASYNC = "async"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerlessSettings:
+    scale_target: int = 8
+    """Requests in flight a pod takes before Knative adds one (its concurrency target)."""
+    max_load_s: int = 600
+    """The longest a pod may take from its start to serving its models (Knative's progress deadline)."""
+    scale_down_delay_s: int = 300
+    """How long a pod stays after its last request before it is scaled away (to zero included)."""
+    async_queue: str = ""
+    """redis://HOST:PORT/DB: the async queue the async workers share; empty: no async workers."""
+    async_payload_path: str = ""
+    async_output_path: str = ""
+    async_priorities: tuple[int, ...] = (0,)
+    """The priorities clients submit jobs with: one stream each."""
+    async_lag_target: int = 5
+    """Jobs waiting per pod before KEDA adds one."""
+
+
+def inference_services(plan: Plan, settings: DeploySettings, serverless: ServerlessSettings) -> list[Manifest]:
+    """One serverless InferenceService per bin of the plan, served by the `inferd` runtime."""
+    server_mb = float(plan.settings.get("limits", {}).get("server_memory_mb", 0.0) or 0.0)
+    documents = []
+    for instance in plan.instances:
+        args = ["--model-control-mode", "explicit"]
+        for model in instance.models:
+            args += ["--load-model", model]
+        documents.append(
+            {
+                "apiVersion": "serving.kserve.io/v1beta1",
+                "kind": "InferenceService",
+                "metadata": {
+                    "name": resource_name(instance.name),
+                    "labels": {**labels_of(instance.name, settings), BIN: instance.name},
+                    "annotations": {
+                        "serving.kserve.io/deploymentMode": "Serverless",
+                        "serving.knative.dev/progress-deadline": f"{serverless.max_load_s}s",
+                        "autoscaling.knative.dev/scale-down-delay": f"{serverless.scale_down_delay_s}s",
+                        "inferd.dev/models": ",".join(instance.models),
+                    },
+                },
+                "spec": {
+                    "predictor": {
+                        "minReplicas": 0,
+                        "maxReplicas": settings.max_replicas,
+                        "scaleMetric": "concurrency",
+                        "scaleTarget": serverless.scale_target,
+                        "model": {
+                            "modelFormat": {"name": "triton"},
+                            "runtime": "inferd",
+                            "protocolVersion": "v2",
+                            "storageUri": settings.model_repository.rstrip("/"),
+                            "args": args,
+                            "resources": resources_of(instance, server_mb),
+                        },
+                    },
+                },
+            }
+        )
+    return documents
+
+
+def async_workers(settings: DeploySettings, serverless: ServerlessSettings) -> list[Manifest]:
+    """The async workers' Deployment (its replicas KEDA's), their Service and the ScaledObject."""
+    name = resource_name(ASYNC)
+    args = ["serve", "--model-repository", settings.model_repository, "--state-dir", "/tmp/state",
+            "--async-queue", serverless.async_queue, "--async-payload-path", serverless.async_payload_path,
+            "--async-output-path", serverless.async_output_path,
+            "--shutdown-timeout", f"{settings.shutdown_timeout_s:g}", "--log-format", "json"]  # fmt: skip
+    container = server_container(
+        "inferd", args, settings, {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
+    )
+    labels = {**labels_of(ASYNC, settings), BIN: ASYNC}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        # No replicas: KEDA owns them (from zero).
+        "spec": {
+            "selector": {"matchLabels": {NAME: "inferd", BIN: ASYNC}},
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec([container], settings, None)},
+        },
+    }
+    address = serverless.async_queue.split("://", 1)[1].split("/", 1)[0]
+    database = serverless.async_queue.split("://", 1)[1].partition("/")[2] or "0"
+    triggers = []
+    for priority in serverless.async_priorities:
+        where = {"address": address, "databaseIndex": database, "stream": stream_name(priority), "consumerGroup": GROUP}
+        triggers += [
+            # Jobs no server took yet: wakes the first pod and adds pods.
+            {"type": "redis-streams", "name": f"waiting-{priority}",
+             "metadata": {**where, "lagCount": str(serverless.async_lag_target), "activationLagCount": "0"}},
+            # Jobs servers run: keeps their pods while they run.
+            {"type": "redis-streams", "name": f"running-{priority}",
+             "metadata": {**where, "pendingEntriesCount": str(serverless.async_lag_target)}},
+        ]  # fmt: skip
+    scaled = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicaCount": 0,
+            "maxReplicaCount": settings.max_replicas,
+            "pollingInterval": 15,
+            "cooldownPeriod": serverless.scale_down_delay_s,
+            # A new pod loads its models before it takes jobs: not scaled away meanwhile.
+            "initialCooldownPeriod": serverless.max_load_s,
+            "triggers": triggers,
+        },
+    }
+    return [deployment, service(ASYNC, {BIN: ASYNC}, settings), scaled]
