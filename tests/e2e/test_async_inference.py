@@ -592,3 +592,30 @@ def test_boto3_invoke_endpoint_async_with_s3_and_sns(repository: Path, s3: Any, 
     notice = json.loads(messages[0]["Body"])
     assert notice["inferenceId"] == "boto-1" and notice["invocationStatus"] == "Completed"
     assert notice["responseParameters"]["outputLocation"] == f"s3://{BUCKET}/out/boto-1.out"
+
+
+def test_a_server_of_async_concurrency_0_takes_submits_and_the_workers_run_them(
+    repository: Path, s3: Any, tmp_path: Path
+) -> None:
+    """The front of a deployment that scales its workers to zero (`inferd deploy k8s
+    --scale-to-zero --async-queue`): it queues jobs and answers their status, runs none; a worker
+    sharing the queue, started later, runs them. Without a shared queue, 0 is refused."""
+    misbehaving_model(tmp_path / "repository" / "slow")
+    with run_redis(tmp_path / "redis") as redis_url:
+        shared = ("--async-queue", redis_url, "--async-payload-path", f"s3://{BUCKET}/payloads",
+                  "--async-output-path", f"s3://{BUCKET}/out")  # fmt: skip
+        front_flags = ("--state-dir", str(tmp_path / "front"), *shared, "--async-concurrency", "0")
+        with run_server(tmp_path / "repository", tmp_path / "front.log", *front_flags) as front:
+            ids = [submit(front, "slow", body([float(i), 0, 0, 0]))["inference_id"] for i in range(5)]
+            time.sleep(2)  # two of the queue's polls: the front runs nothing
+            for job_id in ids:
+                assert json.loads(http_request(front, "GET", f"/v2/async/{job_id}").body)["state"] == "queued"
+            worker_flags = ("--state-dir", str(tmp_path / "worker"), *shared)
+            with run_server(tmp_path / "repository", tmp_path / "worker.log", *worker_flags):
+                assert {wait(front, job_id)["state"] for job_id in ids} == {"succeeded"}
+    refused = subprocess.run(
+        [sys.executable, "-m", "inferd", "serve", "--model-repository", str(repository), "--http-port", "0",
+         "--grpc-port", "0", "--metrics-port", "0", "--state-dir", str(tmp_path / "alone"), "--async-concurrency", "0"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "needs a shared --async-queue" in refused.stdout + refused.stderr

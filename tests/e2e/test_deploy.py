@@ -299,14 +299,16 @@ def test_scale_to_zero_renders_each_bin_serverless_and_async_workers_scaled_by_k
 ) -> None:
     """Each bin an InferenceService in Knative mode that scales to zero on concurrency, whose pods
     take no request before their models serve (the runtime's readiness is inferd's) and are not cut
-    while they load; async workers that KEDA scales from zero on each priority stream's lag, kept
-    while their jobs run. Every document validates (KServe's and KEDA's vendored schemas, strict)."""
+    while they load, and that take async submits; workers that KEDA scales from zero on each
+    priority stream's lag, one kept while jobs run. Every document validates (KServe's and KEDA's
+    vendored schemas, strict)."""
     plan = json.loads(plan_path.read_text())
     output = tmp_path / "k8s"
     result = inferd("deploy", "k8s", str(plan_path), "-o", str(output), "--model-repository", "s3://models/fleet",
                     "--scale-to-zero", "--scale-target", "6", "--max-load-seconds", "900", "--scale-down-delay", "120",
                     "--async-queue", "redis://redis.inferd:6379/2", "--async-payload-path", "s3://jobs/in",
-                    "--async-output-path", "s3://jobs/out", "--async-priorities", "0,5")  # fmt: skip
+                    "--async-output-path", "s3://jobs/out", "--async-priorities", "0,5",
+                    "--async-concurrency", "4")  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert f"kubectl apply -k {output / 'async'}" in result.stdout
     kserve, workers = render(output / "kserve"), render(output / "async")
@@ -327,14 +329,18 @@ def test_scale_to_zero_renders_each_bin_serverless_and_async_workers_scaled_by_k
         predictor = service["spec"]["predictor"]
         assert predictor["minReplicas"] == 0 and predictor["scaleTarget"] == 6
         assert predictor["scaleMetric"] == "concurrency"
+        assert predictor["timeout"] == 900  # a request held while a pod starts outwaits its load
         args = predictor["model"]["args"]  # appended to the runtime's by KServe
         assert sorted(args[i + 1] for i, arg in enumerate(args) if arg == "--load-model") == sorted(instance["models"])
+        # The bins take async submits (they scale with requests) and run no job: the workers do.
+        assert args[args.index("--async-concurrency") + 1] == "0"
+        assert args[args.index("--async-queue") + 1] == "redis://redis.inferd:6379/2"
 
     (scaled,) = [d for d in workers if d["kind"] == "ScaledObject"]
     (deployment,) = [d for d in workers if d["kind"] == "Deployment"]
     assert "replicas" not in deployment["spec"]  # KEDA's
     assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
-    assert scaled["spec"]["minReplicaCount"] == 0 and scaled["spec"]["initialCooldownPeriod"] == 900
+    assert scaled["spec"]["minReplicaCount"] == 0 and scaled["spec"]["cooldownPeriod"] == 120
     triggers = {t["name"]: t["metadata"] for t in scaled["spec"]["triggers"]}
     assert set(triggers) == {"waiting-0", "running-0", "waiting-5", "running-5"}
     for priority in (0, 5):
@@ -343,9 +349,25 @@ def test_scale_to_zero_renders_each_bin_serverless_and_async_workers_scaled_by_k
         assert waiting["stream"] == running["stream"] == f"inferd:async:stream:{priority}"
         assert waiting["consumerGroup"] == running["consumerGroup"] == "workers"
         assert waiting["address"] == "redis.inferd:6379" and waiting["databaseIndex"] == "2"
-        assert "lagCount" in waiting and "pendingEntriesCount" in running
+        assert waiting["lagCount"] == running["pendingEntriesCount"] == "4"  # jobs a worker runs at once
+        assert "enableTLS" not in waiting
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["args"][container["args"].index("--async-queue") + 1] == "redis://redis.inferd:6379/2"
+    assert container["args"][container["args"].index("--async-concurrency") + 1] == "4"
+
+    tls = tmp_path / "tls"
+    result = inferd("deploy", "k8s", str(plan_path), "-o", str(tls), "--model-repository", "s3://m", "--scale-to-zero",
+                    "--async-queue", "rediss://redis.example:6380", "--async-payload-path", "s3://p",
+                    "--async-output-path", "s3://o")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (scaled,) = [d for d in render(tls / "async") if d["kind"] == "ScaledObject"]
+    validate(scaled)
+    assert {t["metadata"]["address"] for t in scaled["spec"]["triggers"]} == {"redis.example:6380"}
+    assert {t["metadata"]["enableTLS"] for t in scaled["spec"]["triggers"]} == {"true"}
+    password = inferd("deploy", "k8s", str(plan_path), "-o", str(tmp_path / "pw"), "--model-repository", "s3://m",
+                      "--scale-to-zero", "--async-queue", "redis://:secret@r:6379/0", "--async-payload-path", "s3://p",
+                      "--async-output-path", "s3://o")  # fmt: skip
+    assert password.returncode != 0 and "credentials in the URL" in password.stderr
 
     refused = inferd("deploy", "k8s", str(plan_path), "-o", str(tmp_path / "bad"), "--model-repository", "s3://m",
                      "--scale-to-zero", "--async-queue", "redis://r:6379/0", "--async-payload-path", "/tmp/x",

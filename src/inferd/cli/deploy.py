@@ -48,13 +48,16 @@ def deploy() -> None:
               help="With --scale-to-zero: requests in flight a pod takes before Knative adds one.")  # fmt: skip
 @click.option("--max-load-seconds", type=click.IntRange(min=1), default=600, show_default=True,
               help="With --scale-to-zero: the longest a new pod may take to load its models.")  # fmt: skip
-@click.option("--scale-down-delay", "scale_down_delay_s", type=click.IntRange(min=0), default=300, show_default=True,
+@click.option("--scale-down-delay", "scale_down_delay_s", type=click.IntRange(min=0, max=3600), default=300,
+              show_default=True,
               help="With --scale-to-zero: seconds a pod stays after its last request or job.")  # fmt: skip
 @click.option("--async-queue", default="",
               help="With --scale-to-zero: redis://HOST:PORT/DB, the async queue: async/ gets workers that KEDA "
                    "scales from zero on its streams' lag.")  # fmt: skip
 @click.option("--async-payload-path", default="", help="With --async-queue: s3:// place of async request bodies.")
 @click.option("--async-output-path", default="", help="With --async-queue: s3:// place of async results.")
+@click.option("--async-concurrency", type=click.IntRange(min=1), default=8, show_default=True,
+              help="With --async-queue: jobs a worker runs at once, and KEDA's target of jobs per worker.")  # fmt: skip
 @click.option("--async-priorities", default="0", show_default=True,
               help="With --async-queue: the job priorities clients use, comma-separated (a stream each).")  # fmt: skip
 def k8s(
@@ -82,6 +85,7 @@ def k8s(
     async_queue: str,
     async_payload_path: str,
     async_output_path: str,
+    async_concurrency: int,
     async_priorities: str,
 ) -> None:
     """Write PLAN as Kubernetes manifests: a Deployment, Service, HPA and PDB per bin, a Service per
@@ -121,8 +125,10 @@ def k8s(
     )
     serverless = None
     if scale_to_zero:
-        serverless = _serverless(scale_target, max_load_seconds, scale_down_delay_s, async_queue,
-                                 async_payload_path, async_output_path, async_priorities)  # fmt: skip
+        serverless = _serverless(
+            scale_target, max_load_seconds, scale_down_delay_s, async_queue, async_payload_path, async_output_path,
+            async_priorities, async_concurrency,
+        )  # fmt: skip
     elif async_queue:
         raise click.ClickException("--async-queue goes with --scale-to-zero")
     folders = write_k8s(plan, settings, output, serverless)
@@ -139,12 +145,15 @@ def _serverless(
     payloads: str,
     outputs: str,
     priorities: str,
+    concurrency: int,
 ) -> ServerlessSettings:
-    from inferd.tools.deploy.serverless import ServerlessSettings
+    from inferd.tools.deploy.serverless import ServerlessSettings, redis_address
 
     if queue:
-        if not queue.startswith(("redis://", "rediss://")):
-            raise click.ClickException(f"--async-queue {queue!r}: expected redis://HOST:PORT/DB")
+        try:
+            redis_address(queue)
+        except ValueError as exc:
+            raise click.ClickException(f"--async-queue {exc}") from None
         for flag, place in (("--async-payload-path", payloads), ("--async-output-path", outputs)):
             if not place.startswith("s3://"):
                 raise click.ClickException(
@@ -154,4 +163,6 @@ def _serverless(
         levels = tuple(sorted({int(part) for part in priorities.split(",") if part.strip()}))
     except ValueError:
         raise click.ClickException(f"--async-priorities {priorities!r}: whole numbers, comma-separated") from None
-    return ServerlessSettings(scale_target, max_load_s, scale_down_delay_s, queue, payloads, outputs, levels or (0,))
+    return ServerlessSettings(
+        scale_target, max_load_s, scale_down_delay_s, queue, payloads, outputs, levels or (0,), concurrency
+    )

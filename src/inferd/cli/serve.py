@@ -510,9 +510,10 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     "--async-concurrency",
     default=8,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=0),
     envvar="INFERD_ASYNC_CONCURRENCY",
-    help="Async jobs run at once; they batch with each other, and yield to real-time requests.",
+    help="Async jobs run at once; they batch with each other, and yield to real-time requests. 0 (with a shared "
+    "--async-queue): this server takes submits and answers their status, and the other servers run the jobs.",
 )
 @click.option(
     "--allow-model-upload/--no-allow-model-upload",

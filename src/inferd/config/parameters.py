@@ -117,7 +117,7 @@ IDLE_UNLOAD_SECONDS = ModelParameter(
 MAX_HELD = ModelParameter(
     "max_held",
     "every model that loads on a request's demand (scaled to zero, or under a memory budget)",
-    "the server's --max-held (1024)",
+    "the server's --max-held (1024); for a model never loaded yet (under a budget), always the server's",
     "Requests that may wait for the model's cold start at once; past them a request gets 503 with "
     "Retry-After, saying the model is starting.",
 )

@@ -179,7 +179,7 @@ class ServerSettings(BaseModel):
     in memory (inferd's own HTTP server; other routes keep max_request_bytes)."""
     async_max_attempts: int = Field(default=3, gt=0)
     """Leases an async job gets; after the last it ends failed, as a dead letter (default 3)."""
-    async_concurrency: int = Field(default=8, gt=0)
+    async_concurrency: int = Field(default=8, ge=0)
     """Async jobs run at once (they batch with each other; default 8)."""
     allow_model_upload: bool = False
     """Let the repository API take model files, and config overrides that change a model's backend

@@ -242,7 +242,9 @@ class AsyncInference:
         if recovered:
             logger.info("async inference: %d job(s) that were running when the server stopped run again", recovered)
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._feed()), loop.create_task(self._write_ends())]
+        self._tasks = [loop.create_task(self._write_ends())]
+        if self._settings.concurrency:  # 0: submits only; the servers sharing the queue run them
+            self._tasks.append(loop.create_task(self._feed()))
         self._tasks.append(loop.create_task(self._upkeep()))
         if self._notifier.configured:
             self._tasks.append(loop.create_task(self._notifications()))

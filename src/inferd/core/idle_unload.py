@@ -148,15 +148,15 @@ class IdleUnloader:
 
     async def run(self) -> None:
         """Sweep until cancelled; an unload that fails is logged, and the model tried again later.
-        Cancelled during a sweep, the unload under way finishes first (a model left half unloaded
-        would keep its sessions open past the server's close)."""
+        Cancelled during a sweep, the sweep finishes first (a model left half unloaded would keep
+        its sessions open past the server's close)."""
         while True:
             await asyncio.sleep(self.tick_s)
             sweep = asyncio.ensure_future(self.sweep())
             try:
                 await asyncio.shield(sweep)
             except asyncio.CancelledError:
-                await asyncio.gather(sweep, return_exceptions=True)
+                await asyncio.wait({sweep})  # a second cancel does not reach the sweep either
                 raise
             except Exception:
                 logger.exception("scale to zero: a sweep failed")

@@ -78,6 +78,7 @@ from inferd.errors import (
     ModelNotFoundError,
     ModelNotReadyError,
     PermissionDeniedError,
+    copied,
     relative_to_model_folder,
 )
 from inferd.types import LoadTimings
@@ -191,6 +192,8 @@ class ModelLifecycle:
                 return
             if resting is not None and self._at_rest.get(name) is not resting:
                 return
+            if resting is None:  # asked (the API, a poll): it no longer rests, whatever comes of it
+                self._at_rest.pop(name, None)
             started = time.monotonic()
             from_repository = not files and kept_dir is None
             fingerprint = await asyncio.to_thread(self._repository.fingerprint, name) if from_repository else None
@@ -261,11 +264,10 @@ class ModelLifecycle:
         try:
             if self._budget is not None:
                 self._metrics.on_demand_miss()
-            starting = self._starting.get(name)
-            if starting is None:
-                starting = self._starting[name] = asyncio.ensure_future(self._load_resting(name, at_rest))
-                starting.add_done_callback(functools.partial(self._started, name))
-            await asyncio.shield(starting)  # a waiter that leaves does not stop the others' load
+            try:  # a waiter that leaves does not stop the others' load
+                await asyncio.shield(self._start_resting(name, at_rest))
+            except InferdError as exc:  # each waiter its own copy: its answer carries its request id
+                raise copied(exc) from None
         finally:  # the others may have come and gone meanwhile: one less, whatever the order
             left = self._held[name] - 1
             if left:
@@ -274,6 +276,14 @@ class ModelLifecycle:
                 del self._held[name]
         if self._budget is not None:
             self._budget.touch(name)
+
+    def _start_resting(self, name: str, at_rest: AtRest | None) -> asyncio.Future[None]:
+        """The on-demand load of `name` under way, or a new one."""
+        starting = self._starting.get(name)
+        if starting is None:
+            starting = self._starting[name] = asyncio.ensure_future(self._load_resting(name, at_rest))
+            starting.add_done_callback(functools.partial(self._started, name))
+        return starting
 
     async def _load_resting(self, name: str, at_rest: AtRest | None) -> None:
         """The one on-demand load of `name`: as it was when it went to rest."""
@@ -299,12 +309,16 @@ class ModelLifecycle:
         return max(1.0, round(self._load_s.get(name, 1.0), 1))
 
     def at_rest(self, name: str) -> bool:
-        """Whether `name` rests (scaled to zero or evicted): its next request loads it."""
-        return name in self._at_rest
+        """Whether `name` rests (scaled to zero or evicted) or is coming back from it: its next
+        request loads it. Not once a load from rest failed: its record says why, as any failure's."""
+        if name not in self._at_rest:
+            return False
+        record = self._catalogue.snapshot.models.get(name)
+        return record is None or record.reason in AT_REST or record.state in (ModelState.LOADING, ModelState.UNLOADING)
 
     def resting(self) -> frozenset[str]:
-        """The models at rest, cold starts under way included."""
-        return frozenset(self._at_rest)
+        """The models `at_rest`, cold starts under way included."""
+        return frozenset(name for name in self._at_rest if self.at_rest(name))
 
     def at_zero(self) -> list[str]:
         """The models scaled to zero now (a cold start under way included)."""
@@ -416,7 +430,9 @@ class ModelLifecycle:
                 raise result
 
     async def close(self) -> None:
-        """Drain every handle (shutdown)."""
+        """Drain every handle (shutdown), once the on-demand loads under way are done."""
+        if self._starting:
+            await asyncio.gather(*self._starting.values(), return_exceptions=True)
         for name in list(self._catalogue.snapshot.models):
             record = self._catalogue.snapshot.models[name]
             if record.versions or record.owned_dir is not None:
@@ -533,7 +549,11 @@ class ModelLifecycle:
             if replaced.handle is not None and id(replaced.handle) not in serving:
                 self._drain_later(replaced.handle)
         if old is not None and old.owned_dir is not None and old.owned_dir != model.owned_dir:
-            shutil.rmtree(old.owned_dir, ignore_errors=True)
+            if any(id(v.handle) in serving for v in old_versions.values() if v.handle is not None):
+                # A failed reload: the old versions serve on, from the old folder; the new goes.
+                self._catalogue.publish(replace(self._catalogue.snapshot.models[name], owned_dir=old.owned_dir))
+            else:
+                shutil.rmtree(old.owned_dir, ignore_errors=True)
         if failures:
             raise ModelLoadError(f"model '{name}' failed to load: {'; '.join(failures)}")
 
@@ -613,7 +633,16 @@ class ModelLifecycle:
         task.add_done_callback(self._draining.discard)
 
     async def _load_if_not_loaded(self, name: str) -> None:
-        await self.load(name, if_not_loaded=True)
+        """An ensemble's step model, loaded unless it serves; one at rest comes back as it was (the
+        on-demand load, shared with the requests waiting for it)."""
+        at_rest = self._at_rest.get(name)
+        if at_rest is None:
+            await self.load(name, if_not_loaded=True)
+            return
+        await asyncio.shield(self._start_resting(name, at_rest))
+        if not self._catalogue.serves(name):
+            record = self._catalogue.snapshot.models.get(name)
+            raise ModelLoadError(f"model '{name}' failed to load: {record.reason if record else 'unknown'}")
 
     def _changing(self, name: str) -> bool:
         return self._lock(name).locked()

@@ -34,6 +34,8 @@ class AsyncSettingsError(ValueError):
 
 def _queue(settings: ServerSettings, state: Path, storage: JobStorage) -> JobQueue:
     if settings.async_queue is None:
+        if not settings.async_concurrency:
+            raise AsyncSettingsError("--async-concurrency 0 runs no job here: it needs a shared --async-queue")
         return SqliteJobQueue(state / "jobs.sqlite")
     if not settings.async_queue.startswith(("redis://", "rediss://", "unix://")):
         raise AsyncSettingsError(f"--async-queue {settings.async_queue!r}: expected redis://HOST:PORT/DB")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +22,9 @@ from inferd.core.catalogue import EVICTED, SCALED_TO_ZERO, UNLOADED, ModelState
 from inferd.core.handle import HandleState
 from inferd.core.registry import ModelRegistry
 from inferd.core.repository import LocalRepository
-from inferd.errors import ModelLoadError, ModelNotReadyError
+from inferd.errors import ModelLoadError, ModelNotReadyError, ModelTooLargeError
 from inferd.testing.models import python_model, write_config
-from inferd.types import DataType, InferRequest, InferResponse, Tensor
+from inferd.types import DataType, InferRequest, InferResponse, RequestContext, Tensor
 from tests.unit.core.test_batcher import until
 
 # y = FACTOR * x, after waiting (at most 30 s) while the file HOLD exists.
@@ -275,7 +276,7 @@ async def test_a_failed_cold_start_is_one_load_for_its_waiters_and_the_next_requ
     assert all(isinstance(result, ModelNotReadyError) for result in results), results
     assert "fails by construction" in str(results[0])
     assert registry.metrics.loads["failure"] == failures + 1  # type: ignore[attr-defined]
-    assert registry.all_ready()  # still at rest: a failed cold start does not make the server unready
+    assert not registry.all_ready()  # (strict readiness) as any model that failed to load
     fail.unlink()
     assert answer(await registry.dispatcher.infer(request("m"))) == [5.0, 10.0]  # with its override
 
@@ -317,3 +318,76 @@ async def test_an_ensemble_is_ready_while_its_step_model_is_scaled_to_zero(
     registry.dispatcher.ready_handle("twice", "")  # ready: its step's request loads the step
     assert answer(await registry.dispatcher.infer(request("twice"))) == [2.0, 4.0]
     assert registry.record("step").state is ModelState.READY
+
+
+async def test_waiters_of_one_failed_on_demand_load_each_get_their_own_error(tmp_path: Path) -> None:
+    """The shared load's error is copied for each waiter: each answer carries its own request id."""
+    model(tmp_path / "models", "a", 1)
+    model(tmp_path / "models", "b", 2)
+    registry = ModelRegistry(
+        LocalRepository(tmp_path / "models"), budget=LoadBudget(max_models=1, pinned=frozenset("a"))
+    )
+    try:
+        await registry.load("a")
+        requests = [replace(request("b"), context=RequestContext(request_id=f"r{i}")) for i in range(2)]
+        errors = await asyncio.gather(*(registry.dispatcher.infer(r) for r in requests), return_exceptions=True)
+        assert all(isinstance(error, ModelTooLargeError) for error in errors), errors
+        assert errors[0] is not errors[1]
+        assert [error.request_id for error in errors] == ["r0", "r1"]  # type: ignore[union-attr]
+    finally:
+        await registry.close()
+
+
+async def test_an_ensemble_loaded_again_brings_its_step_back_from_zero_as_it_was(
+    tmp_path: Path, registry: ModelRegistry
+) -> None:
+    resting_model(tmp_path)
+    write_config(
+        tmp_path / "models" / "fives",
+        """
+        platform: "ensemble"
+        input [ { name: "x" data_type: TYPE_FP32 dims: [ -1 ] } ]
+        output [ { name: "y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+        ensemble_scheduling { step [ { model_name: "m"
+          input_map { key: "x" value: "x" } output_map { key: "y" value: "y" } } ] }
+        """,
+    )
+    await registry.load("m", config=parse_model_config(FACTOR_5, model_name="m"))
+    await registry.load("fives")
+    assert await registry._lifecycle.scale_to_zero("m", lambda record: True)
+    await registry.load("fives")  # loads its step: with the step's override, not the repository's config
+    assert registry.record("m").state is ModelState.READY
+    assert answer(await registry.dispatcher.infer(request("fives"))) == [5.0, 10.0]
+
+
+SENT = """
+class Model:
+    inputs = [{"name": "x", "datatype": "FP32", "shape": [-1]}]
+    outputs = [{"name": "y", "datatype": "FP32", "shape": [-1]}]
+
+    def execute(self, inputs):
+        return {"y": inputs["x"] * 7}
+"""
+
+
+async def test_files_a_failed_reload_sent_do_not_replace_those_the_serving_version_came_back_from(
+    tmp_path: Path, registry: ModelRegistry
+) -> None:
+    config = parse_model_config('backend: "python"', model_name="sent")
+    await registry.load("sent", config=config, files={"1/model.py": SENT.encode()})
+    with pytest.raises(ModelLoadError):
+        await registry.load("sent", config=config, files={"1/model.py": b"raise RuntimeError('broken')\n"})
+    assert answer(await registry.dispatcher.infer(request("sent"))) == [7.0, 14.0]  # the old version serves on
+    assert await registry._lifecycle.scale_to_zero("sent", lambda record: True)
+    assert answer(await registry.dispatcher.infer(request("sent"))) == [7.0, 14.0]  # back from its own files
+
+
+async def test_an_explicit_load_ends_a_rest_whatever_comes_of_it(tmp_path: Path, registry: ModelRegistry) -> None:
+    config = parse_model_config('backend: "python"', model_name="sent")
+    await registry.load("sent", config=config, files={"1/model.py": SENT.encode()})
+    assert await registry._lifecycle.scale_to_zero("sent", lambda record: True)
+    with pytest.raises(ModelLoadError):
+        await registry.load("sent", config=config, files={"1/model.py": b"raise RuntimeError('broken')\n"})
+    assert not registry._lifecycle.at_rest("sent")
+    with pytest.raises(ModelNotReadyError, match="broken"):  # its failure, not a load from a folder gone
+        await registry.dispatcher.infer(request("sent"))

@@ -9,14 +9,17 @@ delay after the last request (a longer load than the delay would otherwise be cu
 kserve#1247 reported). KServe appends an InferenceService's `args` to its runtime's, so each bin
 adds only which models it loads.
 
-Async inference (`--async-queue redis://...`): a Deployment of inferd servers sharing the Redis
-Streams queue, scaled by a KEDA ScaledObject per stream of a priority: on the group's lag (jobs
-not yet handed to a server), which wakes the first pod, and on its pending entries (jobs a server
-runs), so a pod is never scaled away under a running job."""
+Async inference (`--async-queue redis://...`): the bins take submits and answer their status but
+run no job (`--async-concurrency 0`: they scale with requests, as any); a Deployment of workers
+sharing the Redis Streams queue runs them, scaled by KEDA on each priority stream's consumer
+group: its lag (jobs no worker took yet) wakes the first worker from zero and adds workers, its
+pending entries (jobs workers run) keep at least one while any runs. A scale-down between workers
+may cut a job short: its lease runs out and another worker runs it again (an attempt counted)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from inferd.config.async_queue import GROUP, stream_name
 from inferd.tools.deploy.k8s import (
@@ -50,8 +53,29 @@ class ServerlessSettings:
     async_output_path: str = ""
     async_priorities: tuple[int, ...] = (0,)
     """The priorities clients submit jobs with: one stream each."""
-    async_lag_target: int = 5
-    """Jobs waiting per pod before KEDA adds one."""
+    async_concurrency: int = 8
+    """Jobs a worker runs at once: KEDA's target of jobs per worker, waiting or running."""
+
+
+def redis_address(url: str) -> tuple[str, str, bool]:
+    """(host:port, database, TLS) of a redis:// or rediss:// URL without credentials (ValueError
+    otherwise: a password would be written into the manifests; KEDA takes it from a Secret)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+        raise ValueError(f"{url!r}: expected redis://HOST:PORT/DB or rediss://HOST:PORT/DB")
+    if parts.username or parts.password:
+        raise ValueError(f"{url!r}: credentials in the URL would be written into the manifests; not supported yet")
+    database = parts.path.strip("/") or "0"
+    if not database.isdigit() or parts.query:
+        raise ValueError(f"{url!r}: the path is the database's number, and nothing follows it")
+    return f"{parts.hostname}:{parts.port or 6379}", database, parts.scheme == "rediss"
+
+
+def async_args(serverless: ServerlessSettings, concurrency: int) -> list[str]:
+    """The flags of a server that shares the async queue, running `concurrency` jobs at once."""
+    return ["--state-dir", "/tmp/state", "--async-queue", serverless.async_queue,
+            "--async-payload-path", serverless.async_payload_path, "--async-output-path", serverless.async_output_path,
+            "--async-concurrency", str(concurrency)]  # fmt: skip
 
 
 def inference_services(plan: Plan, settings: DeploySettings, serverless: ServerlessSettings) -> list[Manifest]:
@@ -62,6 +86,8 @@ def inference_services(plan: Plan, settings: DeploySettings, serverless: Serverl
         args = ["--model-control-mode", "explicit"]
         for model in instance.models:
             args += ["--load-model", model]
+        if serverless.async_queue:  # submits come here; the workers run them
+            args += async_args(serverless, 0)
         documents.append(
             {
                 "apiVersion": "serving.kserve.io/v1beta1",
@@ -82,6 +108,8 @@ def inference_services(plan: Plan, settings: DeploySettings, serverless: Serverl
                         "maxReplicas": settings.max_replicas,
                         "scaleMetric": "concurrency",
                         "scaleTarget": serverless.scale_target,
+                        # A request held while a pod starts waits as long as a load may take.
+                        "timeout": serverless.max_load_s,
                         "model": {
                             "modelFormat": {"name": "triton"},
                             "runtime": "inferd",
@@ -100,9 +128,8 @@ def inference_services(plan: Plan, settings: DeploySettings, serverless: Serverl
 def async_workers(settings: DeploySettings, serverless: ServerlessSettings) -> list[Manifest]:
     """The async workers' Deployment (its replicas KEDA's), their Service and the ScaledObject."""
     name = resource_name(ASYNC)
-    args = ["serve", "--model-repository", settings.model_repository, "--state-dir", "/tmp/state",
-            "--async-queue", serverless.async_queue, "--async-payload-path", serverless.async_payload_path,
-            "--async-output-path", serverless.async_output_path,
+    args = ["serve", "--model-repository", settings.model_repository,
+            *async_args(serverless, serverless.async_concurrency),
             "--shutdown-timeout", f"{settings.shutdown_timeout_s:g}", "--log-format", "json"]  # fmt: skip
     container = server_container(
         "inferd", args, settings, {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
@@ -118,18 +145,20 @@ def async_workers(settings: DeploySettings, serverless: ServerlessSettings) -> l
             "template": {"metadata": {"labels": labels}, "spec": pod_spec([container], settings, None)},
         },
     }
-    address = serverless.async_queue.split("://", 1)[1].split("/", 1)[0]
-    database = serverless.async_queue.split("://", 1)[1].partition("/")[2] or "0"
+    address, database, tls = redis_address(serverless.async_queue)
+    target = str(serverless.async_concurrency)
     triggers = []
     for priority in serverless.async_priorities:
         where = {"address": address, "databaseIndex": database, "stream": stream_name(priority), "consumerGroup": GROUP}
+        if tls:
+            where["enableTLS"] = "true"
         triggers += [
-            # Jobs no server took yet: wakes the first pod and adds pods.
+            # Jobs no worker took yet: wakes the first worker from zero, adds one a `target` of them.
             {"type": "redis-streams", "name": f"waiting-{priority}",
-             "metadata": {**where, "lagCount": str(serverless.async_lag_target), "activationLagCount": "0"}},
-            # Jobs servers run: keeps their pods while they run.
+             "metadata": {**where, "lagCount": target, "activationLagCount": "0"}},
+            # Jobs workers run: at least one worker while any runs.
             {"type": "redis-streams", "name": f"running-{priority}",
-             "metadata": {**where, "pendingEntriesCount": str(serverless.async_lag_target)}},
+             "metadata": {**where, "pendingEntriesCount": target}},
         ]  # fmt: skip
     scaled = {
         "apiVersion": "keda.sh/v1alpha1",
@@ -140,9 +169,8 @@ def async_workers(settings: DeploySettings, serverless: ServerlessSettings) -> l
             "minReplicaCount": 0,
             "maxReplicaCount": settings.max_replicas,
             "pollingInterval": 15,
+            # The last worker stays this long after the queue empties.
             "cooldownPeriod": serverless.scale_down_delay_s,
-            # A new pod loads its models before it takes jobs: not scaled away meanwhile.
-            "initialCooldownPeriod": serverless.max_load_s,
             "triggers": triggers,
         },
     }
