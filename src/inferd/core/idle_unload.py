@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from inferd.config.model import ModelConfig
 from inferd.config.scale_to_zero import idle_unload_seconds
 from inferd.core.catalogue import ModelRecord, Snapshot
+from inferd.core.ensemble_loading import step_models
 
 logger = logging.getLogger("inferd.registry")
 
@@ -81,6 +82,19 @@ def arrivals_of(record: ModelRecord) -> Arrivals:
     )
 
 
+def with_steps(names: Iterable[str], models: Mapping[str, ModelRecord]) -> set[str]:
+    """`names` and the models their loaded ensembles' steps use, nested ones too: an ensemble's
+    async job keeps the models it will run."""
+    found = set(names)
+    todo = list(found)
+    while todo:
+        for step in step_models(models.get(todo.pop())):
+            if step not in found:
+                found.add(step)
+                todo.append(step)
+    return found
+
+
 def idle_limit_s(config: ModelConfig, default_s: float | None) -> float | None:
     """The model's idle limit: its parameter over the server's default; None: never unloaded. A
     sequence model waits at least as long as its sequences may idle, and a sweep more (their
@@ -118,9 +132,10 @@ class IdleUnloader:
 
     def uses(self) -> dict[str, Use]:
         """The loaded models that have an idle limit, as this sweep sees them."""
-        waiting = set(self._backlog())
+        models = self._snapshot().models
+        waiting = with_steps(self._backlog(), models)
         uses = {}
-        for name, record in self._snapshot().models.items():
+        for name, record in models.items():
             if record.reason:  # a reload failed: the version serving now would not come back
                 continue
             config = next((v.config for v in record.versions.values() if v.handle is not None and v.config), None)

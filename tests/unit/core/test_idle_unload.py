@@ -9,10 +9,10 @@ from types import MappingProxyType
 
 import pytest
 
-from inferd.config.model import ModelConfig, SequenceBatchingConfig
+from inferd.config.model import EnsembleConfig, EnsembleStep, ModelConfig, SequenceBatchingConfig
 from inferd.core.catalogue import ModelRecord, ModelState, Snapshot, VersionRecord
 from inferd.core.handle import Handle
-from inferd.core.idle_unload import IdleClock, IdleUnloader, Use, arrivals_of, idle_limit_s
+from inferd.core.idle_unload import IdleClock, IdleUnloader, Use, arrivals_of, idle_limit_s, with_steps
 
 
 def use(arrivals: int, *, busy: bool = False, limit_s: float = 10.0) -> Use:
@@ -139,3 +139,17 @@ def test_arrivals_name_each_handle(arrivals: int) -> None:
     handle = Handle(ModelConfig(name="m"), 1)
     handle.arrivals = arrivals
     assert arrivals_of(record("m", handle)) == ((handle.serial, arrivals),)
+
+
+def test_an_ensemble_s_async_jobs_keep_its_step_models_nested_ones_too() -> None:
+    def ensemble(name: str, *steps: str) -> ModelRecord:
+        config = ModelConfig(name=name, ensemble=EnsembleConfig(tuple(EnsembleStep(step) for step in steps)))
+        return record(name, Handle(config, 1))
+
+    models = {
+        "outer": ensemble("outer", "inner", "a"),
+        "inner": ensemble("inner", "b"),
+        "c": record("c", Handle(ModelConfig(name="c"), 1)),
+    }
+    assert with_steps(["outer"], models) == {"outer", "inner", "a", "b"}
+    assert with_steps(["c"], models) == {"c"}
