@@ -42,7 +42,7 @@ def scaling(tmp_path_factory: pytest.TempPathFactory, holds: Path) -> Iterator[S
     """No budget flags, no server default: each model asks for its own idle time."""
     root = tmp_path_factory.mktemp("scale_to_zero")
     mlp_model(root / "tiny" / "1" / "model.onnx", seed=1)
-    write_config(root / "tiny", idle(1))
+    write_config(root / "tiny", idle(2))  # 100 concurrent requests arrive well within it: one load
     # Its load waits while the test's hold file exists: a cold start as long as the test needs.
     misbehaving_model(root / "starting", load_hold_file=holds / "load", max_held=10, idle_unload_seconds=1)
     # Its executions wait while the test's hold file exists: a request as long as the test needs.
