@@ -69,7 +69,7 @@ from inferd.core.executor import execution_threads as make_execution_threads
 from inferd.core.handle import Handle
 from inferd.core.loading import load_version
 from inferd.core.local_model import LocalModel, read_local_model
-from inferd.core.metrics import Metrics
+from inferd.core.metrics import COLD_START, LOAD, Metrics
 from inferd.core.repository import FileEntry, ModelFingerprint, ModelRepository
 from inferd.core.tracing import RequestTracer
 from inferd.errors import (
@@ -82,10 +82,6 @@ from inferd.errors import (
     relative_to_model_folder,
 )
 from inferd.types import LoadTimings
-
-# The causes a load's phases are counted under (`Metrics.version_loaded`).
-LOAD = "load"
-COLD_START = "cold_start"
 
 logger = logging.getLogger("inferd.registry")
 
@@ -100,12 +96,11 @@ NAMES_TTL_S = 1.0
 class AtRest:
     """A model unloaded to rest (scaled to zero, or evicted under the budget), as its next load
     needs it: loaded again as it was (its config override, the folder of the files its load sent),
-    with at most `max_held` requests waiting for it, told to retry after about its last load's
-    length. Compared by identity: a load started for one rest does not serve the next."""
+    with at most `max_held` requests waiting for it. Compared by identity: a load started for one
+    rest does not serve the next."""
 
     reason: str
     max_held: int
-    load_s: float
     override: ModelConfig | None = None
     kept_dir: Path | None = None
 
@@ -357,8 +352,7 @@ class ModelLifecycle:
                 config = next((v.config for v in record.versions.values() if v.config is not None), None)
                 defaults = self.scale_to_zero_defaults
                 held = max_held(config.parameters, defaults.max_held) if config is not None else defaults.max_held
-                load_s = self._load_s.get(name, 0.0)
-                self._at_rest[name] = AtRest(reason, held, load_s, record.override, record.owned_dir)
+                self._at_rest[name] = AtRest(reason, held, record.override, record.owned_dir)
             else:
                 self._at_rest.pop(name, None)
             self._catalogue.publish(

@@ -8,6 +8,12 @@ from typing import Protocol
 
 from inferd.types import LoadTimings, RequestTiming
 
+# Why a version loaded, the label its phases are counted under: asked (startup, a poll, the load
+# API, on demand under a budget), or the first request after its model was scaled to zero.
+LOAD = "load"
+COLD_START = "cold_start"
+LOAD_CAUSES = (LOAD, COLD_START)
+
 
 class Metrics(Protocol):
     def request_finished(
@@ -47,7 +53,7 @@ class Metrics(Protocol):
         """One execution of the runtime, on a batch of `rows` rows from one or more requests."""
         ...
 
-    def version_loaded(self, model: str, timings: LoadTimings, cause: str = "load") -> None:
+    def version_loaded(self, model: str, timings: LoadTimings, cause: str = LOAD) -> None:
         """A version loaded, its phases counted under `cause` ("load", or "cold_start": the first
         request after the model was scaled to zero)."""
         ...
@@ -102,7 +108,7 @@ class NoMetrics:
     def batch_executed(self, model: str, version: str, rows: int, compute_infer_s: float) -> None:
         return None
 
-    def version_loaded(self, model: str, timings: LoadTimings, cause: str = "load") -> None:
+    def version_loaded(self, model: str, timings: LoadTimings, cause: str = LOAD) -> None:
         return None
 
     def version_load_failed(self, model: str) -> None:

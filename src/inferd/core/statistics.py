@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from inferd.core.metrics import LOAD, LOAD_CAUSES
 from inferd.types import BatchStatistics, DurationStatistic, LoadTimings, ModelStatistics, RequestTiming
 
 # Latency buckets from 100 us to 10 s: tiny models answer in well under a millisecond.
@@ -23,9 +24,6 @@ BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 # Model loads: from a small model's milliseconds to a large one's minutes.
 LOAD_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 LOAD_PHASES = ("fetch", "session", "warmup")
-# Why a version loaded: asked (startup, poll, the load API, on demand under a budget), or the first
-# request after its model was scaled to zero (core.lifecycle's LOAD and COLD_START).
-LOAD_CAUSES = ("load", "cold_start")
 
 
 @dataclass(slots=True)
@@ -179,7 +177,7 @@ class ServingStatistics:
         stats.inference_count += rows
         stats.last_inference_ms = int(time.time() * 1000)
 
-    def version_loaded(self, model: str, timings: LoadTimings, cause: str = "load") -> None:
+    def version_loaded(self, model: str, timings: LoadTimings, cause: str = LOAD) -> None:
         self.loads["success"] += 1
         self.load_phases[(cause, "fetch")].observe(timings.fetch_s)
         self.load_phases[(cause, "session")].observe(timings.session_s)
