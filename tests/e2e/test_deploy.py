@@ -335,6 +335,7 @@ def test_scale_to_zero_renders_each_bin_serverless_and_async_workers_scaled_by_k
         # The bins take async submits (they scale with requests) and run no job: the workers do.
         assert args[args.index("--async-concurrency") + 1] == "0"
         assert args[args.index("--async-queue") + 1] == "redis://redis.inferd:6379/2"
+        assert args[args.index("--onnx-cache-size") + 1] == "0"  # a pod from zero would write it, never read it
 
     (scaled,) = [d for d in workers if d["kind"] == "ScaledObject"]
     (deployment,) = [d for d in workers if d["kind"] == "Deployment"]

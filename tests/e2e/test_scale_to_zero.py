@@ -266,3 +266,32 @@ def test_a_starting_server_is_not_ready_until_its_models_serve(tmp_path: Path) -
         hold.unlink(missing_ok=True)
         server.terminate()
         server.wait(30)
+
+
+def weights_mapped(server: ServerProcess, weights: Path) -> bool:
+    """Whether the server's process maps `weights` (a session made from the cached model does)."""
+    with open(f"/proc/{server.process.pid}/maps", encoding="utf-8") as maps:
+        return any(line.rstrip().endswith(str(weights)) for line in maps)
+
+
+def test_a_cold_start_loads_the_optimized_model_the_first_load_cached(tmp_path: Path) -> None:
+    root = tmp_path / "repository"
+    mlp_model(root / "large" / "1" / "model.onnx", (16, 512, 512, 4), seed=3)  # 1.1 MB: worth an entry
+    write_config(root / "large", idle(1))
+    cache = tmp_path / "cache"
+    x = [float(i) for i in range(16)]
+    args = ("--onnx-cache-dir", str(cache), "--log-format", "text")
+    with run_server(root, tmp_path / "server.log", *args) as server:
+        (entry,) = (p for p in cache.iterdir() if p.is_dir() and p.name != "digests")
+        weights = entry / "weights.bin"
+        assert weights.stat().st_size > 1 << 20
+        assert "model large: optimized model cached in" in server.log()
+        assert not weights_mapped(server, weights)  # the first session read the model's own file
+        expected = output(infer(server, "large", x, 16))
+        wait_scaled_to_zero(server, "large")
+        assert output(infer(server, "large", x, 16)) == expected
+        assert weights_mapped(server, weights)
+    with run_server(root, tmp_path / "again.log", *args) as server:  # a restart reads it too
+        assert weights_mapped(server, weights)
+        assert output(infer(server, "large", x, 16)) == expected
+    assert [p for p in cache.iterdir() if p.is_dir() and p.name != "digests"] == [entry]

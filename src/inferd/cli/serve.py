@@ -14,6 +14,7 @@ from inferd.config.server import (
     DEFAULT_MAX_COMPRESSION_RATIO,
     DEFAULT_MAX_DECODED_BYTES_IN_FLIGHT,
     DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_ONNX_CACHE_BYTES,
     DEFAULT_SAGEMAKER_MAX_MODELS,
     HttpServerKind,
     IntraOpPools,
@@ -29,6 +30,10 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
     """A size such as 4GiB, 512MiB, 1.5GB or 1000000 (bytes)."""
 
     name = "size"
+
+    def __init__(self, *, allow_zero: bool = False) -> None:
+        self._allow_zero = allow_zero
+
     _UNITS: ClassVar[dict[str, int]] = {
         "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
         "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
@@ -44,7 +49,7 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
             size = int(float(number) * self._UNITS[unit])
         except (ValueError, KeyError):
             self.fail(f"'{value}' is not a size such as 4GiB, 512MiB or 1000000", param, ctx)
-        if size <= 0:
+        if size < 0 or (size == 0 and not self._allow_zero):
             self.fail(f"'{value}' must be more than 0 bytes", param, ctx)
         return size
 
@@ -300,6 +305,25 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     help="ONNX Runtime's threads within one execution: one pool sized to the cores that every model "
     "shares (threads do not grow with models), or a pool per instance of cores / instances threads "
     "(a model's intra_op_thread_count and allow_spinning parameters then apply).",
+)
+@click.option(
+    "--onnx-cache-dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    envvar="INFERD_ONNX_CACHE_DIR",
+    help="Where ONNX models' optimized graphs are kept after their first load, with their weights in a file of "
+    "their own that later loads map instead of reading (MiniLM's session: about 3x faster). Made if missing, "
+    "private to this user. [default: $XDG_CACHE_HOME/inferd/onnx, else ~/.cache/inferd/onnx]",
+)
+@click.option(
+    "--onnx-cache-size",
+    "onnx_cache_bytes",
+    default=f"{DEFAULT_ONNX_CACHE_BYTES >> 30}GiB",
+    show_default=True,
+    type=ByteSize(allow_zero=True),
+    envvar="INFERD_ONNX_CACHE_SIZE",
+    help="Disk the optimized-model cache may take, such as 10GiB; the least recently loaded entries go past it. "
+    "0 turns the cache off.",
 )
 @click.option(
     "--execution-threads",

@@ -81,6 +81,7 @@ from inferd.errors import (
     copied,
     relative_to_model_folder,
 )
+from inferd.runtimes.onnx_cache import OptimizedModelCache
 from inferd.types import LoadTimings
 
 logger = logging.getLogger("inferd.registry")
@@ -119,13 +120,14 @@ class ModelLifecycle:
         batching_defaults: BatchingDefaults | None = None,
         tracer: RequestTracer | None = None,
         scale_to_zero: ScaleToZeroDefaults = SCALE_TO_ZERO_OFF,
+        onnx_cache: OptimizedModelCache | None = None,
     ) -> None:
         """`dispatcher`: what ensembles' steps run through; `execution_threads`: the worker threads
         every loaded model shares (0: the default); `shared_intra_op_pool`: whether sessions
         compute on one pool (see core.executor); `batching_defaults`: settings every batching model
         takes (--tfserving-batching-parameters); `tracer`: hears of every loaded version's
         executions when the server traces; `scale_to_zero`: the server's --idle-unload-seconds and
-        --max-held."""
+        --max-held; `onnx_cache`: where ONNX sessions keep their optimized models (--onnx-cache-dir)."""
         self._repository = repository
         self._catalogue = catalogue
         self._dispatcher = dispatcher
@@ -134,6 +136,7 @@ class ModelLifecycle:
         self._tracer = tracer
         self._batching_defaults = batching_defaults
         self._shared_intra_op_pool = shared_intra_op_pool
+        self._onnx_cache = onnx_cache
         self._threads = make_execution_threads(execution_threads)
         self._names: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
         self.startup_complete = False
@@ -581,6 +584,7 @@ class ModelLifecycle:
                     shared_intra_op_pool=self._shared_intra_op_pool,
                     event_loop=asyncio.get_running_loop(),
                     tracer=self._tracer,
+                    onnx_cache=self._onnx_cache,
                 )
                 timings = replace(timings, fetch_s=model.fetch_s)
             except InferdError as exc:

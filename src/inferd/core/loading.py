@@ -28,6 +28,7 @@ from inferd.core.tracing import ExecutionTracer, RequestTracer
 from inferd.core.warmup import probe_inputs, run_warmup
 from inferd.errors import InferdError
 from inferd.runtimes import Runtime, RuntimeOptions, load_runtime, runtime_kind
+from inferd.runtimes.onnx_cache import OptimizedModelCache
 from inferd.types import LoadTimings
 
 logger = logging.getLogger("inferd.loading")
@@ -44,11 +45,12 @@ def load_version(
     shared_intra_op_pool: bool = True,
     event_loop: asyncio.AbstractEventLoop | None = None,
     tracer: RequestTracer | None = None,
+    onnx_cache: OptimizedModelCache | None = None,
 ) -> tuple[ModelHandle, LoadTimings]:
     """`model_dir` holds the version's `warmup/` data files; `threads` are the server's worker
     threads and `shared_intra_op_pool` says where sessions compute (see core.executor);
     `event_loop` is the server's, where async models run their coroutines; `tracer` hears of the
-    version's executions when the server traces."""
+    version's executions when the server traces; `onnx_cache` keeps ONNX sessions' optimized models."""
     instances: list[Runtime] = []
     pool: InstancePool | None = None
     started = time.perf_counter()
@@ -57,7 +59,7 @@ def load_version(
         intra_op_threads = intra_op_threads_per_instance(sum(g.count for g in groups), shared=shared_intra_op_pool)
         for group in groups:
             for _ in range(group.count):
-                options = RuntimeOptions(instance_group=group, intra_op_threads=intra_op_threads, event_loop=event_loop)
+                options = RuntimeOptions(group, intra_op_threads, event_loop, onnx_cache)
                 instances.append(load_runtime(config, version_dir, options))
         kind = runtime_kind(config, version_dir)
         completed = complete_config(config, instances[0].signature, platform=kind.platform, backend=kind.backend)

@@ -23,6 +23,7 @@ from inferd.core.metrics import Metrics
 from inferd.core.repository import ModelRepository
 from inferd.core.statistics import ServingStatistics
 from inferd.core.tracing import RequestTracer
+from inferd.runtimes.onnx_cache import OptimizedModelCache
 
 __all__ = ["UNLOADED", "LoadBudget", "ModelRecord", "ModelRegistry", "ModelState", "Snapshot", "VersionRecord"]
 
@@ -39,6 +40,7 @@ class ModelRegistry:
         batching_defaults: BatchingDefaults | None = None,
         tracer: RequestTracer | None = None,
         scale_to_zero: ScaleToZeroDefaults = SCALE_TO_ZERO_OFF,
+        onnx_cache: OptimizedModelCache | None = None,
     ) -> None:
         """`metrics`: where requests, executions and loads are counted (a `ServingStatistics` of
         its own when not given; the service reads the same); `budget`: turns on on-demand loading;
@@ -46,7 +48,8 @@ class ModelRegistry:
         `shared_intra_op_pool`: whether sessions compute on one pool (see core.executor);
         `batching_defaults`: settings every batching model takes (--tfserving-batching-parameters);
         `tracer`: hears of every request and every loaded version's executions when the server traces;
-        `scale_to_zero`: the server's defaults of idle unloading and cold starts (core.idle_unload).
+        `scale_to_zero`: the server's defaults of idle unloading and cold starts (core.idle_unload);
+        `onnx_cache`: where ONNX sessions keep their optimized models (runtimes.onnx_cache).
         Models load on a request's demand under a budget, and when they were scaled to zero."""
         self._repository = repository
         self._budget = budget
@@ -72,6 +75,7 @@ class ModelRegistry:
             batching_defaults=batching_defaults,
             tracer=tracer,
             scale_to_zero=scale_to_zero,
+            onnx_cache=onnx_cache,
         )
 
     @property

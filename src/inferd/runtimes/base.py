@@ -17,12 +17,15 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from inferd.config.model import InstanceGroup, ModelConfig, ModelSignature, TensorConfig, TensorSpec
 from inferd.errors import ModelConfigError
+
+if TYPE_CHECKING:
+    from inferd.runtimes.onnx_cache import OptimizedModelCache
 
 
 def release_freed_memory() -> None:
@@ -110,6 +113,8 @@ class RuntimeOptions:
     event_loop: asyncio.AbstractEventLoop | None = None
     """The server's event loop, where a runtime's coroutines run (async Python models); None
     outside a server, where each execution runs its coroutine to the end on a loop of its own."""
+    onnx_cache: OptimizedModelCache | None = None
+    """Where ONNX sessions keep their optimized models between loads (runtimes.onnx_cache); None: off."""
 
 
 class Runtime(Protocol):

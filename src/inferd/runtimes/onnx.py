@@ -29,6 +29,7 @@ from inferd.config.parameters import (
 from inferd.datatypes import NAMES
 from inferd.errors import ModelLoadError
 from inferd.runtimes.base import RuntimeOptions, cores_available, release_freed_memory
+from inferd.runtimes.onnx_cache import GRAPH_FILE, MIN_EXTERNAL_INITIALIZER_BYTES, WEIGHTS_FILE, OptimizedModelCache
 from inferd.runtimes.onnx_errors import execution_error, without_source_locations
 from inferd.runtimes.onnx_strings import bytes_from_ort, str_for_ort
 from inferd.types import DataType
@@ -234,11 +235,6 @@ class OnnxRuntime:
 
     def __init__(self, config: ModelConfig, version_dir: Path, options: RuntimeOptions) -> None:
         self._name = config.name
-        session_options = ort.SessionOptions()
-        if options.intra_op_threads is None:
-            _use_shared_pool(config, session_options)
-        else:
-            _use_own_pool(config, session_options, options.intra_op_threads)
         path = version_dir / (config.default_model_filename or DEFAULT_MODEL_FILENAME)
         if not path.is_file():
             raise ModelLoadError(f"model file {path} not found")
@@ -252,10 +248,27 @@ class OnnxRuntime:
         )
         if providers != [CPU_PROVIDER]:
             _preload_gpu_libraries()
-        session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        session_options.log_severity_level = 3
+
+        def session_options() -> ort.SessionOptions:
+            made = ort.SessionOptions()
+            if options.intra_op_threads is None:
+                _use_shared_pool(config, made)
+            else:
+                _use_own_pool(config, made, options.intra_op_threads)
+            made.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            made.log_severity_level = 3
+            return made
+
+        # Only CPU sessions are cached: a GPU provider's graph is the provider's own (TensorRT
+        # keeps its engines by its own cache options).
+        cache = options.onnx_cache if providers == [CPU_PROVIDER] else None
         try:
-            self._session = ort.InferenceSession(str(path), sess_options=session_options, providers=providers)
+            if cache is None:
+                self._session = ort.InferenceSession(str(path), sess_options=session_options(), providers=providers)
+            else:
+                self._session = _cached_session(config.name, path, session_options, cache)
+        except ModelLoadError:  # the options' own (a thread pool this process cannot give)
+            raise
         except Exception as exc:  # ORT raises its own pybind exception types for corrupt files
             raise ModelLoadError(
                 f"onnxruntime cannot load {path}: {without_source_locations(str(exc))}",
@@ -312,6 +325,63 @@ class OnnxRuntime:
 
     def close(self) -> None:
         del self._session
+
+
+def _cached_session(
+    name: str, path: Path, session_options: Callable[[], ort.SessionOptions], cache: OptimizedModelCache
+) -> ort.InferenceSession:
+    """A CPU session of the model at `path` from the optimized-model cache (see runtimes.onnx_cache):
+    from its entry when written, else from the model's own file, writing the entry on the way."""
+    try:
+        entry = cache.entry_for(path, engine=f"onnxruntime {ort.__version__} {ort.get_device()}")
+    except OSError as exc:  # an unreadable file: the plain load says what is wrong with it
+        logger.warning("model %s: optimized-model cache not used: %s", name, exc, extra={"model": name})
+        entry = None
+    if entry is None:
+        return ort.InferenceSession(str(path), sess_options=session_options(), providers=[CPU_PROVIDER])
+    if entry.is_written():
+        cached = session_options()
+        cached.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # it was optimized
+        try:
+            session = ort.InferenceSession(str(entry.graph), sess_options=cached, providers=[CPU_PROVIDER])
+        except Exception as exc:  # evicted meanwhile, or damaged: the model's own file still serves
+            logger.warning(
+                "model %s: optimized-model cache entry %s not loaded (%s); loading %s",
+                name,
+                entry.folder,
+                without_source_locations(str(exc)),
+                path,
+                extra={"model": name},
+            )
+            cache.discard(entry)
+        else:
+            cache.used(entry)
+            logger.debug("model %s: session from the optimized-model cache %s", name, entry.folder)
+            return session
+    try:
+        written = cache.writing_folder()
+    except OSError as exc:  # the folder removed or full: the model still loads, uncached
+        logger.warning("model %s: optimized model not cached (%s)", name, exc, extra={"model": name})
+        return ort.InferenceSession(str(path), sess_options=session_options(), providers=[CPU_PROVIDER])
+    writing = session_options()
+    writing.optimized_model_filepath = str(written / GRAPH_FILE)
+    writing.add_session_config_entry("session.optimized_model_external_initializers_file_name", WEIGHTS_FILE)
+    writing.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes", str(MIN_EXTERNAL_INITIALIZER_BYTES)
+    )
+    try:
+        session = ort.InferenceSession(str(path), sess_options=writing, providers=[CPU_PROVIDER])
+    except Exception as exc:
+        cache.abandon(written)
+        # A full disk fails the write; a bad model fails again here, and says why.
+        session = ort.InferenceSession(str(path), sess_options=session_options(), providers=[CPU_PROVIDER])
+        logger.warning(
+            "model %s: optimized model not cached (%s)", name, without_source_locations(str(exc)), extra={"model": name}
+        )
+        return session
+    cache.commit(written, entry)
+    logger.info("model %s: optimized model cached in %s", name, entry.folder, extra={"model": name})
+    return session
 
 
 def _int_parameter(config: ModelConfig, key: str, default: int) -> int:

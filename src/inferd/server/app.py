@@ -29,6 +29,7 @@ from inferd.core.state_dir import StateDir
 from inferd.core.statistics import ServingStatistics
 from inferd.protocol.tfserving_batching import read_batching_parameters
 from inferd.runtimes.base import keep_large_blocks_off_the_heap
+from inferd.runtimes.onnx_cache import default_folder, open_cache
 from inferd.server.async_api import AsyncApi
 from inferd.server.async_setup import AsyncSettingsError, build_async_inference
 from inferd.server.auth import Access, AccessPolicy, is_loopback_host, read_tokens
@@ -138,6 +139,9 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         batching_defaults=batching_defaults,
         tracer=tracing,
         scale_to_zero=ScaleToZeroDefaults(settings.idle_unload_seconds, settings.max_held),
+        onnx_cache=open_cache(
+            Path(settings.onnx_cache_dir) if settings.onnx_cache_dir else default_folder(), settings.onnx_cache_bytes
+        ),
     )
     service = InferenceService(
         registry,

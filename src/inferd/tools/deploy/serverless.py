@@ -7,7 +7,8 @@ queue-proxy and sends no request before it passes). A pod that is still loading 
 away: Knative's progress deadline is the bin's longest allowed load, and a scale-down waits its
 delay after the last request (a longer load than the delay would otherwise be cut by KServe, as
 kserve#1247 reported). KServe appends an InferenceService's `args` to its runtime's, so each bin
-adds only which models it loads.
+adds only which models it loads (and no optimized-model cache, which a pod from zero would write
+and never read).
 
 Async inference (`--async-queue redis://...`): the bins take submits and answer their status but
 run no job (`--async-concurrency 0`: they scale with requests, as any); a Deployment of workers
@@ -83,7 +84,9 @@ def inference_services(plan: Plan, settings: DeploySettings, serverless: Serverl
     server_mb = float(plan.settings.get("limits", {}).get("server_memory_mb", 0.0) or 0.0)
     documents = []
     for instance in plan.instances:
-        args = ["--model-control-mode", "explicit"]
+        # A pod from zero starts on an empty disk and loads each model once: writing the models'
+        # optimized graphs (the ONNX cache) would only lengthen the load that wakes it.
+        args = ["--model-control-mode", "explicit", "--onnx-cache-size", "0"]
         for model in instance.models:
             args += ["--load-model", model]
         if serverless.async_queue:  # submits come here; the workers run them
