@@ -46,10 +46,13 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
         number = text.rstrip("kmgtib")
         unit = text[len(number) :]
         try:
-            size = int(float(number) * self._UNITS[unit])
+            asked = float(number) * self._UNITS[unit]
         except (ValueError, KeyError):
             self.fail(f"'{value}' is not a size such as 4GiB, 512MiB or 1000000", param, ctx)
-        if size < 0 or (size == 0 and not self._allow_zero):
+        size = int(asked)
+        if self._allow_zero and (asked < 0 or (asked > 0 and size == 0)):
+            self.fail(f"'{value}' must be 0 (off) or at least 1 byte", param, ctx)
+        if not self._allow_zero and size <= 0:
             self.fail(f"'{value}' must be more than 0 bytes", param, ctx)
         return size
 

@@ -89,11 +89,11 @@ class ServerSettings(BaseModel):
     """Requests that may wait for one model's on-demand load (a cold start) at once, unless its
     max_held parameter says otherwise."""
     intra_op_pools: IntraOpPools = IntraOpPools.SHARED
+    """Intra-op thread pools of ONNX Runtime: one shared (default) or one per instance."""
     onnx_cache_dir: str | None = None
     """Where ONNX models' optimized graphs are kept between loads; None: the user's cache folder."""
     onnx_cache_bytes: int = Field(default=DEFAULT_ONNX_CACHE_BYTES, ge=0)
     """Disk the optimized-model cache may take (default 10 GiB); 0 turns it off."""
-    """Intra-op thread pools of ONNX Runtime: one shared (default) or one per instance."""
     execution_threads: int = Field(default=0, ge=0)
     """Worker threads the server runs executions on, shared by every model (0: 4 per core, at least 16)."""
     log_format: LogFormat = LogFormat.JSON

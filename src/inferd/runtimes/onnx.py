@@ -169,7 +169,7 @@ _shared_pool_made = False
 _OWN_POOL_PARAMETERS = (INTRA_OP_THREAD_COUNT, INTER_OP_THREAD_COUNT, ALLOW_SPINNING)
 
 
-def _use_shared_pool(config: ModelConfig, options: ort.SessionOptions) -> None:
+def _use_shared_pool(options: ort.SessionOptions) -> None:
     """Compute on ONNX Runtime's process-wide intra-op pool, sized to the cores. It must exist
     before the first session creates ORT's environment, and then every session must use it."""
     global _shared_pool_made
@@ -178,6 +178,9 @@ def _use_shared_pool(config: ModelConfig, options: ort.SessionOptions) -> None:
             ort.set_global_thread_pool_sizes(cores_available(), 1)
             _shared_pool_made = True
     options.use_per_session_threads = False
+
+
+def _warn_of_own_pool_parameters(config: ModelConfig) -> None:
     ignored = [parameter.name for parameter in _OWN_POOL_PARAMETERS if parameter.name in config.parameters]
     if ignored:
         logger.warning(
@@ -248,11 +251,13 @@ class OnnxRuntime:
         )
         if providers != [CPU_PROVIDER]:
             _preload_gpu_libraries()
+        if options.intra_op_threads is None:
+            _warn_of_own_pool_parameters(config)
 
         def session_options() -> ort.SessionOptions:
             made = ort.SessionOptions()
             if options.intra_op_threads is None:
-                _use_shared_pool(config, made)
+                _use_shared_pool(made)
             else:
                 _use_own_pool(config, made, options.intra_op_threads)
             made.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -327,22 +332,31 @@ class OnnxRuntime:
         del self._session
 
 
+def optimized_engine(options: ort.SessionOptions) -> str:
+    """What shapes an optimized graph besides the model: ONNX Runtime's version and build, and the
+    optimization level (ONNX Runtime's default, all)."""
+    return f"onnxruntime {ort.__version__} {ort.get_device()} {options.graph_optimization_level.name}"
+
+
 def _cached_session(
     name: str, path: Path, session_options: Callable[[], ort.SessionOptions], cache: OptimizedModelCache
 ) -> ort.InferenceSession:
     """A CPU session of the model at `path` from the optimized-model cache (see runtimes.onnx_cache):
     from its entry when written, else from the model's own file, writing the entry on the way."""
+    plain = session_options()  # first: options that cannot be given fail before anything is written
     try:
-        entry = cache.entry_for(path, engine=f"onnxruntime {ort.__version__} {ort.get_device()}")
+        entry = cache.entry_for(path, optimized_engine(plain))
     except OSError as exc:  # an unreadable file: the plain load says what is wrong with it
         logger.warning("model %s: optimized-model cache not used: %s", name, exc, extra={"model": name})
         entry = None
     if entry is None:
-        return ort.InferenceSession(str(path), sess_options=session_options(), providers=[CPU_PROVIDER])
+        return ort.InferenceSession(str(path), sess_options=plain, providers=[CPU_PROVIDER])
     if entry.is_written():
+        cache.used(entry)  # first: a commit beside this load must not evict what it opens
         cached = session_options()
         cached.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # it was optimized
         try:
+            opened = entry.graph.stat()
             session = ort.InferenceSession(str(entry.graph), sess_options=cached, providers=[CPU_PROVIDER])
         except Exception as exc:  # evicted meanwhile, or damaged: the model's own file still serves
             logger.warning(
@@ -353,17 +367,17 @@ def _cached_session(
                 path,
                 extra={"model": name},
             )
-            cache.discard(entry)
+            if not isinstance(exc, OSError):
+                cache.discard_if_same(entry, opened)
         else:
-            cache.used(entry)
             logger.debug("model %s: session from the optimized-model cache %s", name, entry.folder)
             return session
+    writing = session_options()
     try:
         written = cache.writing_folder()
     except OSError as exc:  # the folder removed or full: the model still loads, uncached
         logger.warning("model %s: optimized model not cached (%s)", name, exc, extra={"model": name})
-        return ort.InferenceSession(str(path), sess_options=session_options(), providers=[CPU_PROVIDER])
-    writing = session_options()
+        return ort.InferenceSession(str(path), sess_options=plain, providers=[CPU_PROVIDER])
     writing.optimized_model_filepath = str(written / GRAPH_FILE)
     writing.add_session_config_entry("session.optimized_model_external_initializers_file_name", WEIGHTS_FILE)
     writing.add_session_config_entry(
@@ -374,13 +388,20 @@ def _cached_session(
     except Exception as exc:
         cache.abandon(written)
         # A full disk fails the write; a bad model fails again here, and says why.
-        session = ort.InferenceSession(str(path), sess_options=session_options(), providers=[CPU_PROVIDER])
+        session = ort.InferenceSession(str(path), sess_options=plain, providers=[CPU_PROVIDER])
         logger.warning(
             "model %s: optimized model not cached (%s)", name, without_source_locations(str(exc)), extra={"model": name}
         )
         return session
-    cache.commit(written, entry)
-    logger.info("model %s: optimized model cached in %s", name, entry.folder, extra={"model": name})
+    if cache.commit(written, entry):
+        logger.info("model %s: optimized model cached in %s", name, entry.folder, extra={"model": name})
+    else:
+        logger.info(
+            "model %s: optimized model not cached (its files changed while it loaded, the entry was written "
+            "beside this load, or it is larger than the cache)",
+            name,
+            extra={"model": name},
+        )
     return session
 
 

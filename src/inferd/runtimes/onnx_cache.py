@@ -14,14 +14,20 @@ kernels laid out for this CPU's instruction set (NCHWc blocks of 8 or 16), which
 to load only where they were made. A file's digest is remembered under its identity (device, inode,
 size, modification and change times), so an unchanged local file is read once per machine, not
 once per load; a file changed within the last seconds is read again each time (its times may not
-have moved yet).
+have moved yet). This trusts the file system to move a file's change time when its contents change,
+as local file systems do (some FUSE mounts of object stores do not: turn the cache off there).
 
-Entries are written once, by the load that missed, into a hidden folder renamed into place: a
-reader never sees half an entry, and two servers sharing the folder write the same entry at most
-twice and keep one. An entry is never changed; eviction (least recently used, past the size)
-removes it whole, which a session that mapped its weights survives (the kernel keeps a removed
-file's pages while they are mapped). The folder must be the server's own and not writable by
-others: whoever can write an entry chooses the graph a model runs.
+Entries are written by the load that missed, into a hidden folder renamed into place: a reader
+never sees half an entry, and servers sharing the folder that miss at once each write their own and
+keep the first. A file of the model changed while its entry was written (a repository updated in
+place) makes the entry be dropped, not kept under the old contents' name. An entry is never changed;
+eviction (least recently used, past the size) removes it whole, which a session that mapped its
+weights survives (the kernel keeps a removed file's pages while they are mapped). Only names the
+cache makes are ever removed (64 hex digits, its hidden writing folders), so a folder shared with
+other files loses none of them. Files are not synced before the rename: after a power cut an entry
+may be cut short, which ONNX Runtime's checks of the graph and of the weights' offsets refuse, and
+the entry is then written again. The folder must be the server's own and not writable by others:
+whoever can write an entry chooses the graph a model runs.
 """
 
 from __future__ import annotations
@@ -31,12 +37,13 @@ import hashlib
 import logging
 import os
 import platform
+import re
 import shutil
 import stat
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 logger = logging.getLogger("inferd.onnx_cache")
@@ -58,13 +65,25 @@ MAX_REMEMBERED_DIGESTS = 4096
 ABANDONED_WRITE_S = 3600.0
 _DIGESTS = "digests"
 _WRITING_PREFIX = ".writing-"
+# The names the cache makes, and the only ones it ever removes.
+_ENTRY_NAME = re.compile(r"[0-9a-f]{64}")
+_WRITING_NAME = re.compile(re.escape(_WRITING_PREFIX) + r"[0-9a-f]{32}")
+
+# What tells a file changed: device, inode, size, modification and change times.
+Identity = tuple[int, int, int, int, int]
+
+
+def _identity(info: os.stat_result) -> Identity:
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 @dataclass(frozen=True, slots=True)
 class CacheEntry:
-    """One model's place in the cache: `folder` holds GRAPH_FILE and WEIGHTS_FILE once written."""
+    """One model's place in the cache: `folder` holds GRAPH_FILE and WEIGHTS_FILE once written;
+    `sources` are the model's files as they were hashed."""
 
     folder: Path
+    sources: tuple[tuple[Path, Identity], ...] = field(default=(), compare=False)
 
     @property
     def graph(self) -> Path:
@@ -72,6 +91,13 @@ class CacheEntry:
 
     def is_written(self) -> bool:
         return self.graph.is_file()
+
+    def sources_unchanged(self) -> bool:
+        """Whether the model's files are still those hashed into the entry's name."""
+        try:
+            return all(_identity(path.stat()) == identity for path, identity in self.sources)
+        except OSError:
+            return False
 
 
 class OptimizedModelCache:
@@ -85,8 +111,9 @@ class OptimizedModelCache:
 
     def entry_for(self, model_file: Path, engine: str) -> CacheEntry | None:
         """Where the optimized form of `model_file` (with every file of its folder: external
-        weights live there) made by `engine` is or will be; None when it is not worth an entry
-        (under MIN_MODEL_BYTES) or would not fit the cache alone."""
+        weights live there) made by `engine` (its version and the session options that shape the
+        graph) is or will be; None when it is not worth an entry (under MIN_MODEL_BYTES) or
+        would not fit the cache alone."""
         version_dir = model_file.parent
         files = _regular_files(version_dir)
         total = sum(size for _, _, size in files)
@@ -95,9 +122,12 @@ class OptimizedModelCache:
         key = hashlib.sha256()
         for part in (LAYOUT, engine, machine_fingerprint(), model_file.name):
             key.update(part.encode() + b"\0")
-        for relative, path, size in files:
-            key.update(f"{relative}\0{size}\0{self._digest(path)}\0".encode())
-        return CacheEntry(self.folder / key.hexdigest())
+        sources = []
+        for relative, path, _ in files:
+            identity, digest = self._digest(path)
+            key.update(f"{relative}\0{identity[2]}\0{digest}\0".encode())
+            sources.append((path, identity))
+        return CacheEntry(self.folder / key.hexdigest(), tuple(sources))
 
     def writing_folder(self) -> Path:
         """A new hidden folder for one entry's files, to be given to `commit` or `abandon`."""
@@ -105,14 +135,30 @@ class OptimizedModelCache:
         folder.mkdir(mode=0o700)
         return folder
 
-    def commit(self, written: Path, entry: CacheEntry) -> None:
-        """Move a written folder into place (or drop it if another writer was first), then
-        evict past the size."""
-        try:
-            written.rename(entry.folder)
-        except OSError:  # the entry exists: an instance or a server beside this one wrote it first
+    def commit(self, written: Path, entry: CacheEntry) -> bool:
+        """Move a written folder into place, then evict past the size. False, and the folder
+        dropped, when the model's files changed while it was written, or another writer was first."""
+        if not entry.sources_unchanged():
             self.abandon(written)
+            return False
+        for _ in range(2):
+            try:
+                written.rename(entry.folder)
+                break
+            except OSError:
+                if entry.is_written():  # an instance or a server beside this one wrote it first
+                    self.abandon(written)
+                    return False
+                # Half an entry (a removal cut short): it would block every later write.
+                shutil.rmtree(entry.folder, ignore_errors=True)
+        else:
+            self.abandon(written)
+            return False
+        if _folder_bytes(entry.folder) > self.max_bytes:  # larger optimized than its model: no room
+            self.discard(entry)
+            return False
         self.evict()
+        return True
 
     def abandon(self, written: Path) -> None:
         shutil.rmtree(written, ignore_errors=True)
@@ -123,8 +169,18 @@ class OptimizedModelCache:
             os.utime(entry.folder)
 
     def discard(self, entry: CacheEntry) -> None:
-        """Remove an entry that could not be loaded, so the next load writes it again."""
+        """Remove an entry, so the next load writes it again."""
         shutil.rmtree(entry.folder, ignore_errors=True)
+
+    def discard_if_same(self, entry: CacheEntry, failed: os.stat_result) -> None:
+        """Remove an entry whose graph `failed` to load, unless a writer beside this one has
+        replaced it meanwhile (its graph is then another file)."""
+        try:
+            current = entry.graph.stat()
+        except OSError:
+            return
+        if (current.st_dev, current.st_ino) == (failed.st_dev, failed.st_ino):
+            self.discard(entry)
 
     def evict(self) -> None:
         """Remove the least recently used entries until the rest fit `max_bytes`, and what
@@ -143,10 +199,10 @@ class OptimizedModelCache:
                     modified = child.stat().st_mtime
                 except OSError:
                     continue
-                if child.name.startswith(_WRITING_PREFIX):
+                if _WRITING_NAME.fullmatch(child.name):
                     if now - modified > ABANDONED_WRITE_S:
                         shutil.rmtree(child, ignore_errors=True)
-                elif child.is_dir() and child.name != _DIGESTS:
+                elif _ENTRY_NAME.fullmatch(child.name) and child.is_dir():
                     entries.append((modified, _folder_bytes(child), child))
             total = sum(size for _, size, _ in entries)
             for _, size, folder in sorted(entries):
@@ -156,28 +212,28 @@ class OptimizedModelCache:
                 total -= size
                 logger.info("optimized-model cache: evicted %s (%d MiB)", folder.name[:12], size >> 20)
 
-    def _digest(self, path: Path) -> str:
-        """SHA-256 of a file's contents, remembered under its identity."""
-        info = path.stat()
-        identity = (str(path.resolve()), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-        settled = time.time() - max(info.st_mtime, info.st_ctime) > RECENT_CHANGE_S
-        if settled and identity in self._digests:
-            return self._digests[identity]
-        remembered = self.folder / _DIGESTS / hashlib.sha256(repr(identity).encode()).hexdigest()
-        if settled:
-            try:
-                digest = remembered.read_text().strip()
-            except OSError:
-                digest = ""
-            if len(digest) == 64:
-                self._digests[identity] = digest
-                return digest
+    def _digest(self, path: Path) -> tuple[Identity, str]:
+        """A file's identity and the SHA-256 of its contents, remembered under the identity."""
         with path.open("rb") as file:
+            info = os.fstat(file.fileno())  # the file read, not whatever the path names later
+            identity = _identity(info)
+            settled = time.time() - max(info.st_mtime, info.st_ctime) > RECENT_CHANGE_S
+            if settled and identity in self._digests:
+                return identity, self._digests[identity]
+            remembered = self.folder / _DIGESTS / hashlib.sha256(repr(identity).encode()).hexdigest()
+            if settled:
+                try:
+                    digest = remembered.read_text().strip()
+                except OSError:
+                    digest = ""
+                if _ENTRY_NAME.fullmatch(digest):
+                    self._digests[identity] = digest
+                    return identity, digest
             digest = hashlib.file_digest(file, "sha256").hexdigest()
         if settled:
             self._digests[identity] = digest
             _remember(remembered, digest)
-        return digest
+        return identity, digest
 
 
 def open_cache(folder: Path, max_bytes: int) -> OptimizedModelCache | None:
@@ -217,20 +273,23 @@ _fingerprint: str | None = None
 
 
 def machine_fingerprint() -> str:
-    """The architecture and the CPU's instruction-set flags: what ONNX Runtime's kernels and
-    layouts are chosen by."""
+    """The architecture and what names the CPU's instruction set: its flags (x86, arm64, s390x),
+    else its model lines (Linux); elsewhere the platform's own description."""
     global _fingerprint
     if _fingerprint is None:
-        flags = ""
+        described = platform.platform()
         try:
             with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
-                for line in cpuinfo:
-                    if line.startswith(("flags", "Features")):  # x86, arm64
-                        flags = " ".join(sorted(line.split(":", 1)[1].split()))
-                        break
+                lines = [line.split(":", 1) for line in cpuinfo if ":" in line]
+            fields = [(name.strip().lower(), value.strip()) for name, value in lines]
+            flags = next((value for name, value in fields if name in ("flags", "features")), None)
+            if flags is not None:
+                described = " ".join(sorted(flags.split()))
+            else:  # ppc64le and others: the CPU's model (never its clock, which moves)
+                described = " ".join(sorted({value for name, value in fields if name in ("cpu", "model name")}))
         except OSError:  # not Linux
-            flags = platform.processor()
-        _fingerprint = f"{platform.machine()} {hashlib.sha256(flags.encode()).hexdigest()[:16]}"
+            pass
+        _fingerprint = f"{platform.machine()} {hashlib.sha256(described.encode()).hexdigest()[:16]}"
     return _fingerprint
 
 
@@ -269,9 +328,9 @@ def _remember(path: Path, digest: str) -> None:
     folder = path.parent
     try:
         temporary = folder / f"{_WRITING_PREFIX}{uuid.uuid4().hex}"
-        temporary.write_text(digest)
+        temporary.write_text(digest)  # a name a reader never takes for a digest's
         temporary.rename(path)
-        remembered = list(folder.iterdir())
+        remembered = [p for p in folder.iterdir() if _ENTRY_NAME.fullmatch(p.name)]
         if len(remembered) > MAX_REMEMBERED_DIGESTS:
             by_age = sorted(remembered, key=_modified)
             for old in by_age[: len(by_age) // 2]:

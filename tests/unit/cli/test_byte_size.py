@@ -20,8 +20,9 @@ def test_zero_is_a_size_only_where_it_means_off() -> None:
     assert ByteSize(allow_zero=True).convert("0", None, None) == 0
     with pytest.raises(click.BadParameter, match="more than 0 bytes"):
         ByteSize().convert("0", None, None)
-    with pytest.raises(click.BadParameter, match="more than 0 bytes"):
-        ByteSize(allow_zero=True).convert("-1GiB", None, None)
+    for below_a_byte in ("-1GiB", "0.4"):  # never taken for "off"
+        with pytest.raises(click.BadParameter, match="0 \\(off\\) or at least 1 byte"):
+            ByteSize(allow_zero=True).convert(below_a_byte, None, None)
 
 
 def test_what_is_not_a_size_says_what_is() -> None:

@@ -15,7 +15,7 @@ import pytest
 from inferd.config.model import InstanceGroup, ModelConfig
 from inferd.runtimes import onnx_cache
 from inferd.runtimes.base import RuntimeOptions
-from inferd.runtimes.onnx import OnnxRuntime
+from inferd.runtimes.onnx import OnnxRuntime, optimized_engine
 from inferd.runtimes.onnx_cache import GRAPH_FILE, WEIGHTS_FILE, OptimizedModelCache, open_cache
 from inferd.testing.models import mlp_model
 
@@ -43,7 +43,7 @@ def mapped_files() -> set[str]:
 
 
 def entries(cache: OptimizedModelCache) -> list[Path]:
-    return sorted(p for p in cache.folder.iterdir() if p.is_dir() and p.name != "digests")
+    return sorted(p for p in cache.folder.iterdir() if p.is_dir() and len(p.name) == 64)
 
 
 @pytest.fixture
@@ -103,11 +103,13 @@ def test_a_file_changed_in_place_is_read_again(
     monkeypatch.setattr(onnx_cache, "RECENT_CHANGE_S", 0.0)  # its digest is remembered at once
     before = cache.entry_for(path, ENGINE)
     time.sleep(0.05)  # past the kernel's timestamp tick, so the change time moves
+    old = path.stat()
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
     with path.open("r+b") as file:  # the same inode, the same size
         file.write(data)
-    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns))
+    os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))  # and its modification time put back
+    assert path.stat().st_mtime_ns == old.st_mtime_ns
     assert cache.entry_for(path, ENGINE) != before
 
 
@@ -115,6 +117,7 @@ def test_a_settled_file_is_hashed_once_per_machine(
     tmp_path: Path, cache: OptimizedModelCache, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = large_model(tmp_path / "a")
+    monkeypatch.setattr(onnx_cache, "RECENT_CHANGE_S", 3600.0)
     cache.entry_for(path, ENGINE)
     assert list((cache.folder / "digests").iterdir()) == []  # just written: not remembered yet
     monkeypatch.setattr(onnx_cache, "RECENT_CHANGE_S", 0.0)
@@ -183,7 +186,7 @@ def test_the_least_recently_used_entries_go_past_the_size(tmp_path: Path) -> Non
     old = time.time() - 100
     os.utime(second.folder, (old, old))
     runtime(paths[0], cache)  # a hit: the first is now the more recently used
-    abandoned = cache.folder / ".writing-dead"
+    abandoned = cache.folder / f".writing-{'0' * 32}"  # a writer that died an hour ago and more
     abandoned.mkdir()
     os.utime(abandoned, (old - 4000, old - 4000))
     runtime(paths[2], cache)
@@ -196,7 +199,7 @@ def test_the_least_recently_used_entries_go_past_the_size(tmp_path: Path) -> Non
 def _engine() -> str:
     import onnxruntime as ort
 
-    return f"onnxruntime {ort.__version__} {ort.get_device()}"
+    return optimized_engine(ort.SessionOptions())
 
 
 def test_a_folder_others_may_write_or_a_size_of_zero_is_no_cache(
@@ -222,3 +225,54 @@ def test_a_cache_folder_removed_under_the_server_costs_no_load(
     with caplog.at_level(logging.WARNING, logger="inferd.onnx"):
         assert np.array_equal(run(runtime(path, cache)), run(runtime(path, None)))
     assert "not cached" in caplog.text
+
+
+def test_a_model_replaced_while_its_entry_is_written_leaves_no_entry(
+    tmp_path: Path, cache: OptimizedModelCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repository updated in place during a load: the entry named by the old bytes must not hold
+    the new graph, or putting the old model back would serve the new one."""
+    path = large_model(tmp_path / "mlp", seed=1)
+    old_bytes = path.read_bytes()
+    old_answer = run(runtime(path, None))
+    real_writing_folder = cache.writing_folder
+
+    def replaced_meanwhile() -> Path:
+        large_model(tmp_path / "new", seed=2).replace(path)
+        return real_writing_folder()
+
+    monkeypatch.setattr(cache, "writing_folder", replaced_meanwhile)
+    runtime(path, cache)
+    assert entries(cache) == []
+    monkeypatch.undo()
+    path.write_bytes(old_bytes)
+    assert np.array_equal(run(runtime(path, cache)), old_answer)
+    assert np.array_equal(run(runtime(path, cache)), old_answer)  # from the entry, now written
+
+
+def test_half_an_entry_is_replaced_by_the_next_write(tmp_path: Path, cache: OptimizedModelCache) -> None:
+    path = large_model(tmp_path / "mlp")
+    runtime(path, cache)
+    (entry,) = entries(cache)
+    (entry / GRAPH_FILE).unlink()  # a removal cut short: the weights are left
+    runtime(path, cache)
+    assert (entry / GRAPH_FILE).is_file()
+    loaded = runtime(path, cache)
+    assert str(entry / WEIGHTS_FILE) in mapped_files()
+    loaded.close()
+
+
+def test_eviction_removes_only_what_the_cache_made(tmp_path: Path) -> None:
+    """--onnx-cache-dir may name a folder that holds other things (~/.cache): they stay."""
+    folder = tmp_path / "shared"
+    (folder / "pip").mkdir(parents=True)
+    (folder / "notes.txt").write_text("mine")
+    (folder / ".writing-mine").mkdir()
+    old = time.time() - 10_000
+    for child in folder.iterdir():
+        os.utime(child, (old, old))
+    folder.chmod(0o700)
+    cache = open_cache(folder, 1)  # room for nothing
+    assert cache is not None
+    cache.evict()
+    assert {p.name for p in folder.iterdir()} == {"pip", "notes.txt", ".writing-mine", "digests"}
