@@ -17,7 +17,7 @@ from inferd.types import DataType
 @dataclass(frozen=True, slots=True)
 class DatatypeNames:
     config: str
-    # KServe v2 gRPC's typed contents field; None where the datatype must come raw (FP16).
+    # KServe v2 gRPC's typed contents field; None where the datatype must come raw (FP16, BF16).
     grpc_contents: str | None
     tf_name: str
     tf_number: int
@@ -37,6 +37,7 @@ NAMES: dict[DataType, DatatypeNames] = {
     DataType.INT32: DatatypeNames("TYPE_INT32", "int_contents", "DT_INT32", 3, "int_val", "tensor(int32)"),
     DataType.INT64: DatatypeNames("TYPE_INT64", "int64_contents", "DT_INT64", 9, "int64_val", "tensor(int64)"),
     DataType.FP16: DatatypeNames("TYPE_FP16", None, "DT_HALF", 19, "half_val", "tensor(float16)"),
+    DataType.BF16: DatatypeNames("TYPE_BF16", None, "DT_BFLOAT16", 14, "half_val", "tensor(bfloat16)"),
     DataType.FP32: DatatypeNames("TYPE_FP32", "fp32_contents", "DT_FLOAT", 1, "float_val", "tensor(float)"),
     DataType.FP64: DatatypeNames("TYPE_FP64", "fp64_contents", "DT_DOUBLE", 2, "double_val", "tensor(double)"),
     DataType.BYTES: DatatypeNames("TYPE_STRING", "bytes_contents", "DT_STRING", 7, "string_val", "tensor(string)"),

@@ -1,6 +1,7 @@
 """The domain types every layer shares: datatypes, tensors, requests and responses.
 
-Tensors hold numpy arrays. BYTES tensors are numpy object arrays whose elements are `bytes`.
+Tensors hold numpy arrays. BYTES tensors are numpy object arrays whose elements are `bytes`; BF16
+tensors hold `ml_dtypes.bfloat16` arrays.
 Nothing here imports from inferd or does I/O.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import ml_dtypes
 import numpy as np
 
 
@@ -30,6 +32,7 @@ class DataType(enum.Enum):
     INT32 = "INT32"
     INT64 = "INT64"
     FP16 = "FP16"
+    BF16 = "BF16"
     FP32 = "FP32"
     FP64 = "FP64"
     BYTES = "BYTES"
@@ -74,6 +77,8 @@ _NUMPY_DTYPES: dict[DataType, np.dtype[Any]] = {
     DataType.INT32: np.dtype("<i4"),
     DataType.INT64: np.dtype("<i8"),
     DataType.FP16: np.dtype("<f2"),
+    # bfloat16 as ml_dtypes defines it (numpy has none), the type tritonclient and JAX use too.
+    DataType.BF16: np.dtype(ml_dtypes.bfloat16),
     DataType.FP32: np.dtype("<f4"),
     DataType.FP64: np.dtype("<f8"),
     DataType.BYTES: np.dtype(object),

@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.testing.doors import EveryDoor, serve_every_door
-from inferd.testing.models import add_sub_model, identity_model, mlp_model, write_config
+from inferd.testing.models import add_sub_model, cast_model, identity_model, mlp_model, write_config
 from inferd.testing.server import ServerProcess, run_server
 from inferd.types import DataType
 
@@ -32,6 +32,8 @@ def build_repository(root: Path) -> Path:
     # One identity model per datatype, with no config.pbtxt: inferd completes it from the file.
     for datatype in DataType:
         identity_model(root / f"identity_{datatype.value.lower()}" / "1" / "model.onnx", datatype, ["batch", -1])
+    # A model whose answer is BF16 to a request JSON can carry (FP32).
+    cast_model(root / "to_bf16" / "1" / "model.onnx", DataType.FP32, DataType.BF16)
     # Inputs given, outputs left to auto-complete.
     add_sub_model(root / "add_sub" / "1" / "model.onnx")
     write_config(

@@ -22,15 +22,21 @@ def sample(datatype: DataType) -> np.ndarray:
     if datatype is DataType.BOOL:
         return np.array([[True, False, True], [False, False, True]])
     dtype = datatype.numpy_dtype
-    if dtype.kind == "f":
+    if dtype.kind == "f" or datatype is DataType.BF16:
         return rng.standard_normal((2, 3)).astype(dtype)
     info = np.iinfo(dtype)
     # The extremes of each integer type, to catch any narrowing on the way.
     return np.array([[info.min, info.max, 0], [1, info.max - 1, info.min + 1]], dtype=dtype)
 
 
-@pytest.mark.parametrize("datatype", list(DataType), ids=lambda d: d.value)
-@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+JSON_DATATYPES = [datatype for datatype in DataType if datatype is not DataType.BF16]  # BF16 is binary only
+
+
+@pytest.mark.parametrize(
+    ("datatype", "binary"),
+    [*((datatype, False) for datatype in JSON_DATATYPES), *((datatype, True) for datatype in DataType)],
+    ids=lambda v: v.value if isinstance(v, DataType) else ("binary" if v else "json"),
+)
 def test_http_round_trip(clients: Clients, server: ServerProcess, datatype: DataType, binary: bool) -> None:
     data = sample(datatype)
     client = clients.http(server.http_url)
@@ -156,3 +162,47 @@ def test_nan_and_infinities_round_trip_as_json(clients: Clients, server: ServerP
     requested = httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)
     output = client.infer(f"identity_{datatype.lower()}", [tensor], outputs=[requested]).as_numpy("OUTPUT0")
     np.testing.assert_array_equal(output, data)  # NaN where NaN, each infinity with its sign
+
+
+def test_bf16_as_json_is_refused_with_what_to_send_instead(server: ServerProcess) -> None:
+    """As Triton: JSON numbers would be rounded on the way to bfloat16, so BF16 travels binary only."""
+    entry = {"name": "INPUT0", "datatype": "BF16", "shape": [1, 2], "data": [1.5, 2.0]}
+    reply = http_request(server, "POST", "/v2/models/identity_bf16/infer", orjson.dumps({"inputs": [entry]}))
+    assert reply.status == 400
+    error = orjson.loads(reply.body)
+    assert "BF16 data cannot be sent as JSON; send it binary" in error["error"]
+    assert error["tensor"] == "INPUT0"
+
+
+def test_a_bf16_output_asked_for_as_json_comes_binary(clients: Clients, server: ServerProcess) -> None:
+    """A JSON answer cannot hold it (tritonclient reads BF16 only binary): it comes binary, as
+    BYTES that are not UTF-8 do, and tritonclient reads it back bit for bit."""
+    data = sample(DataType.BF16)
+    tensor = httpclient.InferInput("INPUT0", list(data.shape), "BF16")
+    tensor.set_data_from_numpy(data, binary_data=True)
+    requested = httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)
+    output = clients.http(server.http_url).infer("identity_bf16", [tensor], outputs=[requested]).as_numpy("OUTPUT0")
+    assert output.dtype == data.dtype
+    assert output.view(np.uint16).tolist() == data.view(np.uint16).tolist()
+
+
+def test_a_bf16_answer_to_a_json_request_comes_binary(server: ServerProcess) -> None:
+    entry = {"name": "INPUT0", "datatype": "FP32", "shape": [1, 3], "data": [1.0, 1.00390625, -3.5]}
+    reply = http_request(server, "POST", "/v2/models/to_bf16/infer", orjson.dumps({"inputs": [entry]}))
+    assert reply.status == 200, reply.body
+    header_length = int(reply.headers["inference-header-content-length"])
+    header = orjson.loads(reply.body[:header_length])
+    assert header["outputs"][0]["datatype"] == "BF16"
+    assert header["outputs"][0]["parameters"]["binary_data_size"] == 6
+    values = np.frombuffer(reply.body[header_length:], dtype=DataType.BF16.numpy_dtype)
+    assert values.astype(np.float32).tolist() == [1.0, 1.0, -3.5]  # 1.00390625 rounds to even
+
+
+def test_tf_serving_rest_refuses_bf16_as_tf_serving_does(server: ServerProcess) -> None:
+    """TF Serving's REST API converts no JSON value to bfloat16 and writes none."""
+    sent = http_request(server, "POST", "/v1/models/identity_bf16:predict", orjson.dumps({"instances": [[1.5, 2.0]]}))
+    assert sent.status == 400
+    assert orjson.loads(sent.body)["error"].startswith("Conversion of JSON Value: 1.5 to type: bfloat16")
+    answered = http_request(server, "POST", "/v1/models/to_bf16:predict", orjson.dumps({"instances": [[1.0, 2, 3]]}))
+    assert answered.status == 400
+    assert orjson.loads(answered.body)["error"].startswith("Failed to write JSON value for tensor type: bfloat16")

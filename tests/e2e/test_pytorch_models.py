@@ -51,8 +51,27 @@ def torch_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
     )
     exported_model(root / "exported" / "1" / "model.pt2", seed=1)
     write_config(root / "exported", BATCHING)  # the tensors come from the program
+    (root / "bf16" / "1").mkdir(parents=True)
+    example = torch.ones(2, 3, dtype=torch.bfloat16)
+    torch.jit.trace(Bfloat16Affine(), example).save(str(root / "bf16" / "1" / "model.pt"))  # type: ignore[no-untyped-call]
+    write_config(
+        root / "bf16",
+        """
+        platform: "pytorch_libtorch"
+        max_batch_size: 4
+        input [ { name: "INPUT__0" data_type: TYPE_BF16 dims: [ 3 ] } ]
+        output [ { name: "OUTPUT__0" data_type: TYPE_BF16 dims: [ 3 ] } ]
+        """,
+    )
     with run_server(root, tmp_path_factory.mktemp("logs") / "server.log") as server:
         yield server
+
+
+class Bfloat16Affine(torch.nn.Module):
+    """A model whose tensors are bfloat16: y = 2x + 1, computed in bfloat16."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 + 1
 
 
 def request_of(index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -121,3 +140,26 @@ def test_torch_export_programs_load_side_by_side(tmp_path: Path) -> None:
         reply = http_request(server, "POST", "/v2/repository/index")
         states = {entry["name"]: (entry["state"], entry.get("reason", "")) for entry in json.loads(reply.body)}
         assert states == {f"program_{index}": ("READY", "") for index in range(6)}, states
+
+
+def test_a_bfloat16_model_is_served_bit_for_bit_over_http_and_grpc(torch_server: ServerProcess) -> None:
+    import ml_dtypes
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    x = np.array([[0.5, -1.25, 3.0], [100.0, 1e-3, -7.5]], dtype=ml_dtypes.bfloat16)
+    with torch.inference_mode():
+        expected = Bfloat16Affine()(torch.from_numpy(x.view(np.int16)).view(torch.bfloat16))
+    want = expected.view(torch.int16).numpy().view(np.uint16).tolist()
+
+    http_input = httpclient.InferInput("INPUT__0", [2, 3], "BF16")
+    http_input.set_data_from_numpy(x, binary_data=True)
+    with httpclient.InferenceServerClient(torch_server.http_url) as client:
+        answer = client.infer("bf16", [http_input]).as_numpy("OUTPUT__0")
+    assert answer.dtype == x.dtype and answer.view(np.uint16).tolist() == want
+
+    grpc_input = grpcclient.InferInput("INPUT__0", [2, 3], "BF16")
+    grpc_input.set_data_from_numpy(x)
+    with grpcclient.InferenceServerClient(torch_server.grpc_url) as client:
+        answer = client.infer("bf16", [grpc_input]).as_numpy("OUTPUT__0")
+    assert answer.dtype == x.dtype and answer.view(np.uint16).tolist() == want

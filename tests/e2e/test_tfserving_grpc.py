@@ -27,6 +27,7 @@ DTYPES = [
     "float32",
     "float64",
     "float16",
+    "bfloat16",  # TF's half_val, each value's 16 bits
     "int8",
     "int16",
     "int32",
@@ -75,7 +76,7 @@ def official(tf_python: str, port: int, calls: list[dict[str, Any]]) -> list[dic
 def sample_of(dtype: str) -> np.ndarray:
     if dtype == "bool":
         return np.array([[True, False, True], [False, True, True]])
-    if dtype.startswith("float"):
+    if "float" in dtype:  # bfloat16 too: ml_dtypes gives numpy its name
         return np.random.default_rng(1).standard_normal((2, 3)).astype(dtype)
     info = np.iinfo(dtype)
     return np.array([[info.min, info.max, 0], [1, info.max - 1, info.min + 1]], dtype=dtype)
@@ -86,7 +87,7 @@ def test_every_dtype_round_trips(tf_python: str, tf_server: tuple[ServerProcess,
     calls: list[dict[str, Any]] = [
         {
             "call": "predict",
-            "model": f"identity_{'fp' + d[5:] if d.startswith('float') else d}",
+            "model": "identity_bf16" if d == "bfloat16" else f"identity_{'fp' + d[5:] if d.startswith('float') else d}",
             "inputs": {"INPUT0": {"dtype": d, "value": sample_of(d).tolist()}},
         }
         for d in DTYPES

@@ -60,7 +60,7 @@ def run(call: dict[str, Any], channel: grpc.Channel) -> dict[str, Any]:
             if "b64" in tensor:
                 value = np.array([base64.b64decode(v) for v in tensor["b64"]], dtype=object).reshape(tensor["shape"])
             else:
-                value = np.array(tensor["value"], dtype=tensor["dtype"])
+                value = np.array(tensor["value"], dtype=tf.dtypes.as_dtype(tensor["dtype"]).as_numpy_dtype)
             request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
         request.output_filter.extend(call.get("output_filter", []))
         response = prediction.Predict(request, timeout=30)

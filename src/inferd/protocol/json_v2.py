@@ -161,6 +161,8 @@ def encode_tensor_json(document: Any) -> bytes:
 def _non_finite_as_tokens(value: Any) -> Any:
     """`value` itself when no float in it is NaN or ±inf; else a copy in which each float array (or
     number) holding one is its JSON text with those tokens, as an orjson.Fragment."""
+    if isinstance(value, np.ndarray) and value.dtype == _BFLOAT16:  # as float32 (which holds it exactly)
+        value = value.astype(np.float32)
     if isinstance(value, np.ndarray | np.floating):
         if value.dtype.kind != "f" or bool(np.isfinite(value).all()):
             return value
@@ -190,6 +192,8 @@ def _numpy_for_orjson(value: Any) -> Any:
     """What orjson's numpy support does not write as it is: a 0-d array (as its number), an array
     that is not C-contiguous (as a contiguous copy), other dtypes or scalars (as Python values)."""
     if isinstance(value, np.ndarray):
+        if value.dtype == _BFLOAT16:  # orjson writes no bfloat16; float32 holds each value exactly
+            return value.astype(np.float32)
         if value.ndim == 0:
             return value[()]
         if not value.flags.c_contiguous:
@@ -667,6 +671,13 @@ def _decode_tensors(
                 raise MalformedRequestError(
                     f"{kind} '{name}' has neither 'data' nor parameters.binary_data_size", tensor=name
                 )
+            if datatype is DataType.BF16:  # as Triton: JSON numbers would be rounded on the way
+                raise TensorDataError(
+                    f"{kind} '{name}': BF16 data cannot be sent as JSON; send it binary (the binary tensor data "
+                    "extension: parameters.binary_data_size and the raw little-endian bytes after the JSON), "
+                    "as tritonclient does",
+                    tensor=name,
+                )
             tensors.append(Tensor(name, datatype, shape, _array_from_json(name, datatype, shape, raw["data"], limits)))
     if offset != len(binary):
         raise MalformedRequestError(
@@ -719,6 +730,7 @@ def _shape(raw: Any, name: str) -> tuple[int, ...]:
 
 
 _INT_TYPE = frozenset({int})
+_BFLOAT16 = DataType.BF16.numpy_dtype
 # What numpy infers from JSON numbers, per target datatype kind: ints must stay ints, etc.
 _ACCEPTED_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
 # Dimensions a tensor read from nested JSON lists may have (TF Serving's rows and columns).
@@ -778,6 +790,8 @@ def numbers_from_json(name: str, datatype: DataType, data: list[Any], where: str
     number past a float type's range is ±inf, as a C cast and Triton make it). `where` names the
     data in errors (default: the v2 input's 'data')."""
     where = where or f"input '{name}': 'data'"
+    if datatype is DataType.BF16:  # numpy reads no bfloat16: read float32, then round to it
+        return numbers_from_json(name, DataType.FP32, data, where).astype(datatype.numpy_dtype)
     target = datatype.numpy_dtype
     if set(map(type, data)) <= _PLAIN_TYPES[target.kind]:
         # The flat list of plain numbers most clients send: one conversion, no checks to make.
@@ -803,6 +817,9 @@ def nested_numbers(data: list[Any], datatype: DataType, *, only_numbers: bool = 
     `only_numbers`: the caller found their JSON text holds nothing but numbers, brackets and
     commas (no string, true, false or null), which spares a look at every value: a float target
     then takes them in one conversion."""
+    if datatype is DataType.BF16:  # numpy reads no bfloat16: read float32, then round to it
+        wide = nested_numbers(data, DataType.FP32, only_numbers=only_numbers)
+        return None if wide is None else wide.astype(datatype.numpy_dtype)
     target = datatype.numpy_dtype
     if only_numbers and target.kind == "f":
         try:
@@ -905,7 +922,10 @@ def _kind_name(kind: str) -> str:
 
 
 def _json_data(tensor: Tensor) -> Any:
-    """JSON-ready data, or None when it cannot be JSON (BYTES that are not UTF-8): send it binary."""
+    """JSON-ready data, or None when it cannot be JSON (BYTES that are not UTF-8, and BF16, which
+    Triton's clients read only binary): send it binary."""
+    if tensor.datatype is DataType.BF16:
+        return None
     if tensor.datatype is DataType.BYTES:
         try:
             return [item.decode("utf-8") if isinstance(item, bytes) else str(item) for item in tensor.data.reshape(-1)]

@@ -112,12 +112,17 @@ def decode_csv(body: bytes, datatype: DataType) -> np.ndarray[Any, Any]:
             return truth
         # A number past a float type's range becomes ±inf, as in JSON bodies (and Triton).
         with np.errstate(over="ignore"):
+            if datatype is DataType.BF16:  # numpy reads no text as bfloat16: as float32, rounded to it
+                return cells.astype(np.float32).astype(datatype.numpy_dtype)
             return cells.astype(datatype.numpy_dtype)
     except (ValueError, OverflowError) as exc:
         raise TensorDataError(f"the CSV body does not hold {datatype.value} values: {exc}") from None
 
 
 def encode_npy(array: np.ndarray[Any, Any]) -> bytes:
+    # The .npy format has no bfloat16 (numpy reads it back as void bytes): float32 holds it exactly.
+    if array.dtype == DataType.BF16.numpy_dtype:
+        array = array.astype(np.float32)
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=array.dtype.kind == "O")
     return buffer.getvalue()

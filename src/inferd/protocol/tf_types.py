@@ -20,7 +20,7 @@ def tf_name(datatype: DataType) -> str:
 
 
 def from_tf_number(number: int) -> DataType | None:
-    """None for TF types inferd does not serve (complex, bfloat16, resource, ...)."""
+    """None for TF types inferd does not serve (complex, resource, ...)."""
     return _BY_NUMBER.get(number)
 
 

@@ -99,8 +99,8 @@ def tensor_from_proto(name: str, proto: Any, limits: RequestLimits) -> Tensor:
         check_text_size(name, text_bytes(values) + repeated, limits)
         array = np.empty(len(values), dtype=object)
         array[:] = list(values)
-    elif datatype is DataType.FP16:
-        array = np.array(values, dtype=np.int32).astype(np.uint16).view(np.float16)
+    elif datatype is DataType.FP16 or datatype is DataType.BF16:  # half_val: each value's 16 bits in an int32
+        array = np.array(values, dtype=np.int32).astype(np.uint16).view(datatype.numpy_dtype)
     else:
         # Read at the field's own width: numpy would read [2**64 - 1, 5] as float64 and lose them.
         array = _checked(name, datatype, np.array(values, dtype=_FIELD_DTYPES[_VALUE_FIELDS[datatype]]))

@@ -180,6 +180,13 @@ def _only_input(by_name: dict[str, TensorMetadata], where: str) -> TensorMetadat
 
 def _tensor(spec: TensorMetadata, value: Any, where: str) -> Tensor:
     datatype = DataType.from_wire(spec.datatype)
+    if datatype is DataType.BF16:  # TF Serving's REST API converts no JSON value to bfloat16 (a 400 here)
+        first = next(json_v2.leaves(value), value) if isinstance(value, list) else value
+        raise TensorDataError(
+            f"Conversion of JSON Value: {json_v2.encode_tensor_json(first).decode()} to type: bfloat16 "
+            f"({where}; send bfloat16 tensors over TF Serving's gRPC API, or a v2 binary request)",
+            tensor=spec.name,
+        )
     if datatype is DataType.BYTES:
         array = _bytes_array(value, where)
     else:
@@ -267,6 +274,12 @@ def json_value(tensor: Tensor) -> Any:
     """A tensor's JSON value: numbers stay an array (written by `json_v2.encode_tensor_json`);
     strings become JSON text or base64 objects."""
     data = tensor.data
+    if tensor.datatype is DataType.BF16:  # as TF Serving, which writes no bfloat16 as JSON
+        raise TensorDataError(
+            f"Failed to write JSON value for tensor type: bfloat16 (output {tensor.name!r}; ask for it over "
+            "TF Serving's gRPC API, or a v2 binary request)",
+            tensor=tensor.name,
+        )
     if tensor.datatype is not DataType.BYTES:
         return data
     as_base64 = tensor.name.endswith("_bytes")

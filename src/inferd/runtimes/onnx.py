@@ -6,6 +6,7 @@ the GPUs the machine has, so the GPU path is testable on a machine without one.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 import threading
@@ -298,6 +299,9 @@ class OnnxRuntime:
         self._shrink_options = ort.RunOptions()
         self._shrink_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
         self._string_outputs = {s.name for s in self._signature.outputs if s.datatype is DataType.BYTES}
+        # ONNX Runtime's Python API takes and gives no bfloat16 array: such a model runs on OrtValues.
+        tensors = (*self._signature.inputs, *self._signature.outputs)
+        self._run = self._run_ort_values if any(s.datatype is DataType.BF16 for s in tensors) else self._session.run
 
     @property
     def signature(self) -> ModelSignature:
@@ -316,7 +320,7 @@ class OnnxRuntime:
                 size += array.nbytes
             shrink = self._arena.after(size)
         try:
-            results = self._session.run(list(output_names), feeds, self._shrink_options if shrink else None)
+            results = self._run(list(output_names), feeds, self._shrink_options if shrink else None)
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ValueError) as exc:
             raise execution_error(self._name, exc, inputs, invalid_argument=True) from exc
         except Exception as exc:
@@ -328,8 +332,34 @@ class OnnxRuntime:
             for name, array in zip(output_names, results, strict=True)
         }
 
+    def _run_ort_values(
+        self, output_names: list[str], feeds: dict[str, Any], options: ort.RunOptions | None
+    ) -> list[np.ndarray[Any, Any]]:
+        values = {name: _ort_value(array) for name, array in feeds.items()}  # views of `feeds`, kept alive here
+        return [_array_of(value) for value in self._session.run_with_ort_values(output_names, values, options)]
+
     def close(self) -> None:
-        del self._session
+        del self._session, self._run
+
+
+_BFLOAT16 = DataType.BF16.numpy_dtype
+_ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
+
+
+def _ort_value(array: np.ndarray[Any, Any]) -> ort.OrtValue:
+    array = np.ascontiguousarray(array)
+    if array.dtype == _BFLOAT16:
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), _ONNX_BFLOAT16)
+    return ort.OrtValue.ortvalue_from_numpy(array)
+
+
+def _array_of(value: ort.OrtValue) -> np.ndarray[Any, Any]:
+    if value.data_type() != "tensor(bfloat16)":
+        array: np.ndarray[Any, Any] = value.numpy()
+        return array
+    copied = np.empty(value.shape(), dtype=_BFLOAT16)  # its bytes copied from ONNX Runtime's buffer
+    ctypes.memmove(copied.ctypes.data, value.data_ptr(), copied.nbytes)
+    return copied
 
 
 def optimized_engine(options: ort.SessionOptions) -> str:

@@ -45,10 +45,12 @@ _DTYPES: dict[DataType, torch.dtype] = {
     DataType.INT32: torch.int32,
     DataType.INT64: torch.int64,
     DataType.FP16: torch.float16,
+    DataType.BF16: torch.bfloat16,
     DataType.FP32: torch.float32,
     DataType.FP64: torch.float64,
 }
 _DATATYPES = {dtype: datatype for datatype, dtype in _DTYPES.items()}
+_BFLOAT16 = DataType.BF16.numpy_dtype
 _INDEXED_NAME = re.compile(r"^.+__(\d+)$")
 
 # Not measured per model: a module keeps its weights (about its file's size) and some buffers.
@@ -182,7 +184,7 @@ class PyTorchRuntime:
             position = self._output_positions.get(name)
             if position is None or position >= len(outputs):
                 raise ModelOutputError(f"model '{self._name}' returned {len(outputs)} outputs, none for '{name}'")
-            results[name] = outputs[position].detach().cpu().numpy()
+            results[name] = _array(outputs[position])
         return results
 
     def close(self) -> None:
@@ -203,8 +205,18 @@ def _tensor(array: np.ndarray[Any, Any], device: torch.device) -> torch.Tensor:
     # binary request's tensors are views of the received bytes, and are copied).
     if not array.flags.writeable:
         array = array.copy()
-    tensor = torch.from_numpy(array)
+    if array.dtype == _BFLOAT16:  # torch takes no ml_dtypes array: the same 16 bits, seen as bfloat16
+        tensor = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    else:
+        tensor = torch.from_numpy(array)
     return tensor if device.type == "cpu" else tensor.to(device)
+
+
+def _array(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16: ml_dtypes' over the same bits
+        return tensor.contiguous().view(torch.int16).numpy().view(_BFLOAT16)
+    return tensor.numpy()
 
 
 def _as_list(returned: Any, specs: Sequence[TensorSpec], name: str) -> list[torch.Tensor]:

@@ -27,6 +27,7 @@ ONNX_ELEMENT_TYPES = {
     DataType.INT32: "INT32",
     DataType.INT64: "INT64",
     DataType.FP16: "FLOAT16",
+    DataType.BF16: "BFLOAT16",
     DataType.FP32: "FLOAT",
     DataType.FP64: "DOUBLE",
     DataType.BYTES: "STRING",
@@ -58,6 +59,20 @@ def identity_model(path: Path, datatype: DataType, shape: list[int | str]) -> No
         f"identity_{datatype.value.lower()}",
         [helper.make_tensor_value_info("INPUT0", element, shape)],
         [helper.make_tensor_value_info("OUTPUT0", element, shape)],
+    )
+    _save(graph, path)
+
+
+def cast_model(path: Path, source: DataType, target: DataType, width: int = 3) -> None:
+    """OUTPUT0 = INPUT0 [batch, width] cast from `source` to `target` (ONNX's Cast: rounded to nearest even)."""
+    onnx = _onnx()
+    helper = onnx.helper
+    source_type, target_type = (getattr(onnx.TensorProto, ONNX_ELEMENT_TYPES[d]) for d in (source, target))
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["INPUT0"], ["OUTPUT0"], to=target_type)],
+        f"cast_{source.value.lower()}_{target.value.lower()}",
+        [helper.make_tensor_value_info("INPUT0", source_type, ["batch", width])],
+        [helper.make_tensor_value_info("OUTPUT0", target_type, ["batch", width])],
     )
     _save(graph, path)
 

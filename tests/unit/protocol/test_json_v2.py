@@ -313,3 +313,40 @@ def test_the_limits_given_hold_json_and_binary_inputs() -> None:
     with pytest.raises(RequestTooLargeError, match=r"hold 19 bytes .* limit of 10 per request \(--max-request-text"):
         decode_with(tight, texts)
     assert decode_with(RequestLimits(max_text_bytes=19), texts).inputs[0].data.tolist() == [b"hello", b"world!"]
+
+
+BF16 = DataType.BF16.numpy_dtype
+
+
+def test_bf16_travels_binary_both_ways_and_is_refused_as_json() -> None:
+    values = np.array([1.5, -2.0, 3.0e38], dtype=BF16)
+    header = orjson.dumps(
+        {"inputs": [{"name": "x", "datatype": "BF16", "shape": [3], "parameters": {"binary_data_size": 6}}]}
+    )
+    request = json_v2.decode_request(
+        header + values.tobytes(), limits=UNLIMITED, model_name="m", model_version="", header_length=len(header)
+    )
+    assert request.inputs[0].data.dtype == BF16
+    assert request.inputs[0].data.view(np.uint16).tolist() == values.view(np.uint16).tolist()
+    with pytest.raises(TensorDataError, match="BF16 data cannot be sent as JSON; send it binary"):
+        decode({"inputs": [{"name": "x", "datatype": "BF16", "shape": [1], "data": [1.5]}]})
+    # An answer asked for as JSON comes binary: a JSON number would say nothing of the bits.
+    response = InferResponse("m", "1", "r", outputs=(Tensor("y", DataType.BF16, (3,), values),))
+    body, header_length = json_v2.encode_response(response, request)
+    assert header_length is not None
+    assert orjson.loads(body[:header_length])["outputs"][0]["parameters"]["binary_data_size"] == 6
+    assert body[header_length:] == values.tobytes()
+
+
+def test_json_numbers_for_bf16_elsewhere_are_rounded_to_it() -> None:
+    """The readers other doors use (CSV-like rows, batch records) round numbers to bfloat16, as a cast does."""
+    flat = json_v2.numbers_from_json("x", DataType.BF16, [1.0, 1.00390625, 1e39])
+    assert flat.dtype == BF16 and flat.astype(np.float32).tolist() == [1.0, 1.0, float("inf")]
+    nested = json_v2.nested_numbers([[1, 2.5], [3, 4]], DataType.BF16)
+    assert nested is not None and nested.dtype == BF16 and nested.astype(np.float32).tolist() == [[1, 2.5], [3, 4]]
+    assert json_v2.nested_numbers([[1, "a"]], DataType.BF16) is None
+
+
+def test_bf16_numbers_are_written_as_the_floats_they_are() -> None:
+    document = {"a": np.array([1.5, float("nan"), float("-inf"), 3.0e38], dtype=BF16)}
+    assert json_v2.encode_tensor_json(document) == b'{"a":[1.5,NaN,-Infinity,3.0040553e+38]}'

@@ -52,3 +52,23 @@ def test_a_predict_request_s_inputs_are_each_held_to_the_limits() -> None:
         tfserving_grpc.decode_predict(message, RequestLimits(max_elements=3))
     inputs, _ = tfserving_grpc.decode_predict(message, RequestLimits(max_elements=4))
     assert [tensor.shape for tensor in inputs] == [(2,), (4,)]
+
+
+def test_bfloat16_comes_in_half_val_or_tensor_content_and_leaves_in_tensor_content() -> None:
+    """TensorFlow's make_tensor_proto writes bfloat16 as each value's 16 bits in half_val."""
+    import numpy as np
+
+    from inferd.types import DataType
+
+    values = np.array([1.5, -2.0, 0.0078125], dtype=DataType.BF16.numpy_dtype)
+    bits = values.view(np.uint16).tolist()
+    half = tf_pb.TensorProto(dtype=tf_pb.DT_BFLOAT16, half_val=bits)
+    half.tensor_shape.dim.add(size=3)
+    content = tf_pb.TensorProto(dtype=tf_pb.DT_BFLOAT16, tensor_content=values.tobytes())
+    content.tensor_shape.dim.add(size=3)
+    for proto in (half, content):
+        tensor = tfserving_grpc.tensor_from_proto("x", proto, RequestLimits())
+        assert tensor.datatype is DataType.BF16
+        assert tensor.data.view(np.uint16).tolist() == bits
+    answer = tfserving_grpc.tensor_to_proto(tensor)
+    assert answer.dtype == tf_pb.DT_BFLOAT16 and answer.tensor_content == values.tobytes()

@@ -134,6 +134,8 @@ def _as_datatype(array: np.ndarray[Any, Any], datatype: DataType) -> np.ndarray[
         converted.reshape(-1)[:] = flat
         return converted
     target = datatype.numpy_dtype
+    if datatype is DataType.BF16 and array.dtype.kind in "fiu":  # numbers, rounded to bfloat16 as a cast does
+        return array.astype(target)
     if datatype is not DataType.BYTES and array.dtype != target and np.can_cast(array.dtype, target, "same_kind"):
         return array.astype(target)
     return array

@@ -97,7 +97,7 @@ def elements(datatype: DataType) -> Strategy[Any]:
     if datatype is DataType.BYTES:
         return st.text(max_size=12)
     dtype = datatype.numpy_dtype
-    if dtype.kind == "f":
+    if dtype.kind == "f" or datatype is DataType.BF16:
         return st.floats(width=32) | st.integers(-100, 100)
     info = np.iinfo(dtype)
     return st.integers(int(info.min), int(info.max)) | st.sampled_from([int(info.min) - 1, int(info.max) + 1])

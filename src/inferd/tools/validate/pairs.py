@@ -63,7 +63,7 @@ class Embedder:
                 raise ValueError(f"model '{model.name}' takes token ids: give its tokenizer.json with --tokenizer")
             self._tokenizer = load_tokenizer(tokenizer)
         self._token_inputs = [name for name in TOKEN_INPUTS if name in inputs]
-        floats = [t.name for t in model.metadata.outputs if t.datatype in ("FP32", "FP16", "FP64")]
+        floats = [t.name for t in model.metadata.outputs if t.datatype in ("FP32", "FP16", "BF16", "FP64")]
         self.output = embedding or ("sentence_embedding" if "sentence_embedding" in outputs else (floats or outputs)[0])
         if self.output not in outputs:
             raise ValueError(f"model '{model.name}' has no output '{self.output}'; its outputs are {outputs}")

@@ -224,6 +224,30 @@ def test_sagemaker_arrays_convert_numpy_defaults_and_answer_as_accepted() -> Non
         )
 
 
+def test_sagemaker_arrays_round_numbers_to_a_bf16_model_and_answer_in_float32() -> None:
+    """.npy and CSV have no bfloat16: numbers are rounded to it on the way in, and the answer is
+    float32, which holds each bfloat16 value exactly."""
+    model = ModelConfig(
+        name="bf",
+        max_batch_size=4,
+        inputs=(TensorConfig("x", DataType.BF16, (2,)),),
+        outputs=(TensorConfig("y", DataType.BF16, (2,)),),
+    )
+    codec = SageMakerArrayCodec(sagemaker.CSV)
+    npy = sagemaker.encode_npy(np.array([[1.00390625, 2.0]]))
+    for body, kind in ((b"1.00390625,2\n", sagemaker.CSV), (npy, sagemaker.NPY)):
+        decoded = SageMakerArrayCodec(kind).decode(
+            http(body, accept=sagemaker.NPY), Target("bf"), context(Door.SAGEMAKER), signature(model)
+        )
+        (tensor,) = decoded.requests[0].inputs
+        assert tensor.data.dtype == DataType.BF16.numpy_dtype
+        assert tensor.data.astype(np.float32).tolist() == [[1.0, 2.0]]
+    values = np.array([[1.5, -3.0e38]], dtype=DataType.BF16.numpy_dtype)
+    encoded = codec.encode([answer("bf", Tensor("y", DataType.BF16, values.shape, values))], decoded)
+    back = np.load(io.BytesIO(encoded.body))
+    assert back.dtype == np.float32 and back.tolist() == values.astype(np.float32).tolist()
+
+
 # -- TorchServe ------------------------------------------------------------------------------------
 
 
