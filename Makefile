@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXAMPLE_REPOSITORY := examples/model_repository
 
-.PHONY: serve test docs setup setup-example setup-ray perf-analyzer tfserving-client nginx redis chromium h2load example lint unit
+.PHONY: serve test docs setup setup-example setup-ray setup-tensorflow perf-analyzer tfserving-client nginx redis chromium h2load example lint unit
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,13 @@ $(VENV)/.installed-ray: pyproject.toml $(VENV)/.installed
 	touch $@
 
 setup-ray: $(VENV)/.installed-ray
+
+# TensorFlow's CPU build (inferd[tensorflow]), for the SavedModel runtime's tests.
+$(VENV)/.installed-tensorflow: pyproject.toml $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e '.[tensorflow]'
+	touch $@
+
+setup-tensorflow: $(VENV)/.installed-tensorflow
 
 example: setup-example
 	HF_HUB_OFFLINE=1 $(BIN)/python scripts/build_example_repository.py --output $(EXAMPLE_REPOSITORY)
@@ -74,5 +81,5 @@ lint: setup
 	$(BIN)/lint-imports
 
 # The tests serve PyTorch models too: torch (CPU build) comes with the example's requirements.
-test: setup setup-example setup-ray perf-analyzer tfserving-client nginx redis chromium lint
+test: setup setup-example setup-ray setup-tensorflow perf-analyzer tfserving-client nginx redis chromium lint
 	$(BIN)/python -m pytest --durations=15

@@ -18,13 +18,13 @@ def test_import_inferd_is_light() -> None:
     assert completed.stdout.strip() == "[]"
 
 
-def test_a_server_without_pytorch_models_never_imports_torch() -> None:
+def test_a_server_without_pytorch_or_tensorflow_models_never_imports_either() -> None:
     code = (
         "import sys, inferd.server.app, inferd.runtimes, inferd.runtimes.onnx, inferd.runtimes.python\n"
-        "print('torch' in sys.modules)"
+        "print([m for m in ('torch', 'tensorflow', 'keras') if m in sys.modules])"
     )
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert completed.stdout.strip() == "False"
+    assert completed.stdout.strip() == "[]"
 
 
 def test_a_server_that_does_not_trace_never_imports_opentelemetry() -> None:

@@ -56,6 +56,19 @@ CUDNN_CONV_ALGO_SEARCH = ModelParameter(
     "(EXHAUSTIVE: every algorithm timed whenever the input shape changes), "
     "`1` (HEURISTIC: cuDNN's guess, no timing) or `2` (DEFAULT: one fixed algorithm).",
 )
+# TensorFlow SavedModels (runtimes/tensorflow.py), as Triton's TensorFlow backend names them.
+TF_SIGNATURE_DEF = ModelParameter(
+    "TF_SIGNATURE_DEF",
+    "TensorFlow SavedModels",
+    "serving_default",
+    "The SavedModel signature served (its inputs and outputs are the model's).",
+)
+TF_GRAPH_TAG = ModelParameter(
+    "TF_GRAPH_TAG",
+    "TensorFlow SavedModels",
+    "serve",
+    "The tag of the SavedModel's MetaGraph loaded.",
+)
 # Any batched model (runtimes/padded.py).
 ALLOWED_BATCH_SIZES = ModelParameter(
     "allowed_batch_sizes",
@@ -162,6 +175,8 @@ MODEL_PARAMETERS: tuple[ModelParameter, ...] = (
     ALLOW_SPINNING,
     ENABLE_TENSORRT,
     CUDNN_CONV_ALGO_SEARCH,
+    TF_SIGNATURE_DEF,
+    TF_GRAPH_TAG,
     ALLOWED_BATCH_SIZES,
     PADDING,
     MAX_LENGTH,

@@ -68,7 +68,17 @@ REMOTE = RuntimeKind(
     memory_estimate="inferd.runtimes.remote:estimate_memory_bytes",
     model_files=(),  # nothing on disk: the model is another server's
 )
-KINDS = (ONNX, PYTORCH, PYTHON, TOKENIZER, REMOTE)
+TENSORFLOW = RuntimeKind(
+    platform="tensorflow_savedmodel",
+    backend="tensorflow",
+    factory="inferd.runtimes.tensorflow:SavedModelRuntime",
+    memory_estimate="inferd.runtimes.tensorflow:estimate_memory_bytes",
+    # Triton's layout (a model.savedmodel/ folder in the version folder), then TF Serving's (the
+    # SavedModel's own files in the version folder).
+    model_files=("model.savedmodel", "saved_model.pb"),
+    extra="pip install 'inferd[tensorflow]'",
+)
+KINDS = (ONNX, PYTORCH, PYTHON, TOKENIZER, REMOTE, TENSORFLOW)
 # Kinds whose model file may have any name with their suffix (a .json or .py beside is not a model).
 _ANY_NAME = (ONNX, PYTORCH)
 
@@ -166,6 +176,7 @@ __all__ = [
     "PYTHON",
     "PYTORCH",
     "REMOTE",
+    "TENSORFLOW",
     "TOKENIZER",
     "Runtime",
     "RuntimeKind",

@@ -369,3 +369,76 @@ def tokenizer_model(model_dir: Path, config: str = "") -> None:
 def write_config(model_dir: Path, text: str) -> None:
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / "config.pbtxt").write_text(text.strip() + "\n", encoding="utf-8")
+
+
+def tensorflow_savedmodel(folder: Path, seed: int = 0) -> None:
+    """A tf.Module SavedModel in `folder`: inputs x [batch, 4] float32, text [batch] string and
+    ids [batch, 3] int64; outputs y = x @ w [batch, 3], length (each text's bytes, int32), doubled
+    (ids * 2) and upper (the texts upper-cased). Signatures: serving_default, and `scaled` (x only:
+    y = 10 x @ w)."""
+    import tensorflow as tf
+
+    weights = np.random.default_rng(seed).standard_normal((4, 3)).astype(np.float32)
+
+    class Module(tf.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = tf.Variable(weights)
+
+        @tf.function(  # type: ignore[untyped-decorator]
+            input_signature=[
+                tf.TensorSpec([None, 4], tf.float32, name="x"),
+                tf.TensorSpec([None], tf.string, name="text"),
+                tf.TensorSpec([None, 3], tf.int64, name="ids"),
+            ]
+        )
+        def serve(self, x: Any, text: Any, ids: Any) -> dict[str, Any]:
+            return {
+                "y": tf.matmul(x, self.w),
+                "length": tf.strings.length(text),
+                "doubled": ids * 2,
+                "upper": tf.strings.upper(text),
+            }
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])  # type: ignore[untyped-decorator]
+        def scaled(self, x: Any) -> dict[str, Any]:
+            return {"y": tf.matmul(x * 10.0, self.w)}
+
+    module = Module()
+    tf.saved_model.save(module, str(folder), signatures={"serving_default": module.serve, "scaled": module.scaled})
+
+
+def bert_shaped_savedmodel(folder: Path, seed: int = 0, vocabulary: int = 100, width: int = 16) -> None:
+    """A small BERT-shaped encoder as a Keras SavedModel in `folder` (TF Serving's layout: its
+    files at the top): input_ids and attention_mask [batch, tokens] int32 → token embeddings with
+    positions, one self-attention block with a feed-forward layer, masked mean pooling → pooled
+    [batch, width] float32."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(seed)
+    ids = keras.Input(shape=(None,), dtype="int32", name="input_ids")
+    mask = keras.Input(shape=(None,), dtype="int32", name="attention_mask")
+    hidden = keras.layers.Embedding(vocabulary, width)(ids)
+    attended = keras.layers.MultiHeadAttention(num_heads=2, key_dim=width // 2)(
+        hidden, hidden, attention_mask=keras.ops.cast(mask[:, None, :], "bool")
+    )
+    hidden = keras.layers.LayerNormalization()(hidden + attended)
+    feed_forward = keras.layers.Dense(width)(keras.layers.Dense(width * 2, activation="gelu")(hidden))
+    hidden = keras.layers.LayerNormalization()(hidden + feed_forward)
+    weights = keras.ops.cast(mask, "float32")[:, :, None]
+    pooled = keras.ops.sum(hidden * weights, axis=1) / keras.ops.maximum(keras.ops.sum(weights, axis=1), 1.0)
+    model = keras.Model({"input_ids": ids, "attention_mask": mask}, {"pooled": pooled})
+
+    @tf.function(  # type: ignore[untyped-decorator]
+        input_signature=[
+            tf.TensorSpec([None, None], tf.int32, name="input_ids"),
+            tf.TensorSpec([None, None], tf.int32, name="attention_mask"),
+        ]
+    )
+    def serve(input_ids: Any, attention_mask: Any) -> dict[str, Any]:
+        return model({"input_ids": input_ids, "attention_mask": attention_mask})  # type: ignore[no-any-return]
+
+    module = tf.Module()
+    module.model = model
+    tf.saved_model.save(module, str(folder), signatures={"serving_default": serve})

@@ -8,7 +8,7 @@ import pytest
 
 from inferd.config.model import ModelConfig
 from inferd.errors import ModelLoadError
-from inferd.runtimes import ONNX, PYTHON, PYTORCH, detect_runtime, runtime_kind
+from inferd.runtimes import ONNX, PYTHON, PYTORCH, TENSORFLOW, detect_runtime, runtime_kind
 
 
 @pytest.mark.parametrize(
@@ -20,6 +20,9 @@ from inferd.runtimes import ONNX, PYTHON, PYTORCH, detect_runtime, runtime_kind
         (["model.py"], PYTHON),
         (["helper.py", "model.onnx"], ONNX),  # only model.py makes a Python model
         (["exported.onnx"], ONNX),
+        (["model.savedmodel"], TENSORFLOW),  # Triton's layout (a folder)
+        (["saved_model.pb", "variables"], TENSORFLOW),  # TF Serving's
+        (["graph.pb"], None),  # a .pb of any other name is not a SavedModel
         (["notes.txt"], None),
     ],
 )
@@ -37,6 +40,8 @@ def test_the_model_file_tells_the_runtime(tmp_path: Path, files: list[str], kind
         ("pytorch_libtorch", "", PYTORCH),
         ("", "pytorch", PYTORCH),
         ("", "python", PYTHON),
+        ("tensorflow_savedmodel", "", TENSORFLOW),
+        ("", "tensorflow", TENSORFLOW),
     ],
 )
 def test_the_config_names_the_runtime(tmp_path: Path, platform: str, backend: str, kind: object) -> None:
@@ -45,8 +50,8 @@ def test_the_config_names_the_runtime(tmp_path: Path, platform: str, backend: st
 
 
 def test_unknown_names_and_missing_files_say_what_is_supported(tmp_path: Path) -> None:
-    with pytest.raises(ModelLoadError, match="platform/backend 'tensorflow_savedmodel' is not supported"):
-        runtime_kind(ModelConfig(name="m", platform="tensorflow_savedmodel"), tmp_path)
+    with pytest.raises(ModelLoadError, match="platform/backend 'tensorflow_graphdef' is not supported"):
+        runtime_kind(ModelConfig(name="m", platform="tensorflow_graphdef"), tmp_path)
     (tmp_path / "weights.bin").write_bytes(b"")
     with pytest.raises(ModelLoadError, match=r"no model file in .* tells one .*found: weights\.bin"):
         runtime_kind(ModelConfig(name="m"), tmp_path)

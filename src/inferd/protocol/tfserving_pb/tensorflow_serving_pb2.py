@@ -27,7 +27,7 @@ from google.protobuf import wrappers_pb2 as google_dot_protobuf_dot_wrappers__pb
 from inferd.protocol.tfserving_pb import tensorflow_pb2 as inferd_dot_protocol_dot_tfserving__pb_dot_tensorflow__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n5inferd/protocol/tfserving_pb/tensorflow_serving.proto\x12\x12tensorflow.serving\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a-inferd/protocol/tfserving_pb/tensorflow.proto\"\x8c\x01\n\tModelSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12.\n\x07version\x18\x02 \x01(\x0b\x32\x1b.google.protobuf.Int64ValueH\x00\x12\x17\n\rversion_label\x18\x04 \x01(\tH\x00\x12\x16\n\x0esignature_name\x18\x03 \x01(\tB\x10\n\x0eversion_choice\"\xe2\x01\n\x0ePredictRequest\x12\x31\n\nmodel_spec\x18\x01 \x01(\x0b\x32\x1d.tensorflow.serving.ModelSpec\x12>\n\x06inputs\x18\x02 \x03(\x0b\x32..tensorflow.serving.PredictRequest.InputsEntry\x12\x15\n\routput_filter\x18\x03 \x03(\t\x1a\x46\n\x0bInputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12&\n\x05value\x18\x02 \x01(\x0b\x32\x17.tensorflow.TensorProto:\x02\x38\x01\"\xd0\x01\n\x0fPredictResponse\x12\x31\n\nmodel_spec\x18\x02 \x01(\x0b\x32\x1d.tensorflow.serving.ModelSpec\x12\x41\n\x07outputs\x18\x01 \x03(\x0b\x32\x30.tensorflow.serving.PredictResponse.OutputsEntry\x1aG\n\x0cOutputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12&\n\x05value\x18\x02 \x01(\x0b\x32\x17.tensorflow.TensorProto:\x02\x38\x01\"\xae\x01\n\x0fSignatureDefMap\x12L\n\rsignature_def\x18\x01 \x03(\x0b\x32\x35.tensorflow.serving.SignatureDefMap.SignatureDefEntry\x1aM\n\x11SignatureDefEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.tensorflow.SignatureDef:\x02\x38\x01\"d\n\x17GetModelMetadataRequest\x12\x31\n\nmodel_spec\x18\x01 \x01(\x0b\x32\x1d.tensorflow.serving.ModelSpec\x12\x16\n\x0emetadata_field\x18\x02 \x03(\t\"\xe2\x01\n\x18GetModelMetadataResponse\x12\x31\n\nmodel_spec\x18\x01 \x01(\x0b\x32\x1d.tensorflow.serving.ModelSpec\x12L\n\x08metadata\x18\x02 \x03(\x0b\x32:.tensorflow.serving.GetModelMetadataResponse.MetadataEntry\x1a\x45\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.google.protobuf.Any:\x02\x38\x01\"8\n\x0bStatusProto\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\"J\n\x15GetModelStatusRequest\x12\x31\n\nmodel_spec\x18\x01 \x01(\x0b\x32\x1d.tensorflow.serving.ModelSpec\"\xe8\x01\n\x12ModelVersionStatus\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12;\n\x05state\x18\x02 \x01(\x0e\x32,.tensorflow.serving.ModelVersionStatus.State\x12/\n\x06status\x18\x03 \x01(\x0b\x32\x1f.tensorflow.serving.StatusProto\"S\n\x05State\x12\x0b\n\x07UNKNOWN\x10\x00\x12\t\n\x05START\x10\n\x12\x0b\n\x07LOADING\x10\x14\x12\r\n\tAVAILABLE\x10\x1e\x12\r\n\tUNLOADING\x10(\x12\x07\n\x03\x45ND\x10\x32\"^\n\x16GetModelStatusResponse\x12\x44\n\x14model_version_status\x18\x01 \x03(\x0b\x32&.tensorflow.serving.ModelVersionStatus\"\xf1\x03\n\x12\x42\x61tchingParameters\x12\x33\n\x0emax_batch_size\x18\x01 \x01(\x0b\x32\x1b.google.protobuf.Int64Value\x12\x39\n\x14\x62\x61tch_timeout_micros\x18\x02 \x01(\x0b\x32\x1b.google.protobuf.Int64Value\x12\x39\n\x14max_enqueued_batches\x18\x03 \x01(\x0b\x32\x1b.google.protobuf.Int64Value\x12\x36\n\x11num_batch_threads\x18\x04 \x01(\x0b\x32\x1b.google.protobuf.Int64Value\x12\x36\n\x10thread_pool_name\x18\x05 \x01(\x0b\x32\x1c.google.protobuf.StringValue\x12\x1b\n\x13\x61llowed_batch_sizes\x18\x06 \x03(\x03\x12\"\n\x1apad_variable_length_inputs\x18\x07 \x01(\x08\x12@\n\x1c\x65nable_large_batch_splitting\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.BoolValue\x12=\n\x18max_execution_batch_size\x18\t \x01(\x0b\x32\x1b.google.protobuf.Int64Value2\xd6\x01\n\x11PredictionService\x12R\n\x07Predict\x12\".tensorflow.serving.PredictRequest\x1a#.tensorflow.serving.PredictResponse\x12m\n\x10GetModelMetadata\x12+.tensorflow.serving.GetModelMetadataRequest\x1a,.tensorflow.serving.GetModelMetadataResponse2w\n\x0cModelService\x12g\n\x0eGetModelStatus\x12).tensorflow.serving.GetModelStatusRequest\x1a*.tensorflow.serving.GetModelStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n5inferd/protocol/tfserving_pb/tensorflow_serving.proto\x12\x12tensorflow.serving\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a-inferd/protocol/tfserving_pb/tensorflow.proto\"\x8c\x01\n\tModelSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12.\n\x07version\x18\x02 \x01(\x0b\x32\x1b.google.protobuf.Int64ValueH\x00\x12\x17\n\rversion_label\x18\x04 \x01(\tH\x00\x12\x16\n\x0esignature_name\x18\x03 \x01(\tB\x10\n\x0eversion_choice\"\xe9\x01\n\x0ePredictRequest\x12\x31\n\nmodel_spec\x18\x01 \x01(\x0b\x32\x1d.tensorflow.serving.ModelSpec\x12>\n\x06inputs\x18\x02 \x03(\x0b\x32..tensorflow.serving.PredictRequest.InputsEntry\x12\x15\n\routput_filter\x18\x03 \x03(\t\x1aM\n\x0bInputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12-\n\x05value\x18\x02 \x01(\x0b\x32\x1e.inferd.tensorflow.TensorProto:\x02\x38\x01\"\xd7\x01\n\x0fPredictResponse\x12\x31\n\nmodel_spec\x18\x02 \x01(\x0b\x32\x1d.tensorflow.serving.ModelSpec\x12\x41\n\x07outputs\x18\x01 \x03(\x0b\x32\x30.tensorflow.serving.PredictResponse.OutputsEntry\x1aN\n\x0cOutputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12-\n\x05value\x18\x02 \x01(\x0b\x32\x1e.inferd.tensorflow.TensorProto:\x02\x38\x01\"\xb5\x01\n\x0fSignatureDefMap\x12L\n\rsignature_def\x18\x01 \x03(\x0b\x32\x35.tensorflow.serving.SignatureDefMap.SignatureDefEntry\x1aT\n\x11SignatureDefEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12.\n\x05value\x18\x02 \x01(\x0b\x32\x1f.inferd.tensorflow.SignatureDef:\x02\x38\x01\"d\n\x17GetModelMetadataRequest\x12\x31\n\nmodel_spec\x18\x01 \x01(\x0b\x32\x1d.tensorflow.serving.ModelSpec\x12\x16\n\x0emetadata_field\x18\x02 \x03(\t\"\xe2\x01\n\x18GetModelMetadataResponse\x12\x31\n\nmodel_spec\x18\x01 \x01(\x0b\x32\x1d.tensorflow.serving.ModelSpec\x12L\n\x08metadata\x18\x02 \x03(\x0b\x32:.tensorflow.serving.GetModelMetadataResponse.MetadataEntry\x1a\x45\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.google.protobuf.Any:\x02\x38\x01\"8\n\x0bStatusProto\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\"J\n\x15GetModelStatusRequest\x12\x31\n\nmodel_spec\x18\x01 \x01(\x0b\x32\x1d.tensorflow.serving.ModelSpec\"\xe8\x01\n\x12ModelVersionStatus\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12;\n\x05state\x18\x02 \x01(\x0e\x32,.tensorflow.serving.ModelVersionStatus.State\x12/\n\x06status\x18\x03 \x01(\x0b\x32\x1f.tensorflow.serving.StatusProto\"S\n\x05State\x12\x0b\n\x07UNKNOWN\x10\x00\x12\t\n\x05START\x10\n\x12\x0b\n\x07LOADING\x10\x14\x12\r\n\tAVAILABLE\x10\x1e\x12\r\n\tUNLOADING\x10(\x12\x07\n\x03\x45ND\x10\x32\"^\n\x16GetModelStatusResponse\x12\x44\n\x14model_version_status\x18\x01 \x03(\x0b\x32&.tensorflow.serving.ModelVersionStatus\"\xf1\x03\n\x12\x42\x61tchingParameters\x12\x33\n\x0emax_batch_size\x18\x01 \x01(\x0b\x32\x1b.google.protobuf.Int64Value\x12\x39\n\x14\x62\x61tch_timeout_micros\x18\x02 \x01(\x0b\x32\x1b.google.protobuf.Int64Value\x12\x39\n\x14max_enqueued_batches\x18\x03 \x01(\x0b\x32\x1b.google.protobuf.Int64Value\x12\x36\n\x11num_batch_threads\x18\x04 \x01(\x0b\x32\x1b.google.protobuf.Int64Value\x12\x36\n\x10thread_pool_name\x18\x05 \x01(\x0b\x32\x1c.google.protobuf.StringValue\x12\x1b\n\x13\x61llowed_batch_sizes\x18\x06 \x03(\x03\x12\"\n\x1apad_variable_length_inputs\x18\x07 \x01(\x08\x12@\n\x1c\x65nable_large_batch_splitting\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.BoolValue\x12=\n\x18max_execution_batch_size\x18\t \x01(\x0b\x32\x1b.google.protobuf.Int64Value2\xd6\x01\n\x11PredictionService\x12R\n\x07Predict\x12\".tensorflow.serving.PredictRequest\x1a#.tensorflow.serving.PredictResponse\x12m\n\x10GetModelMetadata\x12+.tensorflow.serving.GetModelMetadataRequest\x1a,.tensorflow.serving.GetModelMetadataResponse2w\n\x0cModelService\x12g\n\x0eGetModelStatus\x12).tensorflow.serving.GetModelStatusRequest\x1a*.tensorflow.serving.GetModelStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,37 +45,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MODELSPEC']._serialized_start=184
   _globals['_MODELSPEC']._serialized_end=324
   _globals['_PREDICTREQUEST']._serialized_start=327
-  _globals['_PREDICTREQUEST']._serialized_end=553
+  _globals['_PREDICTREQUEST']._serialized_end=560
   _globals['_PREDICTREQUEST_INPUTSENTRY']._serialized_start=483
-  _globals['_PREDICTREQUEST_INPUTSENTRY']._serialized_end=553
-  _globals['_PREDICTRESPONSE']._serialized_start=556
-  _globals['_PREDICTRESPONSE']._serialized_end=764
-  _globals['_PREDICTRESPONSE_OUTPUTSENTRY']._serialized_start=693
-  _globals['_PREDICTRESPONSE_OUTPUTSENTRY']._serialized_end=764
-  _globals['_SIGNATUREDEFMAP']._serialized_start=767
-  _globals['_SIGNATUREDEFMAP']._serialized_end=941
-  _globals['_SIGNATUREDEFMAP_SIGNATUREDEFENTRY']._serialized_start=864
-  _globals['_SIGNATUREDEFMAP_SIGNATUREDEFENTRY']._serialized_end=941
-  _globals['_GETMODELMETADATAREQUEST']._serialized_start=943
-  _globals['_GETMODELMETADATAREQUEST']._serialized_end=1043
-  _globals['_GETMODELMETADATARESPONSE']._serialized_start=1046
-  _globals['_GETMODELMETADATARESPONSE']._serialized_end=1272
-  _globals['_GETMODELMETADATARESPONSE_METADATAENTRY']._serialized_start=1203
-  _globals['_GETMODELMETADATARESPONSE_METADATAENTRY']._serialized_end=1272
-  _globals['_STATUSPROTO']._serialized_start=1274
-  _globals['_STATUSPROTO']._serialized_end=1330
-  _globals['_GETMODELSTATUSREQUEST']._serialized_start=1332
-  _globals['_GETMODELSTATUSREQUEST']._serialized_end=1406
-  _globals['_MODELVERSIONSTATUS']._serialized_start=1409
-  _globals['_MODELVERSIONSTATUS']._serialized_end=1641
-  _globals['_MODELVERSIONSTATUS_STATE']._serialized_start=1558
-  _globals['_MODELVERSIONSTATUS_STATE']._serialized_end=1641
-  _globals['_GETMODELSTATUSRESPONSE']._serialized_start=1643
-  _globals['_GETMODELSTATUSRESPONSE']._serialized_end=1737
-  _globals['_BATCHINGPARAMETERS']._serialized_start=1740
-  _globals['_BATCHINGPARAMETERS']._serialized_end=2237
-  _globals['_PREDICTIONSERVICE']._serialized_start=2240
-  _globals['_PREDICTIONSERVICE']._serialized_end=2454
-  _globals['_MODELSERVICE']._serialized_start=2456
-  _globals['_MODELSERVICE']._serialized_end=2575
+  _globals['_PREDICTREQUEST_INPUTSENTRY']._serialized_end=560
+  _globals['_PREDICTRESPONSE']._serialized_start=563
+  _globals['_PREDICTRESPONSE']._serialized_end=778
+  _globals['_PREDICTRESPONSE_OUTPUTSENTRY']._serialized_start=700
+  _globals['_PREDICTRESPONSE_OUTPUTSENTRY']._serialized_end=778
+  _globals['_SIGNATUREDEFMAP']._serialized_start=781
+  _globals['_SIGNATUREDEFMAP']._serialized_end=962
+  _globals['_SIGNATUREDEFMAP_SIGNATUREDEFENTRY']._serialized_start=878
+  _globals['_SIGNATUREDEFMAP_SIGNATUREDEFENTRY']._serialized_end=962
+  _globals['_GETMODELMETADATAREQUEST']._serialized_start=964
+  _globals['_GETMODELMETADATAREQUEST']._serialized_end=1064
+  _globals['_GETMODELMETADATARESPONSE']._serialized_start=1067
+  _globals['_GETMODELMETADATARESPONSE']._serialized_end=1293
+  _globals['_GETMODELMETADATARESPONSE_METADATAENTRY']._serialized_start=1224
+  _globals['_GETMODELMETADATARESPONSE_METADATAENTRY']._serialized_end=1293
+  _globals['_STATUSPROTO']._serialized_start=1295
+  _globals['_STATUSPROTO']._serialized_end=1351
+  _globals['_GETMODELSTATUSREQUEST']._serialized_start=1353
+  _globals['_GETMODELSTATUSREQUEST']._serialized_end=1427
+  _globals['_MODELVERSIONSTATUS']._serialized_start=1430
+  _globals['_MODELVERSIONSTATUS']._serialized_end=1662
+  _globals['_MODELVERSIONSTATUS_STATE']._serialized_start=1579
+  _globals['_MODELVERSIONSTATUS_STATE']._serialized_end=1662
+  _globals['_GETMODELSTATUSRESPONSE']._serialized_start=1664
+  _globals['_GETMODELSTATUSRESPONSE']._serialized_end=1758
+  _globals['_BATCHINGPARAMETERS']._serialized_start=1761
+  _globals['_BATCHINGPARAMETERS']._serialized_end=2258
+  _globals['_PREDICTIONSERVICE']._serialized_start=2261
+  _globals['_PREDICTIONSERVICE']._serialized_end=2475
+  _globals['_MODELSERVICE']._serialized_start=2477
+  _globals['_MODELSERVICE']._serialized_end=2596
 # @@protoc_insertion_point(module_scope)
