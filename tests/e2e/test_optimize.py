@@ -1,7 +1,7 @@
 """`inferd optimize` through its CLI: all-MiniLM-L6-v2 (the example's export) to every candidate,
 FP16 and INT8 passing their documented tolerances and the winner served by a real inferd; a
-torch.export program to ONNX; a candidate outside its tolerance reported and never written; bad
-arguments as one-line errors."""
+torch.export program and a TensorFlow SavedModel to ONNX; a candidate outside its tolerance
+reported and never written; bad arguments as one-line errors."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from inferd.client import Client
-from inferd.testing.models import exported_model, minilm_files, mlp_model
+from inferd.testing.models import exported_model, minilm_files, mlp_model, tensorflow_savedmodel
 from inferd.testing.server import run_server
 
 pytestmark = pytest.mark.e2e
@@ -91,6 +91,30 @@ def test_minilm_candidates_pass_their_tolerances_and_the_winner_serves(
             client.close()
     cosine = float(np.dot(served[0], original[0]) / (np.linalg.norm(served[0]) * np.linalg.norm(original[0])))
     assert served.shape == (1, 384) and cosine > 0.95
+
+
+def test_a_savedmodel_s_signature_becomes_onnx_through_tf2onnx_and_is_validated_against_tensorflow(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "tf_mlp"
+    tensorflow_savedmodel(source / "1" / "model.savedmodel", seed=3)
+    (source / "config.pbtxt").write_text(
+        'platform: "tensorflow_savedmodel"\nmax_batch_size: 8\ndynamic_batching { }\n'
+        'parameters { key: "TF_SIGNATURE_DEF" value { string_value: "scaled" } }\n'
+    )
+    output = tmp_path / "out"
+    result = optimize(str(source), "-o", str(output), "--candidates", "fp32,fp16")
+    assert result.returncode == 0, result.stderr
+    said = " ".join((result.stdout + result.stderr).split())  # as rich wrapped it
+    assert "converting the SavedModel to ONNX with tf2onnx" in said and "(signature scaled)" in said
+    candidates = record(output)
+    for kind in ("fp32", "fp16"):
+        assert candidates[kind]["status"] == "passed", candidates[kind]["reason"]
+    # Validated against the original: the SavedModel, run by inferd's TensorFlow runtime.
+    assert candidates[""]["reference"] == str(source)
+    config = (output / "tf_mlp" / "config.pbtxt").read_text()
+    assert 'platform: "onnxruntime_onnx"' in config and "max_batch_size: 8" in config
+    assert "TF_SIGNATURE_DEF" not in config  # the SavedModel's parameter, nothing of the ONNX port's
 
 
 def test_a_torch_export_program_becomes_onnx(tmp_path: Path) -> None:

@@ -31,14 +31,11 @@ from inferd.config.parameters import TF_GRAPH_TAG, TF_SIGNATURE_DEF
 from inferd.datatypes import NAMES
 from inferd.errors import InternalError, InvalidRequestError, ModelLoadError
 from inferd.runtimes.base import RuntimeOptions, cores_available
+from inferd.runtimes.tensorflow_layout import DEFAULT_SIGNATURE, DEFAULT_TAG, saved_model_folder
 from inferd.types import DataType
 
 logger = logging.getLogger("inferd.tensorflow")
 
-DEFAULT_MODEL_FOLDER = "model.savedmodel"
-SAVED_MODEL_FILE = "saved_model.pb"
-DEFAULT_SIGNATURE = "serving_default"
-DEFAULT_TAG = "serve"
 
 # Not measured per model: the variables (about the files' size) and the graph's kernels.
 MEMORY_PER_FILE_BYTE = 1.5
@@ -68,19 +65,6 @@ def _size_thread_pools() -> None:
         _pools_sized = True
 
 
-def saved_model_folder(config: ModelConfig, version_dir: Path) -> Path:
-    """The folder holding the version's SavedModel, in Triton's layout or TF Serving's."""
-    named = version_dir / (config.default_model_filename or DEFAULT_MODEL_FOLDER)
-    if (named / SAVED_MODEL_FILE).is_file():
-        return named
-    if not config.default_model_filename and (version_dir / SAVED_MODEL_FILE).is_file():
-        return version_dir
-    raise ModelLoadError(
-        f"no SavedModel in {version_dir}/: {named.name}/{SAVED_MODEL_FILE} (Triton's layout) or "
-        f"{SAVED_MODEL_FILE} (TF Serving's) is missing"
-    )
-
-
 _DATATYPES_BY_TF_NUMBER = {names.tf_number: datatype for datatype, names in NAMES.items()}
 
 
@@ -104,7 +88,7 @@ class SavedModelRuntime:
 
     def __init__(self, config: ModelConfig, version_dir: Path, options: RuntimeOptions) -> None:
         self._name = config.name
-        folder = saved_model_folder(config, version_dir)
+        folder = saved_model_folder(version_dir, config.default_model_filename)
         tag = config.parameters.get(TF_GRAPH_TAG.name, DEFAULT_TAG)
         signature_name = config.parameters.get(TF_SIGNATURE_DEF.name, DEFAULT_SIGNATURE)
         _size_thread_pools()

@@ -196,3 +196,30 @@ def _tokenized(tokenizer: Any, sentences: Sequence[str], inputs: Sequence[str]) 
         "token_type_ids": [e.type_ids for e in encodings],
     }
     return {name: np.array(columns[name], dtype=np.int64) for name in inputs}
+
+
+# ONNX opset of tf2onnx's conversions: 17 is its newest tested (tf2onnx 1.17), which every
+# candidate's tools (ONNX Runtime's transformer optimizer, quantization) take.
+TF2ONNX_OPSET = 17
+TF2ONNX_TIMEOUT_S = 1800
+
+
+def convert_saved_model(folder: Path, output: Path, signature: str, tag: str) -> None:
+    """A TensorFlow SavedModel's `signature` (of the MetaGraph tagged `tag`) to ONNX with
+    tf2onnx's --saved-model path, its tensors named as the signature names them (as inferd serves
+    the SavedModel). Run as tf2onnx's own command, in a process of its own: TensorFlow and its
+    converter stay out of this one."""
+    import subprocess
+    import sys
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(folder), "--output", str(output),
+               "--signature_def", signature, "--tag", tag, "--opset", str(TF2ONNX_OPSET)]  # fmt: skip
+    try:
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=TF2ONNX_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise ExportError(f"tf2onnx did not convert {folder} within {TF2ONNX_TIMEOUT_S} s") from None
+    if completed.returncode != 0 or not output.is_file():
+        said = [line for line in completed.stderr.splitlines() if line.strip()][-8:]
+        hint = " (pip install 'inferd[tensorflow]')" if "No module named" in completed.stderr else ""
+        raise ExportError(f"tf2onnx could not convert {folder}{hint}:\n" + "\n".join(said))

@@ -25,11 +25,14 @@ import numpy as np
 import orjson
 
 from inferd.config.loader import CONFIG_FILE_NAME
-from inferd.runtimes import detect_runtime
+from inferd.config.parameters import TF_GRAPH_TAG, TF_SIGNATURE_DEF
+from inferd.errors import ModelLoadError
+from inferd.runtimes import TENSORFLOW, detect_runtime
+from inferd.runtimes.tensorflow_layout import DEFAULT_SIGNATURE, DEFAULT_TAG, saved_model_folder
 from inferd.tools import model_config
 from inferd.tools.inputs import file_samples, request_shapes, synthetic_samples
 from inferd.tools.optimize.candidates import CANDIDATES, BuildContext, NotApplicable, Precision, Samples
-from inferd.tools.optimize.export import export_hugging_face, export_torch, is_hugging_face_folder
+from inferd.tools.optimize.export import convert_saved_model, export_hugging_face, export_torch, is_hugging_face_folder
 from inferd.tools.validate import Tolerances, ValidateSettings, run_validation
 from inferd.tools.validate.models import LocalModel
 from inferd.tools.validate.pairs import TOKEN_INPUTS, load_tokenizer, read_pairs, tokenize
@@ -181,6 +184,12 @@ def _prepare(settings: OptimizeSettings, work: Path, progress: Progress) -> _Pre
         reference = str(source)
         if model_file.suffix == ".onnx":
             baseline = model_file
+        elif model_file.is_dir():  # a SavedModel (the reference runs it on TensorFlow, as inferd serves it)
+            parameters = message.parameters if message is not None else {}
+            signature = parameters[TF_SIGNATURE_DEF.name].string_value if TF_SIGNATURE_DEF.name in parameters else ""
+            tag = parameters[TF_GRAPH_TAG.name].string_value if TF_GRAPH_TAG.name in parameters else ""
+            progress(f"converting the SavedModel to ONNX with tf2onnx (signature {signature or DEFAULT_SIGNATURE})")
+            convert_saved_model(model_file, baseline, signature or DEFAULT_SIGNATURE, tag or DEFAULT_TAG)
         elif model_file.suffix in (".pt", ".pt2"):
             progress(f"exporting {model_file.name} to ONNX")
             metadata = reference_model.metadata
@@ -190,7 +199,9 @@ def _prepare(settings: OptimizeSettings, work: Path, progress: Progress) -> _Pre
             export_torch(model_file, baseline, [t.name for t in metadata.inputs], [t.name for t in metadata.outputs],
                          examples, batched)  # fmt: skip
         else:
-            raise OptimizeError(f"'{model_file}' is not an ONNX, TorchScript (.pt) or torch.export (.pt2) model")
+            raise OptimizeError(
+                f"'{model_file}' is not an ONNX, TorchScript (.pt), torch.export (.pt2) or TensorFlow SavedModel"
+            )
     try:
         metadata, source_batch = reference_model.metadata, reference_model.max_batch_size
     finally:
@@ -204,11 +215,15 @@ def _prepare(settings: OptimizeSettings, work: Path, progress: Progress) -> _Pre
         config.CopyFrom(message)
         config.name, config.platform, config.backend, config.default_model_filename = name, ONNX_PLATFORM, "", ""
         config.max_batch_size = max_batch_size
+        for key in (TF_SIGNATURE_DEF.name, TF_GRAPH_TAG.name):  # the SavedModel's: nothing of the ONNX port's
+            if key in config.parameters:
+                del config.parameters[key]
     return _Prepared(name, baseline, reference, config, metadata, max_batch_size, tokenizer)
 
 
 def _model_file(source: Path) -> tuple[Path, Any]:
-    """The model file a file, version folder or model folder holds, and the folder's config (or None)."""
+    """The model file (or SavedModel folder) a file, version folder or model folder holds, and the
+    folder's config (or None)."""
     if source.is_file():
         return source, None
     if detect_runtime(source) is not None:
@@ -220,11 +235,16 @@ def _model_file(source: Path) -> tuple[Path, Any]:
         version_dir = versions[-1][1]
         message = model_config.read_message(source) if (source / CONFIG_FILE_NAME).is_file() else None
     filename = message.default_model_filename if message is not None and message.default_model_filename else ""
+    if detect_runtime(version_dir, filename) is TENSORFLOW:
+        try:
+            return saved_model_folder(version_dir, filename), message
+        except ModelLoadError as exc:
+            raise OptimizeError(exc.message) from None
     files = [version_dir / filename] if filename else sorted(
         p for p in version_dir.iterdir() if p.suffix in (".onnx", ".pt", ".pt2")
     )  # fmt: skip
     if not files:
-        raise OptimizeError(f"'{version_dir}' holds no .onnx, .pt or .pt2 model file")
+        raise OptimizeError(f"'{version_dir}' holds no .onnx, .pt or .pt2 model file and no SavedModel")
     return files[0], message
 
 
