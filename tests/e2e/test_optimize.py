@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 
 from inferd.client import Client
-from inferd.testing.models import exported_model, minilm_files, mlp_model, tensorflow_savedmodel
+from inferd.testing.models import (
+    bert_shaped_savedmodel,
+    exported_model,
+    minilm_files,
+    mlp_model,
+    tensorflow_savedmodel,
+)
 from inferd.testing.server import run_server
 
 pytestmark = pytest.mark.e2e
@@ -115,6 +121,15 @@ def test_a_savedmodel_s_signature_becomes_onnx_through_tf2onnx_and_is_validated_
     config = (output / "tf_mlp" / "config.pbtxt").read_text()
     assert 'platform: "onnxruntime_onnx"' in config and "max_batch_size: 8" in config
     assert "TF_SIGNATURE_DEF" not in config  # the SavedModel's parameter, nothing of the ONNX port's
+
+
+def test_a_savedmodel_with_ops_tf2onnx_leaves_unconverted_is_a_one_line_error(tmp_path: Path) -> None:
+    """tf2onnx succeeds yet keeps TensorFlow's Erfc (tf.nn.gelu, exact): optimize says so, and writes nothing."""
+    bert_shaped_savedmodel(tmp_path / "bert" / "1", activation="gelu")
+    result = optimize(str(tmp_path / "bert"), "-o", str(tmp_path / "out"), "--candidates", "fp32")
+    assert result.returncode != 0
+    assert "left TensorFlow ops ONNX has not: Erfc" in " ".join(result.stderr.split())
+    assert not (tmp_path / "out" / "bert").exists()
 
 
 def test_a_torch_export_program_becomes_onnx(tmp_path: Path) -> None:

@@ -408,11 +408,13 @@ def tensorflow_savedmodel(folder: Path, seed: int = 0) -> None:
     tf.saved_model.save(module, str(folder), signatures={"serving_default": module.serve, "scaled": module.scaled})
 
 
-def bert_shaped_savedmodel(folder: Path, seed: int = 0, vocabulary: int = 100, width: int = 16) -> None:
+def bert_shaped_savedmodel(
+    folder: Path, seed: int = 0, vocabulary: int = 100, width: int = 16, activation: str = "gelu"
+) -> None:
     """A small BERT-shaped encoder as a Keras SavedModel in `folder` (TF Serving's layout: its
     files at the top): input_ids and attention_mask [batch, tokens] int32 → token embeddings with
-    positions, one self-attention block with a feed-forward layer, masked mean pooling → pooled
-    [batch, width] float32."""
+    positions, one self-attention block with a feed-forward layer (`activation`: Keras's name),
+    masked mean pooling → pooled [batch, width] float32."""
     import keras
     import tensorflow as tf
 
@@ -424,7 +426,7 @@ def bert_shaped_savedmodel(folder: Path, seed: int = 0, vocabulary: int = 100, w
         hidden, hidden, attention_mask=keras.ops.cast(mask[:, None, :], "bool")
     )
     hidden = keras.layers.LayerNormalization()(hidden + attended)
-    feed_forward = keras.layers.Dense(width)(keras.layers.Dense(width * 2, activation="gelu")(hidden))
+    feed_forward = keras.layers.Dense(width)(keras.layers.Dense(width * 2, activation=activation)(hidden))
     hidden = keras.layers.LayerNormalization()(hidden + feed_forward)
     weights = keras.ops.cast(mask, "float32")[:, :, None]
     pooled = keras.ops.sum(hidden * weights, axis=1) / keras.ops.maximum(keras.ops.sum(weights, axis=1), 1.0)

@@ -204,6 +204,12 @@ TF2ONNX_OPSET = 17
 TF2ONNX_TIMEOUT_S = 1800
 
 
+def _onnx_ops() -> frozenset[str]:
+    import onnx.defs
+
+    return frozenset(schema.name for schema in onnx.defs.get_all_schemas_with_history() if schema.domain == "")
+
+
 def convert_saved_model(folder: Path, output: Path, signature: str, tag: str) -> None:
     """A TensorFlow SavedModel's `signature` (of the MetaGraph tagged `tag`) to ONNX with
     tf2onnx's --saved-model path, its tensors named as the signature names them (as inferd serves
@@ -223,3 +229,14 @@ def convert_saved_model(folder: Path, output: Path, signature: str, tag: str) ->
         said = [line for line in completed.stderr.splitlines() if line.strip()][-8:]
         hint = " (pip install 'inferd[tensorflow]')" if "No module named" in completed.stderr else ""
         raise ExportError(f"tf2onnx could not convert {folder}{hint}:\n" + "\n".join(said))
+    # tf2onnx keeps an op it cannot convert as a TensorFlow op and still succeeds: name them.
+    import onnx
+
+    left = sorted({node.op_type for node in onnx.load(str(output), load_external_data=False).graph.node
+                   if node.domain == "" and node.op_type not in _onnx_ops()})  # fmt: skip
+    if left:
+        output.unlink()
+        raise ExportError(
+            f"tf2onnx converted {folder} but left TensorFlow ops ONNX has not: {', '.join(left)} "
+            f"(tf.nn.gelu's exact form is an Erfc, for one; its tanh approximation converts)"
+        )
