@@ -161,8 +161,8 @@ def encode_tensor_json(document: Any) -> bytes:
 def _non_finite_as_tokens(value: Any) -> Any:
     """`value` itself when no float in it is NaN or ±inf; else a copy in which each float array (or
     number) holding one is its JSON text with those tokens, as an orjson.Fragment."""
-    if isinstance(value, np.ndarray) and value.dtype == _BFLOAT16:  # as float32 (which holds it exactly)
-        value = value.astype(np.float32)
+    if isinstance(value, np.ndarray | np.generic) and value.dtype == _BFLOAT16:  # as float32, which holds it exactly
+        value = np.float32(value) if isinstance(value, np.generic) else value.astype(np.float32)
     if isinstance(value, np.ndarray | np.floating):
         if value.dtype.kind != "f" or bool(np.isfinite(value).all()):
             return value

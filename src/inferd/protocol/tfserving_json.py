@@ -74,6 +74,26 @@ def encode_predict(outputs: Sequence[Tensor], *, row_format: bool) -> bytes:
     return json_v2.encode_tensor_json(document)
 
 
+def refuse_bfloat16(tensors: Sequence[Tensor], *, answering: bool) -> None:
+    """TF Serving's REST API carries no bfloat16 (its JSON reader converts no value to it, its
+    writer writes none): its door refuses such a tensor as TF Serving does, with its words (a 400).
+    The other doors reading this JSON (SageMaker, batch) take numbers rounded to it and write it
+    as the float32 that holds it."""
+    for tensor in tensors:
+        if tensor.datatype is not DataType.BF16:
+            continue
+        instead = "TF Serving's gRPC API, or a v2 binary request"
+        if answering:
+            said = f"Failed to write JSON value for tensor type: bfloat16 (output {tensor.name!r}; ask over {instead})"
+        else:
+            first = json_v2.encode_tensor_json(float(tensor.data.reshape(-1)[0]) if tensor.data.size else None)
+            said = (
+                f"Conversion of JSON Value: {first.decode()} to type: bfloat16 "
+                f"(input {tensor.name!r}; send it over {instead})"
+            )
+        raise TensorDataError(said, tensor=tensor.name)
+
+
 def encode_error(error: InferdError, request_id: str) -> bytes:
     """TF Serving's `{"error": message}`, with inferd's machine-readable fields beside it."""
     return json_v2.encode_error(error, request_id)
@@ -180,13 +200,6 @@ def _only_input(by_name: dict[str, TensorMetadata], where: str) -> TensorMetadat
 
 def _tensor(spec: TensorMetadata, value: Any, where: str) -> Tensor:
     datatype = DataType.from_wire(spec.datatype)
-    if datatype is DataType.BF16:  # TF Serving's REST API converts no JSON value to bfloat16 (a 400 here)
-        first = next(json_v2.leaves(value), value) if isinstance(value, list) else value
-        raise TensorDataError(
-            f"Conversion of JSON Value: {json_v2.encode_tensor_json(first).decode()} to type: bfloat16 "
-            f"({where}; send bfloat16 tensors over TF Serving's gRPC API, or a v2 binary request)",
-            tensor=spec.name,
-        )
     if datatype is DataType.BYTES:
         array = _bytes_array(value, where)
     else:
@@ -274,12 +287,6 @@ def json_value(tensor: Tensor) -> Any:
     """A tensor's JSON value: numbers stay an array (written by `json_v2.encode_tensor_json`);
     strings become JSON text or base64 objects."""
     data = tensor.data
-    if tensor.datatype is DataType.BF16:  # as TF Serving, which writes no bfloat16 as JSON
-        raise TensorDataError(
-            f"Failed to write JSON value for tensor type: bfloat16 (output {tensor.name!r}; ask for it over "
-            "TF Serving's gRPC API, or a v2 binary request)",
-            tensor=tensor.name,
-        )
     if tensor.datatype is not DataType.BYTES:
         return data
     as_base64 = tensor.name.endswith("_bytes")

@@ -299,9 +299,18 @@ class OnnxRuntime:
         self._shrink_options = ort.RunOptions()
         self._shrink_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
         self._string_outputs = {s.name for s in self._signature.outputs if s.datatype is DataType.BYTES}
-        # ONNX Runtime's Python API takes and gives no bfloat16 array: such a model runs on OrtValues.
-        tensors = (*self._signature.inputs, *self._signature.outputs)
-        self._run = self._run_ort_values if any(s.datatype is DataType.BF16 for s in tensors) else self._session.run
+        # ONNX Runtime's Python API takes and gives no bfloat16 array: such tensors go as OrtValues.
+        self._bf16_inputs = {s.name for s in self._signature.inputs if s.datatype is DataType.BF16}
+        bf16_outputs = any(s.datatype is DataType.BF16 for s in self._signature.outputs)
+        if bf16_outputs and self._string_inputs:  # OrtValues hold no strings, and bfloat16 comes back as one
+            del self._session
+            raise ModelLoadError(
+                f"model '{self._name}' takes strings ({', '.join(sorted(self._string_inputs))}) and answers "
+                "bfloat16: ONNX Runtime's Python API cannot run both in one call"
+            )
+        self._run = (
+            self._run_ort_values if bf16_outputs else self._run_bf16_inputs if self._bf16_inputs else self._session.run
+        )
 
     @property
     def signature(self) -> ModelSignature:
@@ -332,6 +341,14 @@ class OnnxRuntime:
             for name, array in zip(output_names, results, strict=True)
         }
 
+    def _run_bf16_inputs(
+        self, output_names: list[str], feeds: dict[str, Any], options: ort.RunOptions | None
+    ) -> list[np.ndarray[Any, Any]]:
+        """bfloat16 inputs as OrtValues, the rest (strings too) as they are; no bfloat16 answer."""
+        mixed = {name: _ort_value(array) if name in self._bf16_inputs else array for name, array in feeds.items()}
+        results: list[np.ndarray[Any, Any]] = self._session.run(output_names, mixed, options)
+        return results
+
     def _run_ort_values(
         self, output_names: list[str], feeds: dict[str, Any], options: ort.RunOptions | None
     ) -> list[np.ndarray[Any, Any]]:
@@ -347,7 +364,7 @@ _ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
 
 
 def _ort_value(array: np.ndarray[Any, Any]) -> ort.OrtValue:
-    array = np.ascontiguousarray(array)
+    array = np.require(array, requirements="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
     if array.dtype == _BFLOAT16:
         return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), _ONNX_BFLOAT16)
     return ort.OrtValue.ortvalue_from_numpy(array)

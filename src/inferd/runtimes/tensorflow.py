@@ -8,14 +8,20 @@ TensorFlow backend reads the same two). Its inputs and outputs are the model's: 
 and shapes (an unknown dimension is -1) complete the config as an ONNX model's do.
 
 TensorFlow is imported only here, when a SavedModel loads: a server of other models never imports
-it. TensorFlow 2 has one pair of thread pools per process, fixed when its runtime starts: they are
-sized once, before the first SavedModel loads, to the cores (intra-op) and 1 (inter-op: a
-signature's ops in order, as ONNX Runtime's sessions run them here), so that models do not each
-bring pools of their own.
+it. TensorFlow 2 has one pair of thread pools per process, fixed when its runtime starts: the
+intra-op pool (one op's threads) is sized once, before the first SavedModel loads, to the cores,
+so that models do not each bring pools of their own; the inter-op pool (ops, and calls, run side by
+side) keeps TensorFlow's size, one per core, or instances of a model would wait for each other.
+
+Placement follows the instance group: KIND_CPU runs on the CPU, KIND_GPU on a GPU TensorFlow sees
+(a load error where it sees none, as for ONNX and PyTorch models), KIND_AUTO where TensorFlow
+places it. GPUs, where there are, grow their memory as they need it rather than take it all.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import re
 import threading
@@ -26,7 +32,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from inferd.config.model import ModelConfig, ModelSignature, TensorSpec
+from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorSpec
 from inferd.config.parameters import TF_GRAPH_TAG, TF_SIGNATURE_DEF
 from inferd.datatypes import NAMES
 from inferd.errors import InternalError, InvalidRequestError, ModelLoadError
@@ -59,10 +65,43 @@ def _size_thread_pools() -> None:
             return
         try:
             tf.config.threading.set_intra_op_parallelism_threads(cores_available())
-            tf.config.threading.set_inter_op_parallelism_threads(1)
+            for gpu in tf.config.list_physical_devices("GPU"):
+                tf.config.experimental.set_memory_growth(gpu, True)
         except RuntimeError as exc:  # this process ran TensorFlow before inferd loaded a model
-            logger.warning("TensorFlow's thread pools keep their sizes: %s", exc)
+            logger.warning("TensorFlow's thread pools and GPU memory keep their settings: %s", exc)
         _pools_sized = True
+
+
+_collect_lock = threading.Lock()
+
+
+def _collect_cycles() -> None:
+    """Free what a closed SavedModel leaves in reference cycles (its functions and their graphs):
+    only a full collection does, and a server freezes what its start-up made, models included
+    (gc.freeze), so that is unfrozen for the collection and frozen again after. Measured: 6
+    SavedModels loaded and closed 3 times under a freeze left 100 MiB more each time; with this,
+    none."""
+    with _collect_lock:
+        frozen = gc.get_freeze_count() > 0
+        if frozen:
+            gc.unfreeze()
+        gc.collect()
+        if frozen:
+            gc.freeze()
+
+
+def _device(kind: InstanceKind, config: ModelConfig) -> str | None:
+    """The tf.device an instance of `kind` runs on (None: where TensorFlow places it)."""
+    if kind is InstanceKind.CPU:
+        return "/CPU:0"
+    if kind is InstanceKind.GPU:
+        if not tf.config.list_physical_devices("GPU"):
+            raise ModelLoadError(
+                f"model '{config.name}': instance_group kind KIND_GPU asks for a GPU, but TensorFlow sees none "
+                "(tensorflow-cpu has no GPU support); use KIND_CPU or KIND_AUTO"
+            )
+        return "/GPU:0"
+    return None
 
 
 _DATATYPES_BY_TF_NUMBER = {names.tf_number: datatype for datatype, names in NAMES.items()}
@@ -92,8 +131,14 @@ class SavedModelRuntime:
         tag = config.parameters.get(TF_GRAPH_TAG.name, DEFAULT_TAG)
         signature_name = config.parameters.get(TF_SIGNATURE_DEF.name, DEFAULT_SIGNATURE)
         _size_thread_pools()
+        group = options.instance_group
+        device = _device(group.kind, config)
+        if device == "/GPU:0" and group.gpus:
+            device = f"/GPU:{group.gpus[0]}"
+        self._placement = tf.device(device) if device is not None else contextlib.nullcontext()
         try:
-            self._model = tf.saved_model.load(str(folder), tags=[tag])
+            with self._placement:
+                self._model = tf.saved_model.load(str(folder), tags=[tag])
         except Exception as exc:  # TensorFlow raises its own error types for a missing tag or a bad file
             raise ModelLoadError(f"TensorFlow cannot load the SavedModel in {folder}: {exc}") from exc
         signatures = self._model.signatures
@@ -124,20 +169,25 @@ class SavedModelRuntime:
     ) -> dict[str, np.ndarray[Any, Any]]:
         try:
             # BYTES arrays (objects holding bytes) become tf.string; bfloat16 arrays are ml_dtypes', as TensorFlow's.
-            feeds = {name: tf.constant(array, dtype=self._dtypes[name]) for name, array in inputs.items()}
-            returned = self._function(**feeds)
+            with self._placement:
+                feeds = {name: tf.constant(array, dtype=self._dtypes[name]) for name, array in inputs.items()}
+                returned = self._function(**feeds)
         except (tf.errors.InvalidArgumentError, ValueError, TypeError) as exc:
             raise InvalidRequestError(f"the model rejected the inputs: {_message(exc)}") from exc
         except tf.errors.OpError as exc:
             raise InternalError(f"TensorFlow failed: {_message(exc)}") from exc
         results: dict[str, np.ndarray[Any, Any]] = {}
         for name in output_names:
-            value = returned[name].numpy()
-            results[name] = value if value.dtype != object else _as_bytes(value)
+            tensor = returned[name]
+            if tensor.dtype == tf.string:  # a 0-d one's .numpy() is bytes, not an array
+                results[name] = _as_bytes(np.asarray(tensor.numpy(), dtype=object))
+            else:
+                results[name] = np.asarray(tensor.numpy())  # a 0-d one's is a numpy scalar
         return results
 
     def close(self) -> None:
         del self._function, self._model
+        _collect_cycles()
 
 
 # The lines of TensorFlow's messages that locate an error in its graph and in Python, not say it.

@@ -139,6 +139,8 @@ def _from_file(
         content = value.get("content")
     else:
         content = value
+    if datatype is DataType.BF16 and isinstance(content, np.ndarray) and content.dtype.str == "|V2":
+        content = content.view(datatype.numpy_dtype)  # .npy and .npz keep bfloat16 as 2 bytes of void
     if datatype is DataType.BYTES:
         items = [
             s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in np.asarray(content, dtype=object).reshape(-1)

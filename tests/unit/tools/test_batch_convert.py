@@ -138,3 +138,31 @@ def test_outputs_become_arrow_columns_of_any_rank_through_framed_streams() -> No
     tables = list(read_frames(body, lambda data: pa.ipc.open_stream(data).read_all()))
     rows = [{"file": "in.jsonl", "record": 3, "y": [1.0, 2.0]}, {"file": "in.jsonl", "record": 4, "y": [3.0, 4.0]}]
     assert [table.to_pylist() for table in tables] == [rows, rows]
+
+
+BF16_MODEL = ModelMetadata(
+    "m", ("1",), "onnxruntime_onnx", (TensorMetadata("x", "BF16", (-1, 2)),), (TensorMetadata("y", "BF16", (-1, 2)),)
+)
+
+
+def test_bf16_models_read_numbers_rounded_to_it_and_answer_the_float32_that_holds_it() -> None:
+    import pyarrow as pa
+
+    from inferd.tools.batch.convert import _arrow_column
+
+    bf16 = DataType.BF16.numpy_dtype
+    for options, records in (
+        (BatchOptions("m", "i", "o"), lines(b"[1.00390625, 2]", b"[3, 4]")),
+        (BatchOptions("m", "i", "o", content_type="text/csv"), lines(b"1.00390625,2", b"3,4")),
+    ):
+        converter = Converter(options, BF16_MODEL, max_batch_size=8)
+        (group,), errors = converter.decode(records)
+        assert not errors
+        assert group.inputs[0].data.dtype == bf16 and group.inputs[0].data.astype(float).tolist() == [[1, 2], [3, 4]]
+    converter = Converter(BatchOptions("m", "i", "o"), BF16_MODEL, max_batch_size=8)
+    (group,), _ = converter.decode(lines(b"[1, 2]", b"[3, 4]"))
+    y = np.array([[1.5, float("nan")], [-3.0e38, 0.25]], dtype=bf16)
+    written, failed = converter.encode(group, [Tensor("y", DataType.BF16, (2, 2), y)])
+    assert not failed and written == b"[1.5,NaN]\n[-3.0040553e+38,0.25]\n"
+    column = _arrow_column(DataType.BF16, y)
+    assert column.type == pa.list_(pa.float32()) and column.to_pylist()[1] == y[1].astype(np.float32).tolist()

@@ -26,7 +26,9 @@ class TfServingRestCodec:
     def decode(
         self, raw: HttpBody, target: Target, context: RequestContext, signature: Signature | None
     ) -> Decoded[bool]:
-        return self.decode_document(json_v2.load_json(raw.body), target, context, signature)
+        decoded = self.decode_document(json_v2.load_json(raw.body), target, context, signature)
+        tfserving_json.refuse_bfloat16(decoded.requests[0].inputs, answering=False)
+        return decoded
 
     @staticmethod
     def decode_document(
@@ -38,6 +40,7 @@ class TfServingRestCodec:
         return Decoded((context.request(target.model, target.version, body.inputs),), body.row_format)
 
     def encode(self, responses: Sequence[InferResponse], decoded: Decoded[bool]) -> HttpAnswer:
+        tfserving_json.refuse_bfloat16(responses[0].outputs, answering=True)
         return HttpAnswer(
             tfserving_json.encode_predict(responses[0].outputs, row_format=decoded.state), [(b"content-type", _JSON)]
         )

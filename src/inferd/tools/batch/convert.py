@@ -366,6 +366,8 @@ def _arrow_column(datatype: DataType, data: np.ndarray[Any, Any]) -> Any:
     import pyarrow as pa
 
     flat_data = data.reshape(-1)
+    if datatype is DataType.BF16:  # Arrow has no bfloat16: float32 holds each value exactly
+        flat_data = flat_data.astype(np.float32)
     if datatype is DataType.BYTES:
         items = [item if isinstance(item, bytes) else str(item).encode() for item in flat_data.tolist()]
         column = pa.array(items, type=pa.binary())
@@ -432,9 +434,12 @@ def _tensor(spec: TensorMetadata, rows: list[Any]) -> Tensor:
     target = datatype.numpy_dtype
     array = np.asarray(rows)
     if array.dtype.kind in "US":
-        array = array.astype(target)  # CSV's fields: numpy reads their text, a bad one raises
+        # CSV's fields: numpy reads their text, a bad one raises (bfloat16 it reads as float32 first)
+        array = array.astype(np.float32).astype(target) if datatype is DataType.BF16 else array.astype(target)
     elif array.dtype.kind == "O":
         raise TensorDataError(f"input {spec.name!r}: the records' values differ in shape or are not numbers")
+    elif datatype is DataType.BF16 and array.dtype.kind in "fiu":
+        array = array.astype(target)  # numbers rounded to bfloat16, as a cast does
     elif not np.can_cast(array.dtype, target, casting="same_kind"):
         raise TensorDataError(f"input {spec.name!r} is {spec.datatype}: {array.dtype} values cannot become it")
     else:

@@ -246,6 +246,12 @@ def test_sagemaker_arrays_round_numbers_to_a_bf16_model_and_answer_in_float32() 
     encoded = codec.encode([answer("bf", Tensor("y", DataType.BF16, values.shape, values))], decoded)
     back = np.load(io.BytesIO(encoded.body))
     assert back.dtype == np.float32 and back.tolist() == values.astype(np.float32).tolist()
+    as_json = SageMakerArrayCodec(sagemaker.CSV).decode(  # no Accept: JSON, as SageMaker's toolkit answers
+        http(b"1,2\n"), Target("bf"), context(Door.SAGEMAKER), signature(model)
+    )
+    encoded = codec.encode([answer("bf", Tensor("y", DataType.BF16, values.shape, values))], as_json)
+    predictions = np.array(orjson.loads(encoded.body)["predictions"], dtype=np.float32)  # float32's shortest form
+    assert predictions.tolist() == values.astype(np.float32).tolist()
 
 
 # -- TorchServe ------------------------------------------------------------------------------------
