@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from inferd.client import Client
+from inferd.testing.isolated import in_child
 from inferd.testing.models import (
     bert_shaped_savedmodel,
     exported_model,
@@ -103,7 +104,7 @@ def test_a_savedmodel_s_signature_becomes_onnx_through_tf2onnx_and_is_validated_
     tmp_path: Path,
 ) -> None:
     source = tmp_path / "tf_mlp"
-    tensorflow_savedmodel(source / "1" / "model.savedmodel", seed=3)
+    in_child(tensorflow_savedmodel, source / "1" / "model.savedmodel", seed=3)  # TensorFlow never runs here
     (source / "config.pbtxt").write_text(
         'platform: "tensorflow_savedmodel"\nmax_batch_size: 8\ndynamic_batching { }\n'
         'parameters { key: "TF_SIGNATURE_DEF" value { string_value: "scaled" } }\n'
@@ -125,7 +126,7 @@ def test_a_savedmodel_s_signature_becomes_onnx_through_tf2onnx_and_is_validated_
 
 def test_a_savedmodel_with_ops_tf2onnx_leaves_unconverted_is_a_one_line_error(tmp_path: Path) -> None:
     """tf2onnx succeeds yet keeps TensorFlow's Erfc (tf.nn.gelu, exact): optimize says so, and writes nothing."""
-    bert_shaped_savedmodel(tmp_path / "bert" / "1", activation="gelu")
+    in_child(bert_shaped_savedmodel, tmp_path / "bert" / "1", activation="gelu")
     result = optimize(str(tmp_path / "bert"), "-o", str(tmp_path / "out"), "--candidates", "fp32")
     assert result.returncode != 0
     assert "left TensorFlow ops ONNX has not: Erfc" in " ".join(result.stderr.split())

@@ -18,6 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from inferd.testing.isolated import in_child
 from inferd.testing.models import bert_shaped_savedmodel, mlp_model, tensorflow_savedmodel, write_config
 from inferd.testing.server import ServerProcess, free_port, run_server
 from tests.e2e.conftest import http_request
@@ -30,6 +31,7 @@ TEXT = np.array([b"ab", "wörld".encode()], dtype=object)
 IDS = np.array([[1, 2, 3], [-4, 5, 2**40]], dtype=np.int64)
 TOKENS = np.array([[5, 17, 42, 0], [9, 3, 0, 0]], dtype=np.int32)
 MASK = (TOKENS > 0).astype(np.int32)
+MLP_X = np.arange(32, dtype=np.float32).reshape(2, 16) / 10
 
 
 # x ── onnx_mlp (ONNX) ── hidden ── tf_scaled (TensorFlow) ── y
@@ -47,9 +49,7 @@ ensemble_scheduling {
 """
 
 
-@pytest.fixture(scope="module")
-def saved_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("tensorflow")
+def build(root: Path) -> None:
     tensorflow_savedmodel(root / "tf_multi" / "1" / "model.savedmodel", seed=1)
     write_config(root / "tf_multi", 'platform: "tensorflow_savedmodel"\nmax_batch_size: 8\ndynamic_batching { }')
     tensorflow_savedmodel(root / "tf_scaled" / "1" / "model.savedmodel", seed=1)  # the same model, another signature
@@ -62,12 +62,18 @@ def saved_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_config(root / "onnx_mlp", "max_batch_size: 8")
     (root / "onnx_then_tf" / "1").mkdir(parents=True)
     write_config(root / "onnx_then_tf", ENSEMBLE)
-    return root
 
 
 @pytest.fixture(scope="module")
-def expected(saved_models: Path) -> dict[str, dict[str, np.ndarray]]:
-    """TensorFlow's own answers, from the same SavedModels loaded in this process."""
+def saved_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built by TensorFlow in a process of its own (inferd.testing.isolated: never in this one)."""
+    root = tmp_path_factory.mktemp("tensorflow")
+    in_child(build, root)
+    return root
+
+
+def tensorflow_answers(saved_models: Path) -> dict[str, dict[str, np.ndarray]]:
+    import onnxruntime as ort
     import tensorflow as tf
 
     multi = tf.saved_model.load(str(saved_models / "tf_multi" / "1" / "model.savedmodel"))
@@ -75,11 +81,20 @@ def expected(saved_models: Path) -> dict[str, dict[str, np.ndarray]]:
     answers = multi.signatures["serving_default"](x=tf.constant(X), text=tf.constant(TEXT), ids=tf.constant(IDS))
     scaled = multi.signatures["scaled"](x=tf.constant(X))
     pooled = bert.signatures["serving_default"](input_ids=tf.constant(TOKENS), attention_mask=tf.constant(MASK))
+    hidden = ort.InferenceSession(str(saved_models / "onnx_mlp" / "1" / "model.onnx")).run(["y"], {"x": MLP_X})[0]
+    then_tf = multi.signatures["scaled"](x=tf.constant(hidden))
     return {
         "tf_multi": {name: value.numpy() for name, value in answers.items()},
         "tf_scaled": {"y": scaled["y"].numpy()},
         "bert": {"pooled": pooled["pooled"].numpy()},
+        "onnx_then_tf": {"y": then_tf["y"].numpy()},
     }
+
+
+@pytest.fixture(scope="module")
+def expected(saved_models: Path) -> dict[str, dict[str, np.ndarray]]:
+    """TensorFlow's own answers, from the same SavedModels, loaded in a process of its own."""
+    return in_child(tensorflow_answers, saved_models)
 
 
 @pytest.fixture(scope="module")
@@ -217,18 +232,11 @@ def test_only_a_server_with_savedmodels_loads_tensorflow(
 
 
 def test_an_ensemble_runs_an_onnx_step_into_a_tensorflow_one(
-    tf_server: tuple[ServerProcess, int], saved_models: Path
+    tf_server: tuple[ServerProcess, int], expected: dict[str, dict[str, np.ndarray]]
 ) -> None:
-    import onnxruntime as ort
-    import tensorflow as tf
-
     server, _ = tf_server
-    x = np.arange(32, dtype=np.float32).reshape(2, 16) / 10
-    hidden = ort.InferenceSession(str(saved_models / "onnx_mlp" / "1" / "model.onnx")).run(["y"], {"x": x})[0]
-    scaled = tf.saved_model.load(str(saved_models / "tf_scaled" / "1" / "model.savedmodel")).signatures["scaled"]
-    want = scaled(x=tf.constant(hidden))["y"].numpy()
     tensor = httpclient.InferInput("x", [2, 16], "FP32")
-    tensor.set_data_from_numpy(x)
+    tensor.set_data_from_numpy(MLP_X)
     with httpclient.InferenceServerClient(server.http_url) as client:
         got = client.infer("onnx_then_tf", [tensor]).as_numpy("y")
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, expected["onnx_then_tf"]["y"], rtol=1e-5, atol=1e-6)
