@@ -252,8 +252,11 @@ class PageServers:
         if "--tls-cert" in words:
             probe = ssl.create_default_context()
             probe.check_hostname, probe.verify_mode = False, ssl.CERT_NONE
-        index = words.index("--model-repository")
-        repository, others = words[index + 1], words[2:index] + words[index + 2 :]
+        repository: str | None = None
+        others = words[2:]
+        if "--model-repository" in words:  # else the page names its models otherwise (--model-config-file)
+            index = words.index("--model-repository")
+            repository, others = words[index + 1], words[2:index] + words[index + 2 :]
         stack = ExitStack()
         log = self._logs / f"{example.page.replace('/', '-')}-{example.line}.log"
         try:

@@ -7,6 +7,7 @@ never in inferd's venv: reads a JSON list of calls on stdin, prints a JSON list 
      "output_filter": [...]}
     {"call": "metadata", "model": m, "version": v?}
     {"call": "status", "model": m, "version": v?}
+    {"call": "reload", "config": model_config_list in text format, "token": bearer token?}
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import grpc
 import numpy as np
 import tensorflow as tf
+from google.protobuf import text_format
 from tensorflow_serving.apis import (
     get_model_metadata_pb2,
     get_model_status_pb2,
+    model_management_pb2,
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
@@ -110,6 +113,13 @@ def run(call: dict[str, Any], channel: grpc.Channel) -> dict[str, Any]:
                 for v in response.model_version_status
             ]
         }
+    if call["call"] == "reload":
+        request = model_management_pb2.ReloadConfigRequest()
+        text_format.Parse(call["config"], request.config)
+        metadata = [("authorization", f"Bearer {call['token']}")] if "token" in call else None
+        stub = model_service_pb2_grpc.ModelServiceStub(channel)
+        response = stub.HandleReloadConfigRequest(request, timeout=60, metadata=metadata)
+        return {"error_code": int(response.status.error_code), "error_message": response.status.error_message}
     raise ValueError(f"unknown call {call['call']}")
 
 

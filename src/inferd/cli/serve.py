@@ -75,13 +75,42 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
 @click.option(
     "--model-repository",
     "model_repository",
-    required=True,
     multiple=True,
     envvar="INFERD_MODEL_REPOSITORY",
     callback=lambda _ctx, _param, value: _local_folders_exist(value),
     help="Repository in Triton's layout (<repo>/<model>/config.pbtxt, <repo>/<model>/<version>/model.onnx): "
     "a local folder or an fsspec URL such as s3://bucket/prefix (AWS credentials and AWS_ENDPOINT_URL "
-    "as boto reads them). Repeatable: model names must be unique across repositories.",
+    "as boto reads them). Repeatable: model names must be unique across repositories. Needed unless "
+    "--model-config-file or --model-base-path names the models.",
+)
+@click.option(
+    "--model-config-file",
+    default=None,
+    envvar="INFERD_MODEL_CONFIG_FILE",
+    help="TF Serving's model config (--model_config_file: a model_config_list in protobuf's text format, a "
+    "path or an fsspec URL): serve exactly the models it names, each from its base_path (a folder of version "
+    "folders, local or s3://), with its model_version_policy and version_labels.",
+)
+@click.option(
+    "--model-config-file-poll-wait-seconds",
+    "model_config_file_poll_wait_s",
+    default=0.0,
+    type=click.FloatRange(min=0),
+    envvar="INFERD_MODEL_CONFIG_FILE_POLL_WAIT_SECONDS",
+    help="As TF Serving's: read --model-config-file again this often and follow it (models added, removed, "
+    "their policies and labels changed); 0: read it once.",
+)
+@click.option(
+    "--model-name",
+    default=None,
+    envvar="INFERD_MODEL_NAME",
+    help="As TF Serving's: with --model-base-path, the name of the one model served from there (default: 'default').",
+)
+@click.option(
+    "--model-base-path",
+    default=None,
+    envvar="INFERD_MODEL_BASE_PATH",
+    help="As TF Serving's: serve one model from this folder of version folders (local or s3://), under --model-name.",
 )
 @click.option(
     "--host",
@@ -349,11 +378,10 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
 @click.option(
     "--tfserving-batching-parameters",
     default=None,
-    type=click.Path(exists=True, dir_okay=False),
     envvar="INFERD_TFSERVING_BATCHING_PARAMETERS",
     help="A TF Serving batching_parameters file (max_batch_size, batch_timeout_micros, max_enqueued_batches, "
-    "num_batch_threads, allowed_batch_sizes): its settings apply to every model that batches, mapped onto "
-    "dynamic batching and instances as the log says.",
+    "num_batch_threads, allowed_batch_sizes), a path or an fsspec URL such as s3://...: its settings apply to "
+    "every model that batches, mapped onto dynamic batching and instances as the log says.",
 )
 @click.option(
     "--torchserve-management-port",

@@ -62,8 +62,16 @@ class ModelControlMode(enum.Enum):
 class ServerSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    model_repository: tuple[str, ...] = Field(min_length=1)
+    model_repository: tuple[str, ...] = ()
     """Model repositories in Triton's layout: local folders or fsspec URLs such as s3://bucket/prefix."""
+    model_config_file: str | None = None
+    """TF Serving's model config (a path or an fsspec URL): its models are served beside the repositories'."""
+    model_config_file_poll_wait_s: float = Field(default=0.0, ge=0)
+    """How often the model config file is read again and followed; 0: once."""
+    model_name: str | None = None
+    """TF Serving's single model: its name (default 'default'), with model_base_path."""
+    model_base_path: str | None = None
+    """TF Serving's single model: the folder of its version folders."""
     host: str = "0.0.0.0"
     """Address every listener binds to."""
     http_port: int = Field(default=8000, ge=0, le=65535)
@@ -196,6 +204,16 @@ class ServerSettings(BaseModel):
     for hosts shared by several users or services."""
     max_shared_memory_regions: int = Field(default=256, gt=0)
     """Shared memory regions registered at once at most (default 256)."""
+
+    @model_validator(mode="after")
+    def _models_come_from_somewhere(self) -> Self:
+        if not self.model_repository and self.model_config_file is None and self.model_base_path is None:
+            raise ValueError("give --model-repository, --model-config-file or --model-base-path: nothing to serve")
+        if self.model_base_path is not None and self.model_config_file is not None:
+            raise ValueError("--model-base-path and --model-config-file both name the models: give one (as TF Serving)")
+        if self.model_name is not None and self.model_base_path is None:
+            raise ValueError("--model-name names the model of --model-base-path: give that too")
+        return self
 
     @model_validator(mode="after")
     def _tls_files_come_together(self) -> Self:

@@ -76,7 +76,7 @@ def read_local_model(
     try:
         if config is None:
             config = read_model_config(model_dir)
-        config = replace(config, name=name)
+        config = repository.configured(name, replace(config, name=name))
         if batching_defaults is not None:
             config = batching_defaults.apply(config)
         if config.ignored_fields:

@@ -26,11 +26,21 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from inferd.errors import InferdError, InvalidRequestError, ModelLoadError, ModelNotFoundError, TooManyModelsError
+from inferd.config.model import ModelConfig
+from inferd.config.parameters import VERSION_LABELS
+from inferd.config.served_models import ServedModel
+from inferd.errors import (
+    InferdError,
+    InvalidRequestError,
+    ModelConfigError,
+    ModelLoadError,
+    ModelNotFoundError,
+    TooManyModelsError,
+)
 
 CONFIG_FILE = "config.pbtxt"
 # (path relative to the model folder, size, tag): the tag is an ETag or a modification time.
@@ -125,6 +135,11 @@ class ModelRepository(Protocol):
         """The model is unloaded: drop what localize fetched for it."""
         ...
 
+    def configured(self, name: str, config: ModelConfig) -> ModelConfig:
+        """The model's config as this repository serves it (TF Serving's model config sets the
+        versions and labels of its models; other repositories serve the config as it is)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class LocalRepository:
@@ -159,6 +174,9 @@ class LocalRepository:
 
     def release(self, name: str) -> None:
         return None
+
+    def configured(self, name: str, config: ModelConfig) -> ModelConfig:
+        return config
 
     def _model_dir(self, name: str) -> Path:
         if not self.has_model(name):
@@ -233,6 +251,9 @@ class FsspecRepository:
         if is_plain_name(name):
             shutil.rmtree(self._cache_dir / name, ignore_errors=True)
 
+    def configured(self, name: str, config: ModelConfig) -> ModelConfig:
+        return config
+
     def _listing(self, name: str) -> list[tuple[FileEntry, str]]:
         """(relative path, size, tag) and the remote path of every file of the model."""
         if not is_plain_name(name):
@@ -302,6 +323,9 @@ class LinkedModels:
     def release(self, name: str) -> None:
         return None
 
+    def configured(self, name: str, config: ModelConfig) -> ModelConfig:
+        return config
+
     def _folder(self, name: str) -> Path:
         folder = self._folders.get(name)
         if folder is None:
@@ -338,6 +362,10 @@ class Repositories:
         for source in self._sources:
             source.release(name)
 
+    def configured(self, name: str, config: ModelConfig) -> ModelConfig:
+        holding = [source for source in self._sources if source.has_model(name)]
+        return holding[0].configured(name, config) if len(holding) == 1 else config
+
     def _source(self, name: str) -> ModelRepository:
         holding = [source for source in self._sources if source.has_model(name)]
         if not holding:
@@ -355,10 +383,99 @@ class Repositories:
         return holding[0]
 
 
-def open_repositories(locations: Sequence[str], cache_dir: Path, linked: LinkedModels | None = None) -> ModelRepository:
+class ServedModels:
+    """The models TF Serving's model config names (config.served_models): each under its name,
+    from its base path (a local folder or an fsspec URL, whose subfolders are its versions), with
+    the config's version policy and labels over the model's own config. `replace` takes a new list
+    (the file read again, or a HandleReloadConfigRequest); the registry's poll then follows it."""
+
+    def __init__(self, models: Sequence[ServedModel], cache_dir: Path) -> None:
+        self._cache_dir = cache_dir
+        self._models: dict[str, tuple[ServedModel, ModelRepository, str]] = {}
+        self.replace(models)
+
+    def replace(self, models: Sequence[ServedModel]) -> None:
+        """Serve these models from now on (checked whole before any is taken)."""
+        served: dict[str, tuple[ServedModel, ModelRepository, str]] = {}
+        for model in models:
+            if not is_plain_name(model.name):
+                raise ModelConfigError(f"model name {model.name!r} is not {PLAIN_NAME_RULE}")
+            location = model.base_path.rstrip("/")
+            folder = PurePosixPath(location).name
+            if not is_plain_name(folder):
+                raise ModelConfigError(f"model '{model.name}': base_path {model.base_path!r} names no model folder")
+            parent = location[: -len(folder)].rstrip("/") or "/"
+            source: ModelRepository
+            if "://" not in location or location.startswith("file://"):
+                source = LocalRepository(Path(parent.removeprefix("file://")))
+            else:
+                digest = hashlib.sha256(location.encode()).hexdigest()[:12]
+                source = FsspecRepository(parent, self._cache_dir / f"served-{digest}")
+            served[model.name] = (model, source, folder)
+        self._models = served
+
+    def describe(self) -> str:
+        return "the models of the TF Serving model config"
+
+    def check(self) -> None:
+        return None  # a base path without versions yet is waited for, as TF Serving does
+
+    def model_names(self) -> list[str]:
+        return sorted(name for name, (_, source, folder) in self._models.items() if source.has_model(folder))
+
+    def has_model(self, name: str) -> bool:
+        entry = self._models.get(name)
+        return entry is not None and entry[1].has_model(entry[2])
+
+    def fingerprint(self, name: str) -> ModelFingerprint:
+        model, source, folder = self._entry(name)
+        files = source.fingerprint(folder)
+        # The config's say in it, as a file of its own: a changed policy or label reloads the model.
+        said = (_SERVED_ENTRY, 0, repr((model.version_policy, model.labels)))
+        return ModelFingerprint(shared=tuple(sorted((*files.shared, said))), versions=files.versions)
+
+    def localize(self, name: str, versions: Iterable[int]) -> Path:
+        _, source, folder = self._entry(name)
+        return source.localize(folder, versions)
+
+    def release(self, name: str) -> None:
+        entry = self._models.get(name)
+        if entry is not None:
+            entry[1].release(entry[2])
+
+    def configured(self, name: str, config: ModelConfig) -> ModelConfig:
+        entry = self._models.get(name)
+        if entry is None:  # not one of the config's (a model sent with its load)
+            return config
+        model = entry[0]
+        if model.version_policy is not None:
+            config = replace(config, version_policy=model.version_policy)
+        if model.labels:
+            config = replace(config, parameters={**config.parameters, VERSION_LABELS.name: model.labels_parameter()})
+        return config
+
+    def _entry(self, name: str) -> tuple[ServedModel, ModelRepository, str]:
+        entry = self._models.get(name)
+        if entry is None:
+            raise _not_in_repository(name, self.describe())
+        return entry
+
+
+# The name of the model config's entry among a served model's files (never a file's: not plain).
+_SERVED_ENTRY = ".model-config-entry"
+
+
+def open_repositories(
+    locations: Sequence[str],
+    cache_dir: Path,
+    linked: LinkedModels | None = None,
+    served: ServedModels | None = None,
+) -> ModelRepository:
     """Local folders (a path, or file://) and fsspec URLs, as one repository; with `linked`, the
-    folders loaded by path while serving too."""
+    folders loaded by path while serving too; with `served`, TF Serving's model config's models."""
     sources: list[ModelRepository] = [linked] if linked is not None else []
+    if served is not None:
+        sources.append(served)
     for index, location in enumerate(locations):
         if "://" not in location or location.startswith("file://"):
             sources.append(LocalRepository(Path(location.removeprefix("file://"))))

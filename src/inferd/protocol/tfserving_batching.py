@@ -1,4 +1,5 @@
-"""TF Serving's `batching_parameters` text format (what --batching_parameters_file reads) →
+"""TF Serving's `batching_parameters` text format (what --batching_parameters_file reads; a path or
+an fsspec URL such as s3://...) →
 `config.batching.BatchingDefaults`, with TF Serving's defaults for fields left out and each
 field's mapping said in words, for the log."""
 
@@ -19,8 +20,13 @@ _DEFAULT_MAX_ENQUEUED_BATCHES = 10
 
 def read_batching_parameters(path: str) -> tuple[BatchingDefaults, list[str]]:
     """The settings, and one line per field saying what it became in inferd (or that it is ignored)."""
-    with open(path, encoding="utf-8") as file:
-        text = file.read()
+    import fsspec
+
+    try:
+        with fsspec.open(path, "r", encoding="utf-8") as file:
+            text = file.read()
+    except (OSError, ValueError) as exc:
+        raise ModelConfigError(f"batching parameters file {path} cannot be read: {exc}") from None
     message = serving_pb.BatchingParameters()
     try:
         text_format.Parse(text, message)

@@ -19,15 +19,18 @@ from typing import TYPE_CHECKING
 import grpc
 
 from inferd.config.scale_to_zero import ScaleToZeroDefaults
+from inferd.config.served_models import DEFAULT_MODEL_NAME, ServedModel
 from inferd.config.server import HttpServerKind, IntraOpPools, ModelControlMode, ServerSettings
 from inferd.config.tracing import EXTRA, TracingSettings
 from inferd.core.async_inference import AsyncInference
 from inferd.core.registry import LoadBudget, ModelRegistry
-from inferd.core.repository import LinkedModels, open_repositories
+from inferd.core.repository import LinkedModels, ServedModels, open_repositories
 from inferd.core.service import InferenceService
 from inferd.core.state_dir import StateDir
 from inferd.core.statistics import ServingStatistics
+from inferd.errors import InferdError, UnsupportedError
 from inferd.protocol.tfserving_batching import read_batching_parameters
+from inferd.protocol.tfserving_model_config import read_model_config_file
 from inferd.runtimes.base import keep_large_blocks_off_the_heap
 from inferd.runtimes.onnx_cache import default_folder, open_cache
 from inferd.server.async_api import AsyncApi
@@ -115,7 +118,8 @@ def start_tracing(settings: TracingSettings) -> Tracing:
 async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | None) -> None:
     """`cache_dir`: where files of remote repositories are fetched to; `tracing`: None when off."""
     linked = LinkedModels(max_models=settings.sagemaker_max_models) if settings.sagemaker else None
-    repository = open_repositories(settings.model_repository, cache_dir, linked)
+    served = await asyncio.to_thread(_served_models, settings, cache_dir)
+    repository = open_repositories(settings.model_repository, cache_dir, linked, served)
     await asyncio.to_thread(repository.check)
     statistics = ServingStatistics()
     budget = None
@@ -203,7 +207,17 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     tfserving_server = None
     if settings.tfserving_grpc_port is not None:
         tfserving_server = new_grpc_server(settings.max_request_bytes, interceptors)
-        add_tfserving_servicers(service, call, settings.request_limits, tfserving_server)
+
+        async def reload_config(models: list[ServedModel]) -> None:  # HandleReloadConfigRequest
+            if served is None:
+                raise UnsupportedError(
+                    "this server serves no TF Serving model config: start it with --model-config-file (or "
+                    "--model-base-path) to reload one"
+                )
+            served.replace(models)
+            await registry.poll()
+
+        add_tfserving_servicers(service, call, settings.request_limits, tfserving_server, reload_config)
         _listen(tfserving_server, f"{settings.host}:{settings.tfserving_grpc_port}", tls)
     metrics_server = serve_metrics(
         statistics,
@@ -274,13 +288,18 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     # Scale to zero: a sweep a second at most, whether or not a model has an idle limit yet (one
     # loaded later may have).
     idle_unloader = loop.create_task(registry.idle_unloader(_backlog_models(service, jobs)).run())
+    config_follower = None
+    if served is not None and settings.model_config_file is not None and settings.model_config_file_poll_wait_s > 0:
+        config_follower = loop.create_task(
+            _follow_model_config(served, registry, settings.model_config_file, settings.model_config_file_poll_wait_s)
+        )
     endpoint_follower = None
     if settings.endpoints_file is not None:
         endpoint_follower = loop.create_task(
             follow_endpoint_file(service.endpoints, settings.endpoints_file, settings.repository_poll_s)
         )
     await stop.wait()
-    for task in (poller, endpoint_follower, idle_unloader):
+    for task in (poller, endpoint_follower, idle_unloader, config_follower):
         if task is not None:
             task.cancel()
     # An unload under way finishes before the registry closes (it would skip a half-unloaded model).
@@ -474,6 +493,34 @@ def _freeze_startup_objects() -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+def _served_models(settings: ServerSettings, cache_dir: Path) -> ServedModels | None:
+    """TF Serving's models (--model-config-file, or --model-name with --model-base-path), or None."""
+    if settings.model_config_file is not None:
+        models = read_model_config_file(settings.model_config_file)
+        logger.info("model config %s: %s", settings.model_config_file, ", ".join(m.name for m in models) or "no model")
+        return ServedModels(models, cache_dir)
+    if settings.model_base_path is not None:
+        model = ServedModel(settings.model_name or DEFAULT_MODEL_NAME, settings.model_base_path)
+        return ServedModels([model], cache_dir)
+    return None
+
+
+async def _follow_model_config(served: ServedModels, registry: ModelRegistry, location: str, interval_s: float) -> None:
+    """TF Serving's --model_config_file_poll_wait_seconds: read the file again, serve what it says
+    (a file that cannot be read or parsed leaves the models as they are, and says so)."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            served.replace(await asyncio.to_thread(read_model_config_file, location))
+        except InferdError as exc:
+            logger.error("model config %s not followed: %s", location, exc.message)
+            continue
+        try:
+            await registry.poll()
+        except Exception:  # one failed scan must not end following
+            logger.exception("following the model config %s failed; trying again in %.0f s", location, interval_s)
 
 
 async def _poll(registry: ModelRegistry, interval_s: float) -> None:

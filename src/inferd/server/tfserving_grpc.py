@@ -1,18 +1,25 @@
 """TF Serving's gRPC API (`tensorflow.serving.PredictionService`: Predict, GetModelMetadata;
-`tensorflow.serving.ModelService`: GetModelStatus) on a port of its own (--tfserving-grpc-port),
-by `protocol.tfserving_grpc`. Errors carry the gRPC code TF Serving would give (the same numbers)."""
+`tensorflow.serving.ModelService`: GetModelStatus, HandleReloadConfigRequest) on a port of its own
+(--tfserving-grpc-port), by `protocol.tfserving_grpc`. Errors carry the gRPC code TF Serving would
+give (the same numbers). HandleReloadConfigRequest changes what the server serves: a management
+call (tokens apply, as to the repository API)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 
+from inferd.config.served_models import ServedModel
 from inferd.core.service import InferenceService
+from inferd.errors import MalformedRequestError, ModelConfigError
 from inferd.limits import RequestLimits
 from inferd.protocol import tfserving_grpc
 from inferd.protocol.codecs.tfserving import TfServingGrpcCodec
 from inferd.protocol.tf_types import tf_state
+from inferd.protocol.tfserving_model_config import served_models
+from inferd.protocol.tfserving_pb import tensorflow_serving_pb2 as serving_pb
 from inferd.protocol.tfserving_pb import tensorflow_serving_pb2_grpc as serving_grpc
 from inferd.server.grpc_calls import call_async
 from inferd.server.inference_call import InferenceCall
@@ -38,9 +45,28 @@ class PredictionServicer(serving_grpc.PredictionServiceServicer):
         return await call_async(context, "tensorflow.serving.PredictionService/GetModelMetadata", metadata)
 
 
+ReloadConfig = Callable[[list[ServedModel]], Awaitable[None]]
+
+
 class ModelServicer(serving_grpc.ModelServiceServicer):
-    def __init__(self, service: InferenceService) -> None:
+    def __init__(self, service: InferenceService, reload_config: ReloadConfig) -> None:
         self._service = service
+        self._reload_config = reload_config
+
+    async def HandleReloadConfigRequest(self, message: Any, context: grpc.aio.ServicerContext) -> Any:
+        """Serve exactly the models of the request's model_config_list from now on (as TF Serving:
+        models added load, models left out unload, changed policies and labels apply); answered once
+        the server serves them. A --model-config-file polled later replaces it again."""
+
+        async def reload() -> Any:
+            try:
+                models = served_models(message.config, "HandleReloadConfigRequest")
+            except ModelConfigError as exc:  # the request's mistake: INVALID_ARGUMENT, as TF Serving answers
+                raise MalformedRequestError(exc.message) from None
+            await self._reload_config(models)
+            return serving_pb.ReloadConfigResponse(status=serving_pb.StatusProto(error_code=0))
+
+        return await call_async(context, "tensorflow.serving.ModelService/HandleReloadConfigRequest", reload)
 
     async def GetModelStatus(self, message: Any, context: grpc.aio.ServicerContext) -> Any:
         async def status() -> Any:
@@ -52,8 +78,12 @@ class ModelServicer(serving_grpc.ModelServiceServicer):
 
 
 def add_tfserving_servicers(
-    service: InferenceService, call: InferenceCall, limits: RequestLimits, server: grpc.aio.Server
+    service: InferenceService,
+    call: InferenceCall,
+    limits: RequestLimits,
+    server: grpc.aio.Server,
+    reload_config: ReloadConfig,
 ) -> None:
-    """`limits`: the server's, what one request may hold."""
+    """`limits`: the server's, what one request may hold; `reload_config`: serves a new model list."""
     serving_grpc.add_PredictionServiceServicer_to_server(PredictionServicer(service, call, limits), server)  # type: ignore[no-untyped-call]
-    serving_grpc.add_ModelServiceServicer_to_server(ModelServicer(service), server)  # type: ignore[no-untyped-call]
+    serving_grpc.add_ModelServiceServicer_to_server(ModelServicer(service, reload_config), server)  # type: ignore[no-untyped-call]

@@ -77,7 +77,7 @@ def wait_ready(
 
 @contextlib.contextmanager
 def run_server(
-    repository: Path | str,
+    repository: Path | str | None,
     log_path: Path,
     *extra_args: str,
     ports: tuple[int, int, int] | None = None,
@@ -85,7 +85,8 @@ def run_server(
     tls: ssl.SSLContext | None = None,
     cwd: Path | None = None,
 ) -> Iterator[ServerProcess]:
-    """Start `inferd serve` on free ports (or `ports`: HTTP, gRPC, metrics), with `env` added to
+    """Start `inferd serve` on free ports (or `ports`: HTTP, gRPC, metrics), `repository` its
+    --model-repository (None: none, the arguments name the models otherwise), with `env` added to
     the environment, in `cwd` (relative paths in the arguments are found there); wait on its own
     readiness endpoint (over HTTPS with `tls`, a client context for a server given --tls-cert),
     stop it after."""
@@ -114,7 +115,7 @@ def run_server(
 
 
 def _start(
-    repository: Path | str, log_path: Path, ports: tuple[int, int, int], extra_args: tuple[str, ...],
+    repository: Path | str | None, log_path: Path, ports: tuple[int, int, int], extra_args: tuple[str, ...],
     env: dict[str, str] | None, cwd: Path | None,
 ) -> ServerProcess:  # fmt: skip
     command = [
@@ -122,8 +123,7 @@ def _start(
         "-m",
         "inferd",
         "serve",
-        "--model-repository",
-        str(repository),
+        *(("--model-repository", str(repository)) if repository is not None else ()),
         "--host",
         "127.0.0.1",
         "--http-port",

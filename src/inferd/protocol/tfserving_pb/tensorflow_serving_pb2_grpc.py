@@ -154,12 +154,23 @@ class ModelServiceStub(object):
                 request_serializer=inferd_dot_protocol_dot_tfserving__pb_dot_tensorflow__serving__pb2.GetModelStatusRequest.SerializeToString,
                 response_deserializer=inferd_dot_protocol_dot_tfserving__pb_dot_tensorflow__serving__pb2.GetModelStatusResponse.FromString,
                 _registered_method=True)
+        self.HandleReloadConfigRequest = channel.unary_unary(
+                '/tensorflow.serving.ModelService/HandleReloadConfigRequest',
+                request_serializer=inferd_dot_protocol_dot_tfserving__pb_dot_tensorflow__serving__pb2.ReloadConfigRequest.SerializeToString,
+                response_deserializer=inferd_dot_protocol_dot_tfserving__pb_dot_tensorflow__serving__pb2.ReloadConfigResponse.FromString,
+                _registered_method=True)
 
 
 class ModelServiceServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def GetModelStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HandleReloadConfigRequest(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -172,6 +183,11 @@ def add_ModelServiceServicer_to_server(servicer, server):
                     servicer.GetModelStatus,
                     request_deserializer=inferd_dot_protocol_dot_tfserving__pb_dot_tensorflow__serving__pb2.GetModelStatusRequest.FromString,
                     response_serializer=inferd_dot_protocol_dot_tfserving__pb_dot_tensorflow__serving__pb2.GetModelStatusResponse.SerializeToString,
+            ),
+            'HandleReloadConfigRequest': grpc.unary_unary_rpc_method_handler(
+                    servicer.HandleReloadConfigRequest,
+                    request_deserializer=inferd_dot_protocol_dot_tfserving__pb_dot_tensorflow__serving__pb2.ReloadConfigRequest.FromString,
+                    response_serializer=inferd_dot_protocol_dot_tfserving__pb_dot_tensorflow__serving__pb2.ReloadConfigResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -201,6 +217,33 @@ class ModelService(object):
             '/tensorflow.serving.ModelService/GetModelStatus',
             inferd_dot_protocol_dot_tfserving__pb_dot_tensorflow__serving__pb2.GetModelStatusRequest.SerializeToString,
             inferd_dot_protocol_dot_tfserving__pb_dot_tensorflow__serving__pb2.GetModelStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HandleReloadConfigRequest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tensorflow.serving.ModelService/HandleReloadConfigRequest',
+            inferd_dot_protocol_dot_tfserving__pb_dot_tensorflow__serving__pb2.ReloadConfigRequest.SerializeToString,
+            inferd_dot_protocol_dot_tfserving__pb_dot_tensorflow__serving__pb2.ReloadConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,
