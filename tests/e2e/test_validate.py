@@ -26,7 +26,8 @@ def validate(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def perturbed_copy(source: Path, target: Path, scale: float) -> Path:
-    """`source` with every weight multiplied by (1 + noise * scale): a deliberately different port."""
+    """`source` with every float weight multiplied by (1 + noise * scale): a deliberately different
+    port (shapes and other integer constants left as they are)."""
     import onnx
     from onnx import numpy_helper
 
@@ -34,7 +35,10 @@ def perturbed_copy(source: Path, target: Path, scale: float) -> Path:
     rng = np.random.default_rng(7)
     for initializer in model.graph.initializer:
         weights = numpy_helper.to_array(initializer)
+        if weights.dtype.kind != "f":
+            continue
         noisy = weights * (1 + rng.standard_normal(weights.shape) * scale)
+        noisy = np.where(np.abs(weights) > 1e30, weights, noisy)  # a mask's "minus infinity" stays one
         initializer.CopyFrom(numpy_helper.from_array(noisy.astype(weights.dtype), initializer.name))
     target.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(target))
@@ -123,6 +127,31 @@ def test_sentence_pairs_on_minilm(pipeline_repository: Path, pipeline_server: Se
     served = validate(f"http://{pipeline_server.http_url}/sentence_embedding", str(minilm), "--inputs", str(pairs),
                       "--tokenizer", str(tokenizer), "--atol", "1e-4")  # fmt: skip
     assert served.returncode == 0, served.stderr + served.stdout
+
+
+def test_the_published_regression_check_on_0_to_5_scores(pipeline_repository: Path, tmp_path: Path) -> None:
+    """As the published BF16 check ran it: MiniLM's 5 x cosine as a 0-5 score, threshold 3, flips
+    between the two sides, F1 of each against gold 0-5 labels binarized at 3, |diff| on the scale."""
+    pairs = tmp_path / "graded.tsv"
+    pairs.write_text(
+        "sentence_a\tsentence_b\tscore\n"
+        "A man is playing a guitar.\tSomeone plays the guitar.\t4.6\n"
+        "A woman is slicing an onion.\tA woman cuts an onion.\t4.8\n"
+        "The cat sat on the mat.\tA stock market report for today.\t0.0\n"
+        "Two dogs run in a field.\tTwo dogs are sleeping on a couch.\t1.6\n"
+    )
+    minilm = pipeline_repository / "minilm"
+    report_dir = tmp_path / "report"
+    perturbed = perturbed_copy(minilm / "1" / "model.onnx", tmp_path / "perturbed" / "model.onnx", scale=0.02)
+    result = validate(str(minilm), str(perturbed), "--inputs", str(pairs), "--tokenizer",
+                      str(minilm_files() / "tokenizer.json"), "--score-scale", "5", "--threshold", "3",
+                      "--atol", "0", "--min-cosine", "0", "--report", str(report_dir))  # fmt: skip
+    assert result.returncode == 0, result.stderr + result.stdout
+    record = json.loads((report_dir / "validate.json").read_text())
+    similarity = record["outputs"][0]
+    assert similarity["flips"] == 0 and 0 < similarity["abs_diff_max"] < 5  # on the 0-5 scale
+    assert record["label_f1"] == {"reference": 1.0, "candidate": 1.0}  # the two alike pairs, and only they, above 3
+    assert "F1 1.0000" in " ".join(result.stdout.split())
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,13 @@ class ValidateError(click.ClickException):
 @click.option("--max-top1", type=click.IntRange(min=0), default=0, show_default=True, help="Top-1 changes allowed.")
 @click.option("--tokenizer", type=click.Path(exists=True, path_type=Path), help="tokenizer.json, for token-id models.")
 @click.option("--embedding", help="Pairs: the output holding the embedding (default sentence_embedding or the first).")
+@click.option(
+    "--score-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Pairs: a pair's score is this times its embeddings' cosine (5: STS's 0-5, with --threshold 3).",
+)
 @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path), help="Write JSON + PNG here.")
 def validate(
     reference: str,
@@ -52,6 +59,7 @@ def validate(
     max_top1: int,
     tokenizer: Path | None,
     embedding: str | None,
+    score_scale: float,
     report_dir: Path | None,
 ) -> None:
     """Run REFERENCE and CANDIDATE (model files or folders inferd can load, or server models as
@@ -85,6 +93,7 @@ def validate(
             ),
             tokenizer=tokenizer,
             embedding=embedding,
+            score_scale=score_scale,
         )
         report = run_validation(settings)
     except (InputError, ValueError) as exc:

@@ -24,21 +24,42 @@ MAX_TOKENS = 512
 class SentencePairs:
     first: list[str]
     second: list[str]
-    labels: list[int] | None
-    """1 (alike) or 0 per pair, when the file has a third column."""
+    labels: list[float] | None
+    """A gold label per pair, when the file has a third column: 1 (alike) or 0, or a graded score
+    (STS's 0 to 5), which the threshold binarizes as it does the models' scores."""
+
+    @property
+    def binary_labels(self) -> bool:
+        return self.labels is not None and all(label in (0.0, 1.0) for label in self.labels)
+
+    def gold(self, threshold: float) -> np.ndarray[Any, Any] | None:
+        """Each pair's gold decision: a 0/1 label as it is, a graded one above the threshold."""
+        if self.labels is None:
+            return None
+        labels = np.array(self.labels, dtype=np.float64)
+        return labels == 1.0 if self.binary_labels else labels > threshold
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def read_pairs(path: Path) -> SentencePairs:
-    """A TSV of `sentence_a<TAB>sentence_b[<TAB>label]`, with or without a header line."""
+    """A TSV of `sentence_a<TAB>sentence_b[<TAB>label]`, with or without a header line; labels 0
+    or 1, or graded scores (0 to 5, as STS's)."""
     if not path.is_file():
         raise ValueError(f"sentence pairs file '{path}' does not exist")
     with path.open(encoding="utf-8", newline="") as lines:
         rows = [row for row in csv.reader(lines, delimiter="\t") if row]
-    if rows and len(rows[0]) == 3 and rows[0][2] not in ("0", "1"):
+    if rows and len(rows[0]) == 3 and _number(rows[0][2]) is None:
         rows = rows[1:]  # the header
     if not rows or any(len(row) not in (2, 3) for row in rows):
-        raise ValueError(f"'{path}' must hold lines of sentence_a<TAB>sentence_b[<TAB>label 0 or 1]")
-    labels = [int(row[2]) for row in rows] if all(len(row) == 3 and row[2] in ("0", "1") for row in rows) else None
+        raise ValueError(f"'{path}' must hold lines of sentence_a<TAB>sentence_b[<TAB>label: 0 or 1, or a score]")
+    numbers = [_number(row[2]) if len(row) == 3 else None for row in rows]
+    labels = [n for n in numbers if n is not None] if all(n is not None for n in numbers) else None
     return SentencePairs([row[0] for row in rows], [row[1] for row in rows], labels)
 
 

@@ -32,8 +32,10 @@ def table(report: ValidationReport) -> Table:
             "pass" if c.passed else "FAIL: " + "; ".join(c.failures),
         )  # fmt: skip
     if report.label_accuracy:
+        f1 = report.label_f1 or {}
         result.caption = "agreement with the labels: " + ", ".join(
-            f"{side} {share:.1%}" for side, share in report.label_accuracy.items()
+            f"{side} {share:.1%}" + (f" (F1 {f1[side]:.4f})" if side in f1 else "")
+            for side, share in report.label_accuracy.items()
         )
     return result
 

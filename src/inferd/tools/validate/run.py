@@ -36,6 +36,9 @@ class ValidateSettings:
     tolerances: Tolerances = field(default_factory=Tolerances)
     tokenizer: Path | None = None
     embedding: str | None = None
+    score_scale: float = 1.0
+    """Pairs: a pair's score is this times the cosine of its embeddings (5: STS's 0-5 scale, as
+    the published check scored MiniLM), judged at `threshold` on that scale."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,8 @@ class ValidationReport:
     candidate_ms: float
     label_accuracy: dict[str, float] | None = None
     """For labelled pairs: the share of decisions at the threshold that match the labels."""
+    label_f1: dict[str, float] | None = None
+    """For labelled pairs: F1 of each side's decisions against the labels' (alike is positive)."""
 
     @property
     def passed(self) -> bool:
@@ -120,6 +125,7 @@ def _pairs(settings: ValidateSettings, reference: ModelUnderTest, candidate: Mod
     started = time.perf_counter()
     cand_scores, cand_embeddings = similarities(embedders[1], pairs)
     cand_s = time.perf_counter() - started
+    ref_scores, cand_scores = ref_scores * settings.score_scale, cand_scores * settings.score_scale
     tolerances = settings.tolerances
     comparisons = [
         compare_output("similarity", list(ref_scores[:, None]), list(cand_scores[:, None]), tolerances, "scores",
@@ -128,18 +134,24 @@ def _pairs(settings: ValidateSettings, reference: ModelUnderTest, candidate: Mod
         compare_output(f"embedding ({embedders[0].output})", ref_embeddings, cand_embeddings,
                        Tolerances(atol=None, min_cosine=tolerances.min_cosine)),
     ]  # fmt: skip
-    accuracy = None
-    if pairs.labels is not None:
-        labels = np.array(pairs.labels, dtype=bool)
-        accuracy = {
-            "reference": float(np.mean((ref_scores > settings.threshold) == labels)),
-            "candidate": float(np.mean((cand_scores > settings.threshold) == labels)),
-        }
+    accuracy = f1 = None
+    gold = pairs.gold(settings.threshold)
+    if gold is not None:
+        decided = {"reference": ref_scores > settings.threshold, "candidate": cand_scores > settings.threshold}
+        accuracy = {side: float(np.mean(decisions == gold)) for side, decisions in decided.items()}
+        f1 = {side: f1_score(decisions, gold) for side, decisions in decided.items()}
     sentences = 2 * len(pairs.first)
     return ValidationReport(
         settings.reference, settings.candidate, "pairs", len(pairs.first), comparisons,
-        ref_s / sentences * 1e3, cand_s / sentences * 1e3, accuracy,
+        ref_s / sentences * 1e3, cand_s / sentences * 1e3, accuracy, f1,
     )  # fmt: skip
+
+
+def f1_score(decisions: np.ndarray[Any, Any], gold: np.ndarray[Any, Any]) -> float:
+    """F1 of boolean decisions against boolean gold labels (positive: alike); 0 with no positive."""
+    true_positives = int(np.sum(decisions & gold))
+    predicted, actual = int(np.sum(decisions)), int(np.sum(gold))
+    return 2 * true_positives / (predicted + actual) if predicted + actual else 0.0
 
 
 def _run_all(model: ModelUnderTest, samples: list[Arrays], outputs: list[str]) -> tuple[list[Arrays], float]:
@@ -159,6 +171,7 @@ def as_json(report: ValidationReport) -> dict[str, Any]:
         "reference_ms": report.reference_ms,
         "candidate_ms": report.candidate_ms,
         "label_accuracy": report.label_accuracy,
+        "label_f1": report.label_f1,
         "outputs": [_comparison_json(c) for c in report.comparisons],
     }
 
