@@ -240,3 +240,52 @@ def convert_saved_model(folder: Path, output: Path, signature: str, tag: str) ->
             f"tf2onnx converted {folder} but left TensorFlow ops ONNX has not: {', '.join(left)} "
             f"(tf.nn.gelu's exact form is an Erfc, for one; its tanh approximation converts)"
         )
+
+
+def export_hugging_face_torch(folder: Path, output: Path, dtype: str = "bfloat16") -> tuple[str, ...]:
+    """A transformer encoder (BERT-class) from its folder as a torch.export program (model.pt2)
+    that computes in `dtype` (bfloat16: the BF16 port the published precision check compared),
+    its token inputs INT64 and its outputs float32, so that clients, configs and `inferd validate`
+    see a drop-in for the FP32 model. Returns its outputs' names, in order (`last_hidden_state`,
+    and `sentence_embedding` for a sentence-transformers folder), for its config to name them."""
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModel
+
+    torch.manual_seed(0)
+    precision = getattr(torch, dtype)
+    encoder = AutoModel.from_pretrained(str(folder), attn_implementation="eager").eval().to(precision)
+    accepted = inspect.signature(encoder.forward).parameters
+    inputs = tuple(name for name in TOKEN_INPUTS if name in accepted)
+    pooling = _sentence_pooling(folder)
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+            hidden = self.encoder(**{name: given[name] for name in inputs}).last_hidden_state
+            if pooling is None:
+                return hidden.float()
+            mask = attention_mask.unsqueeze(-1).expand(hidden.size()).to(hidden.dtype)
+            pooled = torch.sum(hidden * mask, 1) / torch.clamp(mask.sum(1), min=1e-9)
+            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1) if pooling == "normalize" else pooled
+            return hidden.float(), pooled.float()
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    positions = int(json.loads((folder / "config.json").read_text()).get("max_position_embeddings", 512))
+    batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
+    sequence = torch.export.Dim("sequence", min=2, max=positions)
+    example = _tokenized(tokenizer, EXPORT_CHECK_SENTENCES[:2], TOKEN_INPUTS)
+    with warnings.catch_warnings(), torch.no_grad(), _export_errors():
+        warnings.simplefilter("ignore")
+        program = torch.export.export(  # positional: inferd's PyTorch runtime passes the inputs in order
+            Wrapped().eval(),
+            tuple(torch.from_numpy(example[name]) for name in TOKEN_INPUTS),
+            dynamic_shapes={name: {0: batch, 1: sequence} for name in TOKEN_INPUTS},
+        )
+    output.parent.mkdir(parents=True, exist_ok=True)
+    torch.export.save(program, str(output))
+    return ("last_hidden_state",) if pooling is None else ("last_hidden_state", "sentence_embedding")
