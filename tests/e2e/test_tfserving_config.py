@@ -115,30 +115,41 @@ def test_tf_serving_s_client_reloads_the_config_with_a_management_token(
 ) -> None:
     models = tmp_path / "models"
     mlp_model(models / "resnet" / "1" / "model.onnx", seed=51)
+    mlp_model(models / "resnet" / "2" / "model.onnx", seed=53)
     mlp_model(models / "bert" / "7" / "model.onnx", seed=52)
     (tmp_path / "tokens").write_text("manager-token\n")
-    port = free_port()
-    flags = ("--model-name", "resnet", "--model-base-path", str(models / "resnet"), "--tfserving-grpc-port",
-             str(port), "--management-tokens-file", str(tmp_path / "tokens"))  # fmt: skip
-    two = f"""model_config_list {{
-      config {{ name: "resnet" base_path: "{models / "resnet"}" model_platform: "tensorflow" }}
+    resnet = f'config {{ name: "resnet" base_path: "{models / "resnet"}" model_platform: "tensorflow"'
+    both_versions = f"model_config_list {{ {resnet} model_version_policy {{ all {{}} }} }} }}"
+    with_bert = f"""model_config_list {{
+      {resnet} }}
       config {{ name: "bert" base_path: "{models / "bert"}" model_platform: "tensorflow"
                version_labels {{ key: "stable" value: 7 }} }}
     }}"""
-    with run_server(None, tmp_path / "server.log", *flags) as server:
-        client = clients.http(server.http_url)
-        assert versions(client) == {"resnet": ["1"]}
-        refused, reloaded = official(tf_python, port, [
-            {"call": "reload", "config": two},
-            {"call": "reload", "config": two, "token": "manager-token"},
-        ])  # fmt: skip
-        assert refused["error"] == "UNAUTHENTICATED"
-        assert reloaded == {"error_code": 0, "error_message": ""}
-        assert versions(client) == {"resnet": ["1"], "bert": ["7"]}  # served once the call answered
-        np.testing.assert_allclose(predict(server, "bert/labels/stable"), expected_mlp(52), rtol=1e-5)
-        (bad,) = official(tf_python, port, [{"call": "reload", "config": "model_config_list { config { name: 'x' } }",
-                                             "token": "manager-token"}])  # fmt: skip
-        assert bad["error"] == "INVALID_ARGUMENT" and "'base_path' is missing" in bad["details"]
+    for upload in (False, True):
+        port = free_port()
+        flags = ["--model-name", "resnet", "--model-base-path", str(models / "resnet"), "--tfserving-grpc-port",
+                 str(port), "--management-tokens-file", str(tmp_path / "tokens")]  # fmt: skip
+        with run_server(None, tmp_path / "server.log", *flags, *(["--allow-model-upload"] if upload else [])) as server:
+            client = clients.http(server.http_url)
+            assert versions(client) == {"resnet": ["2"]}
+            token = "manager-token"
+            refused, policy, added = official(tf_python, port, [
+                {"call": "reload", "config": both_versions},
+                {"call": "reload", "config": both_versions, "token": token},
+                {"call": "reload", "config": with_bert, "token": token},
+            ])  # fmt: skip
+            assert refused["error"] == "UNAUTHENTICATED"
+            assert policy == {"error_code": 0, "error_message": ""}  # its own models' versions: nothing more asked
+            if not upload:  # a base path the server was not given holds what it would run: an upload's opt-in
+                assert added["error"] == "PERMISSION_DENIED" and "--allow-model-upload" in added["details"]
+                assert versions(client) == {"resnet": ["1", "2"]}
+                continue
+            assert added == {"error_code": 0, "error_message": ""}
+            assert versions(client) == {"resnet": ["2"], "bert": ["7"]}  # served once the call answered
+            np.testing.assert_allclose(predict(server, "bert/labels/stable"), expected_mlp(52), rtol=1e-5)
+            nameless = "model_config_list { config { name: 'x' } }"
+            (bad,) = official(tf_python, port, [{"call": "reload", "config": nameless, "token": token}])
+            assert bad["error"] == "INVALID_ARGUMENT" and "'base_path' is missing" in bad["details"]
 
 
 def test_a_file_that_is_not_a_model_config_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -414,6 +414,11 @@ class ServedModels:
             served[model.name] = (model, source, folder)
         self._models = served
 
+    def new_base_paths(self, models: Sequence[ServedModel]) -> list[str]:
+        """The base paths of `models` that none of the models served now has."""
+        known = {entry[0].base_path.rstrip("/") for entry in self._models.values()}
+        return sorted({m.base_path for m in models if m.base_path.rstrip("/") not in known})
+
     def describe(self) -> str:
         return "the models of the TF Serving model config"
 

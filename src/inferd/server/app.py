@@ -23,12 +23,13 @@ from inferd.config.served_models import DEFAULT_MODEL_NAME, ServedModel
 from inferd.config.server import HttpServerKind, IntraOpPools, ModelControlMode, ServerSettings
 from inferd.config.tracing import EXTRA, TracingSettings
 from inferd.core.async_inference import AsyncInference
+from inferd.core.model_files import UPLOAD_FLAG
 from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import LinkedModels, ServedModels, open_repositories
 from inferd.core.service import InferenceService
 from inferd.core.state_dir import StateDir
 from inferd.core.statistics import ServingStatistics
-from inferd.errors import InferdError, UnsupportedError
+from inferd.errors import InferdError, PermissionDeniedError, UnsupportedError
 from inferd.protocol.tfserving_batching import read_batching_parameters
 from inferd.protocol.tfserving_model_config import read_model_config_file
 from inferd.runtimes.base import keep_large_blocks_off_the_heap
@@ -213,6 +214,15 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
                 raise UnsupportedError(
                     "this server serves no TF Serving model config: start it with --model-config-file (or "
                     "--model-base-path) to reload one"
+                )
+            new = served.new_base_paths(models)
+            if new and not settings.allow_model_upload:
+                # A base path holds what the server then runs (a SavedModel's ops, a Python model's
+                # code): one the operator did not give is a client's choice, as an upload is.
+                raise PermissionDeniedError(
+                    f"the config names base paths this server was not given ({', '.join(new)}), whose models it "
+                    f"would run; start it with {UPLOAD_FLAG} to allow that (versions, labels and removals of the "
+                    "models it serves need nothing)"
                 )
             served.replace(models)
             await registry.poll()
