@@ -98,6 +98,31 @@ def test_a_model_config_serves_exactly_its_models_from_s3_and_follows_its_change
         assert versions(client) == {"first": ["3"]}
 
 
+def test_following_the_config_leaves_the_repository_s_models_to_their_control_mode(
+    clients: Clients, tmp_path: Path
+) -> None:
+    """Explicit mode: a repository model nobody loaded stays unloaded however often the config is
+    followed (each follow looks at the config's models alone)."""
+    mlp_model(tmp_path / "repository" / "other" / "1" / "model.onnx", seed=61)
+    mlp_model(tmp_path / "bases" / "first" / "1" / "model.onnx", seed=62)
+    mlp_model(tmp_path / "bases" / "second" / "1" / "model.onnx", seed=63)
+    config = tmp_path / "models.config"
+    entry = 'config {{ name: "{0}" base_path: "{1}" model_platform: "tensorflow" }}'
+    config.write_text(f"model_config_list {{ {entry.format('first', tmp_path / 'bases' / 'first')} }}")
+    flags = ("--model-control-mode", "explicit", "--model-config-file", str(config),
+             "--model-config-file-poll-wait-seconds", "0.2")  # fmt: skip
+    with run_server(tmp_path / "repository", tmp_path / "server.log", *flags) as server:
+        client = clients.http(server.http_url)
+        assert versions(client) == {"first": ["1"], "other": []}
+        config.write_text(
+            f"model_config_list {{ {entry.format('first', tmp_path / 'bases' / 'first')} "
+            f"{entry.format('second', tmp_path / 'bases' / 'second')} }}"
+        )
+        wait_for(lambda: versions(client).get("second") == ["1"])  # a follow happened ...
+        assert versions(client)["other"] == []  # ... and left the repository's model as it was
+        np.testing.assert_allclose(mlp_output(client, "second"), expected_mlp(63), rtol=1e-5)
+
+
 def test_model_name_and_base_path_serve_one_model_as_tf_serving_does(clients: Clients, tmp_path: Path) -> None:
     base = tmp_path / "models" / "resnet"
     for version in (1, 2):

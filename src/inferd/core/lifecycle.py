@@ -142,6 +142,7 @@ class ModelLifecycle:
         self.startup_complete = False
         self._locks: dict[str, asyncio.Lock] = {}
         self._load_slots: asyncio.Semaphore | None = None
+        self._poll_lock = asyncio.Lock()
         self._draining: set[asyncio.Task[None]] = set()
         self.scale_to_zero_defaults = scale_to_zero
         # The models at rest (their next request loads them), the on-demand load under way for
@@ -388,16 +389,25 @@ class ModelLifecycle:
     async def forget(self, name: str) -> None:
         """Unload `name` and drop its record (its folder left the repository)."""
         if name in self._catalogue.snapshot.models:
-            await self.unload(name)
+            with contextlib.suppress(ModelNotFoundError):  # forgotten meanwhile by another poll
+                await self.unload(name)
             self._catalogue.drop(name)
         self._at_rest.pop(name, None)
 
-    async def poll(self) -> None:
+    async def poll(self, only: frozenset[str] | None = None) -> None:
         """Bring the served models in line with the repository: load what was added or changed,
-        forget what was removed. Models whose files did not change are not touched."""
-        names, fingerprints = await asyncio.to_thread(self._scan)
-        for name in set(self._catalogue.snapshot.models) - set(names):
-            if self._catalogue.snapshot.models[name].owned_dir is None:
+        forget what was removed. Models whose files did not change are not touched. `only`: look
+        at these names alone (TF Serving's model config followed: its models, not the others').
+        One poll at a time: the repository's poll, the model config's and a reload may overlap."""
+        async with self._poll_lock:
+            await self._poll(only)
+
+    async def _poll(self, only: frozenset[str] | None) -> None:
+        names, fingerprints = await asyncio.to_thread(self._scan, only)
+        known = set(self._catalogue.snapshot.models) if only is None else set(self._catalogue.snapshot.models) & only
+        for name in known - set(names):
+            record = self._catalogue.snapshot.models.get(name)
+            if record is not None and record.owned_dir is None:
                 logger.info("model %s left the repository", name, extra={"model": name})
                 await self.forget(name)
         # A model scaled to zero stays there: its next request loads the files as they are then.
@@ -446,13 +456,16 @@ class ModelLifecycle:
             lock = self._locks[name] = asyncio.Lock()
         return lock
 
-    def _scan(self) -> tuple[list[str], dict[str, ModelFingerprint | None]]:
-        names = self._repository.model_names()
+    def _scan(self, only: frozenset[str] | None = None) -> tuple[list[str], dict[str, ModelFingerprint | None]]:
+        names = [name for name in self._repository.model_names() if only is None or name in only]
         fingerprints: dict[str, ModelFingerprint | None] = {}
         for name in names:
             try:
                 fingerprints[name] = self._repository.fingerprint(name)
-            except OSError:  # changing under our feet: look again at the next poll
+            except (OSError, InferdError) as exc:
+                # Changing under our feet (look again at the next poll), or in two repositories at
+                # once: its load says why, and the other models are polled all the same.
+                logger.warning("model %s not scanned: %s", name, exc, extra={"model": name})
                 fingerprints[name] = None
         return names, fingerprints
 

@@ -143,9 +143,9 @@ class ModelRegistry:
         """Unload `name` and drop its record (its folder left the repository)."""
         await self._lifecycle.forget(name)
 
-    async def poll(self) -> None:
+    async def poll(self, only: frozenset[str] | None = None) -> None:
         """Bring the served models in line with the repository; see `ModelLifecycle.poll`."""
-        await self._lifecycle.poll()
+        await self._lifecycle.poll(only)
 
     def idle_unloader(self, backlog: Callable[[], list[str]] = list) -> IdleUnloader:
         """What scales idle models to zero (its `run` is the server's task); `backlog`: the models

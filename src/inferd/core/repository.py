@@ -392,6 +392,7 @@ class ServedModels:
     def __init__(self, models: Sequence[ServedModel], cache_dir: Path) -> None:
         self._cache_dir = cache_dir
         self._models: dict[str, tuple[ServedModel, ModelRepository, str]] = {}
+        self._localized: dict[str, tuple[ModelRepository, str]] = {}
         self.replace(models)
 
     def replace(self, models: Sequence[ServedModel]) -> None:
@@ -400,19 +401,40 @@ class ServedModels:
         for model in models:
             if not is_plain_name(model.name):
                 raise ModelConfigError(f"model name {model.name!r} is not {PLAIN_NAME_RULE}")
-            location = model.base_path.rstrip("/")
-            folder = PurePosixPath(location).name
-            if not is_plain_name(folder):
-                raise ModelConfigError(f"model '{model.name}': base_path {model.base_path!r} names no model folder")
-            parent = location[: -len(folder)].rstrip("/") or "/"
-            source: ModelRepository
-            if "://" not in location or location.startswith("file://"):
-                source = LocalRepository(Path(parent.removeprefix("file://")))
-            else:
-                digest = hashlib.sha256(location.encode()).hexdigest()[:12]
-                source = FsspecRepository(parent, self._cache_dir / f"served-{digest}")
-            served[model.name] = (model, source, folder)
+            served[model.name] = (model, *self._source(model))
         self._models = served
+
+    def _source(self, model: ServedModel) -> tuple[ModelRepository, str]:
+        """The one-model repository a base path is, and its folder's name there. A local path is
+        taken as the operator gave it: relative to the server's folder, through any link (a
+        version swapped by a link is TF Serving's way too). Each name fetches into a cache of its
+        own, so two names on one base path never share (or remove) each other's files."""
+        location = model.base_path.rstrip("/")
+        if not location:
+            raise ModelConfigError(f"model '{model.name}': base_path {model.base_path!r} names no model folder")
+        if "://" not in location or location.startswith("file://"):
+            path = Path(location.removeprefix("file://")).expanduser().resolve()
+            if not is_plain_name(path.name):
+                raise ModelConfigError(f"model '{model.name}': base_path {model.base_path!r} names no model folder")
+            return LocalRepository(path.parent), path.name
+        scheme, _, rest = location.partition("://")
+        bucket, _, prefix = rest.partition("/")
+        folder = PurePosixPath(prefix).name if prefix else ""
+        if not bucket or not is_plain_name(folder):
+            raise ModelConfigError(
+                f"model '{model.name}': base_path {model.base_path!r} must name a folder inside its bucket "
+                f"({scheme}://bucket/models/{model.name})"
+            )
+        digest = hashlib.sha256(f"{model.name}\0{location}".encode()).hexdigest()[:12]
+        try:
+            return FsspecRepository(location[: -len(folder) - 1], self._cache_dir / f"served-{digest}"), folder
+        except (ValueError, ImportError, OSError) as exc:  # a protocol fsspec does not know, or lacks
+            said = f"model '{model.name}': base_path {model.base_path!r} cannot be read: {exc}"
+            raise ModelConfigError(said) from None
+
+    def names(self) -> frozenset[str]:
+        """The names the config gives (whether or not their base paths hold versions yet)."""
+        return frozenset(self._models)
 
     def new_base_paths(self, models: Sequence[ServedModel]) -> list[str]:
         """The base paths of `models` that none of the models served now has."""
@@ -441,12 +463,14 @@ class ServedModels:
 
     def localize(self, name: str, versions: Iterable[int]) -> Path:
         _, source, folder = self._entry(name)
+        self._localized[name] = (source, folder)
         return source.localize(folder, versions)
 
     def release(self, name: str) -> None:
-        entry = self._models.get(name)
-        if entry is not None:
-            entry[1].release(entry[2])
+        # What the model was fetched from, though the config may have dropped or moved it since.
+        localized = self._localized.pop(name, None)
+        if localized is not None:
+            localized[0].release(localized[1])
 
     def configured(self, name: str, config: ModelConfig) -> ModelConfig:
         entry = self._models.get(name)

@@ -56,6 +56,8 @@ def served_models(message: Any, where: str) -> list[ServedModel]:
         if entry.HasField("logging_config"):
             logger.warning("%s: logging_config (TF Serving's request logging) is not supported and ignored", label)
         labels = tuple(sorted((name, int(version)) for name, version in entry.version_labels.items()))
+        if any(not name or "," in name or ":" in name for name, _ in labels):
+            raise ModelConfigError(f"{label}: a version label must be a name without ',' or ':'")
         if any(version < 1 for _, version in labels):
             raise ModelConfigError(f"{label}: version_labels must name positive versions")
         models.append(ServedModel(entry.name, entry.base_path, _policy(entry, label), labels))

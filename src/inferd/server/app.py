@@ -224,10 +224,11 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
                     f"would run; start it with {UPLOAD_FLAG} to allow that (versions, labels and removals of the "
                     "models it serves need nothing)"
                 )
+            before = served.names()
             served.replace(models)
-            await registry.poll()
+            await registry.poll(before | served.names())  # the config's models alone
 
-        add_tfserving_servicers(service, call, settings.request_limits, tfserving_server, reload_config)
+        add_tfserving_servicers(service, call, settings.request_limits, tfserving_server, reload_config, access)
         _listen(tfserving_server, f"{settings.host}:{settings.tfserving_grpc_port}", tls)
     metrics_server = serve_metrics(
         statistics,
@@ -271,8 +272,10 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
 
     mode = settings.model_control_mode
     if (mode is ModelControlMode.EXPLICIT or budget is not None) and "*" not in settings.load_models:
-        # Under a budget the rest load on demand, on their first request.
-        await registry.load_all(settings.load_models)
+        # Under a budget the rest load on demand, on their first request. TF Serving's model config
+        # names what serves: its models load whatever the mode (budget permitting), as TF Serving's do.
+        config_models = sorted(served.names()) if served is not None and budget is None else []
+        await registry.load_all(tuple(dict.fromkeys((*settings.load_models, *config_models))))
     else:
         await registry.load_all()
     ready = [f"{r.name} (versions {r.ready_versions()})" for r in registry.records() if r.ready_versions()]
@@ -522,13 +525,14 @@ async def _follow_model_config(served: ServedModels, registry: ModelRegistry, lo
     (a file that cannot be read or parsed leaves the models as they are, and says so)."""
     while True:
         await asyncio.sleep(interval_s)
+        before = served.names()
         try:
             served.replace(await asyncio.to_thread(read_model_config_file, location))
         except InferdError as exc:
             logger.error("model config %s not followed: %s", location, exc.message)
             continue
         try:
-            await registry.poll()
+            await registry.poll(before | served.names())  # the config's models alone
         except Exception:  # one failed scan must not end following
             logger.exception("following the model config %s failed; trying again in %.0f s", location, interval_s)
 

@@ -22,7 +22,7 @@ import hashlib
 import hmac
 import ipaddress
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,9 +90,15 @@ class AccessPolicy:
         raise UnauthenticatedError(f"the {access.value} API needs a valid token: the one sent is not known")
 
 
-def check_local_client(policy: AccessPolicy | None, peer_is_local: bool, authorization: bytes | None) -> None:
-    """Operations that only make sense for a client on this host (shared memory registration: the
-    server maps what the client names): a loopback peer, or one holding a management token."""
+def check_local_client(
+    policy: AccessPolicy | None,
+    peer_is_local: bool,
+    authorization: bytes | None,
+    what: str = "shared memory is registered",
+) -> None:
+    """Operations for a client on this host, or one the operator gave a management token: shared
+    memory registration (the server maps what the client names), TF Serving's config reload (it
+    unloads and loads models whatever the control mode). `what` names it in the refusal."""
     if peer_is_local:
         return
     if policy is not None and policy.management is not None and authorization:
@@ -100,7 +106,7 @@ def check_local_client(policy: AccessPolicy | None, peer_is_local: bool, authori
         if scheme.lower() == b"bearer" and policy.management.holds(token.strip()):
             return
     raise PermissionDeniedError(
-        "shared memory is registered only by a client on this host (a loopback address) or one holding a "
+        f"{what} only by a client on this host (a loopback address) or one holding a "
         "management token (--management-tokens-file)"
     )
 
@@ -117,6 +123,14 @@ def is_loopback_host(host: str) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return address.is_loopback
+
+
+def grpc_authorization(metadata: Sequence[tuple[str, str | bytes]] | None) -> bytes | None:
+    """A gRPC call's authorization metadata, as bytes (None when it sent none)."""
+    for key, value in metadata or ():
+        if key == AUTHORIZATION_HEADER:
+            return value.encode() if isinstance(value, str) else value
+    return None
 
 
 def grpc_peer_is_local(peer: str) -> bool:

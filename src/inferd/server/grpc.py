@@ -21,7 +21,13 @@ from inferd.errors import InferdError, UnsupportedError
 from inferd.limits import RequestLimits
 from inferd.protocol import grpc_v2, shared_memory
 from inferd.protocol.codecs.kserve import KServeGrpcCodec, KServeStreamCodec
-from inferd.server.auth import AUTHORIZATION_HEADER, Access, AccessPolicy, check_local_client, grpc_peer_is_local
+from inferd.server.auth import (
+    Access,
+    AccessPolicy,
+    check_local_client,
+    grpc_authorization,
+    grpc_peer_is_local,
+)
 from inferd.server.cuda_shared_memory import CudaSharedMemory
 from inferd.server.grpc_calls import abort, call, call_async, metadata_request_id
 from inferd.server.inference_call import InferenceCall
@@ -119,7 +125,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         return self._regions
 
     def _check_local(self, context: grpc.aio.ServicerContext) -> None:
-        authorization = _authorization(context.invocation_metadata())
+        authorization = grpc_authorization(context.invocation_metadata())
         check_local_client(self._access, grpc_peer_is_local(context.peer()), authorization)
 
     async def SystemSharedMemoryStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -237,13 +243,6 @@ for _method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
         setattr(InferenceServicer, _method.name, _unimplemented(_method.name))
 
 
-def _authorization(metadata: Sequence[tuple[str, str | bytes]] | None) -> bytes | None:
-    for key, value in metadata or ():
-        if key == AUTHORIZATION_HEADER:
-            return value.encode() if isinstance(value, str) else value
-    return None
-
-
 def build_grpc_server(
     service: InferenceService,
     call: InferenceCall,
@@ -308,7 +307,7 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         method = details.method.rpartition("/")[2]
-        authorization = _authorization(details.invocation_metadata)
+        authorization = grpc_authorization(details.invocation_metadata)
         try:
             self._access.check(_GRPC_ACCESS.get(method, Access.DATA), authorization)
         except InferdError as error:

@@ -21,6 +21,7 @@ from inferd.protocol.tf_types import tf_state
 from inferd.protocol.tfserving_model_config import served_models
 from inferd.protocol.tfserving_pb import tensorflow_serving_pb2 as serving_pb
 from inferd.protocol.tfserving_pb import tensorflow_serving_pb2_grpc as serving_grpc
+from inferd.server.auth import AccessPolicy, check_local_client, grpc_authorization, grpc_peer_is_local
 from inferd.server.grpc_calls import call_async
 from inferd.server.inference_call import InferenceCall
 
@@ -49,9 +50,10 @@ ReloadConfig = Callable[[list[ServedModel]], Awaitable[None]]
 
 
 class ModelServicer(serving_grpc.ModelServiceServicer):
-    def __init__(self, service: InferenceService, reload_config: ReloadConfig) -> None:
+    def __init__(self, service: InferenceService, reload_config: ReloadConfig, access: AccessPolicy | None) -> None:
         self._service = service
         self._reload_config = reload_config
+        self._access = access
 
     async def HandleReloadConfigRequest(self, message: Any, context: grpc.aio.ServicerContext) -> Any:
         """Serve exactly the models of the request's model_config_list from now on (as TF Serving:
@@ -59,11 +61,16 @@ class ModelServicer(serving_grpc.ModelServiceServicer):
         the server serves them. A --model-config-file polled later replaces it again."""
 
         async def reload() -> Any:
+            # It loads and unloads whatever the control mode: a client of this host's, or a
+            # management token's holder (the interceptor checked the token when there are tokens).
+            authorization = grpc_authorization(context.invocation_metadata())
+            check_local_client(
+                self._access, grpc_peer_is_local(context.peer()), authorization, "TF Serving's model config is reloaded"
+            )
             try:
-                models = served_models(message.config, "HandleReloadConfigRequest")
+                await self._reload_config(served_models(message.config, "HandleReloadConfigRequest"))
             except ModelConfigError as exc:  # the request's mistake: INVALID_ARGUMENT, as TF Serving answers
                 raise MalformedRequestError(exc.message) from None
-            await self._reload_config(models)
             return serving_pb.ReloadConfigResponse(status=serving_pb.StatusProto(error_code=0))
 
         return await call_async(context, "tensorflow.serving.ModelService/HandleReloadConfigRequest", reload)
@@ -83,7 +90,9 @@ def add_tfserving_servicers(
     limits: RequestLimits,
     server: grpc.aio.Server,
     reload_config: ReloadConfig,
+    access: AccessPolicy | None,
 ) -> None:
-    """`limits`: the server's, what one request may hold; `reload_config`: serves a new model list."""
+    """`limits`: the server's, what one request may hold; `reload_config`: serves a new model list;
+    `access`: the server's tokens (None: none), for who may reload."""
     serving_grpc.add_PredictionServiceServicer_to_server(PredictionServicer(service, call, limits), server)  # type: ignore[no-untyped-call]
-    serving_grpc.add_ModelServiceServicer_to_server(ModelServicer(service, reload_config), server)  # type: ignore[no-untyped-call]
+    serving_grpc.add_ModelServiceServicer_to_server(ModelServicer(service, reload_config, access), server)  # type: ignore[no-untyped-call]

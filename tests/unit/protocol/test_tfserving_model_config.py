@@ -79,3 +79,30 @@ def test_a_served_model_comes_from_its_base_path_with_the_config_s_policy_and_la
     assert served.configured("other", ModelConfig(name="other")) == ModelConfig(name="other")
     with pytest.raises(ModelConfigError, match="names no model folder"):
         served.replace([ServedModel("m", "/")])
+
+
+def test_local_base_paths_are_taken_as_the_operator_gave_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "data" / "resnet-v3" / "1").mkdir(parents=True)
+    (tmp_path / "data" / "resnet-v3" / "1" / "model.onnx").write_bytes(b"")
+    (tmp_path / "current").symlink_to(tmp_path / "data" / "resnet-v3")  # a version swapped by a link
+    monkeypatch.chdir(tmp_path / "data")
+    served = ServedModels(
+        [ServedModel("linked", str(tmp_path / "current")), ServedModel("relative", "resnet-v3")], tmp_path / "cache"
+    )
+    assert served.model_names() == ["linked", "relative"]  # relative to the server's folder, through the link
+    assert served.names() == frozenset({"linked", "relative"})
+
+
+@pytest.mark.parametrize(
+    ("base_path", "said"),
+    [("s3://bucket", "must name a folder inside its bucket"), ("nosuchfs://bucket/m", "cannot be read")],
+)
+def test_a_base_path_that_names_no_model_folder_is_refused(tmp_path: Path, base_path: str, said: str) -> None:
+    with pytest.raises(ModelConfigError, match=said):
+        ServedModels([ServedModel("m", base_path)], tmp_path / "cache")
+
+
+def test_new_base_paths_are_those_no_served_model_has(tmp_path: Path) -> None:
+    served = ServedModels([ServedModel("a", "/m/a/")], tmp_path / "cache")
+    asked = [ServedModel("a", "/m/a", VersionPolicy(VersionPolicyKind.ALL)), ServedModel("b", "/m/b")]
+    assert served.new_base_paths(asked) == ["/m/b"]

@@ -43,3 +43,15 @@ def test_unlabelled_pairs_have_no_gold(tmp_path: Path) -> None:
 )
 def test_f1_of_decisions_against_gold(decisions: list[bool], gold: list[bool], f1: float) -> None:
     assert f1_score(np.array(decisions), np.array(gold)) == pytest.approx(f1)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [("x\ty\t1\nz\tw\tNA\n", "pair 2's label 'NA' is not a number"), ("x\ty\t1\nz\tw\tnan\n", "is not a number"),
+     ("x\ty\t1\nz\tw\n", "label every pair or none")],
+)  # fmt: skip
+def test_a_label_that_is_not_a_number_is_refused_naming_the_pair(tmp_path: Path, text: str, said: str) -> None:
+    path = tmp_path / "pairs.tsv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=said):
+        read_pairs(path)

@@ -10,6 +10,15 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ModelType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODEL_TYPE_UNSPECIFIED: _ClassVar[ModelType]
+    TENSORFLOW: _ClassVar[ModelType]
+    OTHER: _ClassVar[ModelType]
+MODEL_TYPE_UNSPECIFIED: ModelType
+TENSORFLOW: ModelType
+OTHER: ModelType
+
 class ModelSpec(_message.Message):
     __slots__ = ("name", "version", "version_label", "signature_name")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -222,12 +231,12 @@ class ModelConfig(_message.Message):
     LOGGING_CONFIG_FIELD_NUMBER: _ClassVar[int]
     name: str
     base_path: str
-    model_type: int
+    model_type: ModelType
     model_platform: str
     model_version_policy: FileSystemStoragePathSourceConfig.ServableVersionPolicy
     version_labels: _containers.ScalarMap[str, int]
     logging_config: LoggingConfig
-    def __init__(self, name: _Optional[str] = ..., base_path: _Optional[str] = ..., model_type: _Optional[int] = ..., model_platform: _Optional[str] = ..., model_version_policy: _Optional[_Union[FileSystemStoragePathSourceConfig.ServableVersionPolicy, _Mapping]] = ..., version_labels: _Optional[_Mapping[str, int]] = ..., logging_config: _Optional[_Union[LoggingConfig, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., base_path: _Optional[str] = ..., model_type: _Optional[_Union[ModelType, str]] = ..., model_platform: _Optional[str] = ..., model_version_policy: _Optional[_Union[FileSystemStoragePathSourceConfig.ServableVersionPolicy, _Mapping]] = ..., version_labels: _Optional[_Mapping[str, int]] = ..., logging_config: _Optional[_Union[LoggingConfig, _Mapping]] = ...) -> None: ...
 
 class ModelConfigList(_message.Message):
     __slots__ = ("config",)

@@ -7,6 +7,7 @@ model's tokenizer.json. An embedding output with a sequence axis is mean-pooled 
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,10 @@ class SentencePairs:
 
 def _number(text: str) -> float | None:
     try:
-        return float(text)
+        number = float(text)
     except ValueError:
         return None
+    return number if math.isfinite(number) else None
 
 
 def read_pairs(path: Path) -> SentencePairs:
@@ -58,8 +60,14 @@ def read_pairs(path: Path) -> SentencePairs:
         rows = rows[1:]  # the header
     if not rows or any(len(row) not in (2, 3) for row in rows):
         raise ValueError(f"'{path}' must hold lines of sentence_a<TAB>sentence_b[<TAB>label: 0 or 1, or a score]")
-    numbers = [_number(row[2]) if len(row) == 3 else None for row in rows]
-    labels = [n for n in numbers if n is not None] if all(n is not None for n in numbers) else None
+    labelled = [row for row in rows if len(row) == 3]
+    if labelled and len(labelled) != len(rows):
+        raise ValueError(f"'{path}': some pairs have a label and some do not: label every pair or none")
+    numbers = [_number(row[2]) for row in labelled]
+    unread = [index + 1 for index, number in enumerate(numbers) if number is None]
+    if unread:
+        raise ValueError(f"'{path}': pair {unread[0]}'s label {labelled[unread[0] - 1][2]!r} is not a number")
+    labels = [n for n in numbers if n is not None] if labelled else None
     return SentencePairs([row[0] for row in rows], [row[1] for row in rows], labels)
 
 
