@@ -188,3 +188,11 @@ def test_a_file_that_is_not_a_model_config_is_refused_in_one_line(tmp_path: Path
     )
     assert completed.returncode != 0
     assert "model_platform 'pytorch' is not one TF Serving serves" in completed.stderr + completed.stdout
+    for flags, said in (
+        (["--model-config-file-poll-wait-seconds", "5", "--model-repository", str(tmp_path)], "give that too"),
+        (["--model-name", "m", "--model-repository", str(tmp_path)], "--model-name names the model of"),
+        (["--model-base-path", str(tmp_path), "--model-config-file", str(config)], "give one (as TF Serving)"),
+    ):
+        usage = subprocess.run([sys.executable, "-m", "inferd", "serve", *flags], capture_output=True, text=True,
+                               timeout=60)  # fmt: skip
+        assert usage.returncode == 2 and said in usage.stderr, usage.stderr

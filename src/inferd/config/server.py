@@ -213,6 +213,8 @@ class ServerSettings(BaseModel):
             raise ValueError("--model-base-path and --model-config-file both name the models: give one (as TF Serving)")
         if self.model_name is not None and self.model_base_path is None:
             raise ValueError("--model-name names the model of --model-base-path: give that too")
+        if self.model_config_file_poll_wait_s > 0 and self.model_config_file is None:
+            raise ValueError("--model-config-file-poll-wait-seconds follows --model-config-file: give that too")
         return self
 
     @model_validator(mode="after")
