@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import os
 
-from google.protobuf import text_format
-
 from inferd.config.batching import BatchingDefaults
 from inferd.errors import ModelConfigError
 from inferd.protocol.tfserving_pb import tensorflow_serving_pb2 as serving_pb
+from inferd.protocol.tfserving_text import read_text_message
 
 # TF's shared_batch_scheduler defaults for fields a file leaves out.
 _DEFAULT_MAX_BATCH_SIZE = 1000
@@ -20,18 +19,7 @@ _DEFAULT_MAX_ENQUEUED_BATCHES = 10
 
 def read_batching_parameters(path: str) -> tuple[BatchingDefaults, list[str]]:
     """The settings, and one line per field saying what it became in inferd (or that it is ignored)."""
-    import fsspec
-
-    try:
-        with fsspec.open(path, "r", encoding="utf-8") as file:
-            text = file.read()
-    except (OSError, ValueError) as exc:
-        raise ModelConfigError(f"batching parameters file {path} cannot be read: {exc}") from None
-    message = serving_pb.BatchingParameters()
-    try:
-        text_format.Parse(text, message)
-    except text_format.ParseError as exc:
-        raise ModelConfigError(f"{path}: not a TF Serving batching_parameters file: {exc}") from None
+    message = read_text_message(path, serving_pb.BatchingParameters(), "TF Serving batching_parameters file")
     max_batch = message.max_batch_size.value if message.HasField("max_batch_size") else _DEFAULT_MAX_BATCH_SIZE
     timeout = message.batch_timeout_micros.value if message.HasField("batch_timeout_micros") else 0
     enqueued = (

@@ -8,30 +8,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from google.protobuf import text_format
-
 from inferd.config.model import VersionPolicy, VersionPolicyKind
 from inferd.config.served_models import TF_SERVING_PLATFORM, ServedModel
 from inferd.errors import ModelConfigError
 from inferd.protocol.tfserving_pb import tensorflow_serving_pb2 as serving_pb
+from inferd.protocol.tfserving_text import read_text_message
 
 logger = logging.getLogger("inferd.tfserving")
 
 
 def read_model_config_file(location: str) -> list[ServedModel]:
     """The models of the file at `location` (a path, or an fsspec URL such as s3://...)."""
-    import fsspec
-
-    try:
-        with fsspec.open(location, "r", encoding="utf-8") as file:
-            text = file.read()
-    except (OSError, ValueError) as exc:
-        raise ModelConfigError(f"model config file {location} cannot be read: {exc}") from None
-    message = serving_pb.ModelServerConfig()
-    try:
-        text_format.Parse(text, message)
-    except text_format.ParseError as exc:
-        raise ModelConfigError(f"{location}: not a TF Serving model config (ModelServerConfig): {exc}") from None
+    message = read_text_message(location, serving_pb.ModelServerConfig(), "TF Serving model config (ModelServerConfig)")
     return served_models(message, location)
 
 

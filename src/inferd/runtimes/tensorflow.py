@@ -179,8 +179,8 @@ class SavedModelRuntime:
         results: dict[str, np.ndarray[Any, Any]] = {}
         for name in output_names:
             tensor = returned[name]
-            if tensor.dtype == tf.string:  # a 0-d one's .numpy() is bytes, not an array
-                results[name] = _as_bytes(np.asarray(tensor.numpy(), dtype=object))
+            if tensor.dtype == tf.string:  # bytes already; a 0-d one's .numpy() is bytes, not an array
+                results[name] = np.asarray(tensor.numpy(), dtype=object)
             else:
                 results[name] = np.asarray(tensor.numpy())  # a 0-d one's is a numpy scalar
         return results
@@ -202,13 +202,3 @@ def _message(exc: Exception) -> str:
     text = str(getattr(exc, "message", None) or exc)
     said = [line for line in text.splitlines() if line.strip() and not _TRAIL.match(line)]
     return re.sub(r"\s*\[Op:[^\]]*\]\s*$", "", said[-1] if said else text).strip()
-
-
-def _as_bytes(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """tf.string outputs as inferd's BYTES: an object array of bytes (TensorFlow's already are)."""
-    if all(isinstance(item, bytes) for item in array.reshape(-1)):
-        return array
-    flat = [item if isinstance(item, bytes) else str(item).encode("utf-8") for item in array.reshape(-1)]
-    converted = np.empty(len(flat), dtype=object)
-    converted[:] = flat
-    return converted.reshape(array.shape)

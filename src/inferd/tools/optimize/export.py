@@ -68,25 +68,7 @@ def export_hugging_face(folder: Path, output: Path) -> HuggingFaceExport:
     if "input_ids" not in inputs:
         raise ExportError(f"{folder}: not a text encoder (its forward takes {list(accepted)})")
     pooling = _sentence_pooling(folder)
-
-    class Wrapped(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.encoder = encoder
-
-        def forward(self, input_ids: Any, attention_mask: Any = None, token_type_ids: Any = None) -> Any:
-            given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
-            arguments = {name: given[name] for name in inputs}
-            hidden = self.encoder(**arguments).last_hidden_state
-            if pooling is None:
-                return hidden
-            # sentence_transformers.models.Pooling (mean over the mask) ...
-            mask = arguments["attention_mask"].unsqueeze(-1).expand(hidden.size()).to(hidden.dtype)
-            pooled = torch.sum(hidden * mask, 1) / torch.clamp(mask.sum(1), min=1e-9)
-            # ... then Normalize when the folder has it.
-            return hidden, torch.nn.functional.normalize(pooled, p=2, dim=1) if pooling == "normalize" else pooled
-
-    wrapper = Wrapped().eval()
+    wrapper = _sentence_encoder(encoder, inputs, pooling)
     outputs = ("last_hidden_state",) if pooling is None else ("last_hidden_state", "sentence_embedding")
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     positions = int(json.loads((folder / "config.json").read_text()).get("max_position_embeddings", 512))
@@ -187,6 +169,34 @@ def _sentence_pooling(folder: Path) -> str | None:
     return "normalize" if "Normalize" in types else "mean"
 
 
+def _sentence_encoder(encoder: Any, inputs: Sequence[str], pooling: str | None, answers: Any = None) -> Any:
+    """The encoder as inferd serves it: token inputs (the encoder's of TOKEN_INPUTS, in that order),
+    `last_hidden_state`, and for a sentence-transformers folder (`pooling`) `sentence_embedding`
+    beside it, the math `SentenceTransformer.encode` runs. `answers`: the dtype its outputs are cast
+    to (a port computing in bfloat16 still answers float32); None: the encoder's own."""
+    import torch
+
+    class SentenceEncoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, input_ids: Any, attention_mask: Any = None, token_type_ids: Any = None) -> Any:
+            given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+            arguments = {name: given[name] for name in inputs}
+            hidden = self.encoder(**arguments).last_hidden_state
+            if pooling is None:
+                return hidden if answers is None else hidden.to(answers)
+            # sentence_transformers.models.Pooling (mean over the mask) ...
+            mask = arguments["attention_mask"].unsqueeze(-1).expand(hidden.size()).to(hidden.dtype)
+            pooled = torch.sum(hidden * mask, 1) / torch.clamp(mask.sum(1), min=1e-9)
+            # ... then Normalize when the folder has it.
+            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1) if pooling == "normalize" else pooled
+            return (hidden, pooled) if answers is None else (hidden.to(answers), pooled.to(answers))
+
+    return SentenceEncoder().eval()
+
+
 def _tokenized(tokenizer: Any, sentences: Sequence[str], inputs: Sequence[str]) -> dict[str, np.ndarray[Any, Any]]:
     tokenizer.enable_padding()
     encodings = tokenizer.encode_batch(list(sentences))
@@ -259,21 +269,6 @@ def export_hugging_face_torch(folder: Path, output: Path, dtype: str = "bfloat16
     inputs = tuple(name for name in TOKEN_INPUTS if name in accepted)
     pooling = _sentence_pooling(folder)
 
-    class Wrapped(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.encoder = encoder
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
-            hidden = self.encoder(**{name: given[name] for name in inputs}).last_hidden_state
-            if pooling is None:
-                return hidden.float()
-            mask = attention_mask.unsqueeze(-1).expand(hidden.size()).to(hidden.dtype)
-            pooled = torch.sum(hidden * mask, 1) / torch.clamp(mask.sum(1), min=1e-9)
-            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1) if pooling == "normalize" else pooled
-            return hidden.float(), pooled.float()
-
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     positions = int(json.loads((folder / "config.json").read_text()).get("max_position_embeddings", 512))
     batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
@@ -282,7 +277,7 @@ def export_hugging_face_torch(folder: Path, output: Path, dtype: str = "bfloat16
     with warnings.catch_warnings(), torch.no_grad(), _export_errors():
         warnings.simplefilter("ignore")
         program = torch.export.export(  # positional: inferd's PyTorch runtime passes the inputs in order
-            Wrapped().eval(),
+            _sentence_encoder(encoder, inputs, pooling, answers=torch.float32),
             tuple(torch.from_numpy(example[name]) for name in TOKEN_INPUTS),
             dynamic_shapes={name: {0: batch, 1: sequence} for name in TOKEN_INPUTS},
         )
