@@ -36,6 +36,9 @@ from inferd.tools.batch.records import InputFile, Span, open_location, read_shar
 ACTOR_CPUS = 1.0
 # Mini-batches of one shard an actor runs at once (its model batches them as a server would).
 ACTOR_CONCURRENCY = 4
+# The pool starts whole before the first shard: otherwise the actors ready first take every shard
+# of a short job, and one that cannot be placed (the cluster too small) would go unnoticed.
+ACTORS_START_S = 120
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,7 @@ async def run_shards(
     context.execution_options.preserve_order = True
     context.enable_progress_bars = False
     context.print_on_execution_start = False
+    context.wait_for_min_actors_s = ACTORS_START_S
     items = ray.data.from_items([task.item() for task in tasks], override_num_blocks=max(1, len(tasks)))
     dataset = items.map_batches(
         ShardActor,
