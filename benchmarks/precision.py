@@ -61,7 +61,7 @@ def build_ports(work: Path) -> dict[str, Path]:
         config = re.sub(r"^name: .*$", "", (MINILM / "config.pbtxt").read_text(), flags=re.MULTILINE)
         (folder / "config.pbtxt").write_text(config)
         with console.status(f"building the {name} port"):
-            build(context, folder / "1" / "model.onnx")
+            build(context, folder / "1")
         ports[name] = folder
     folder = work / "minilm_bf16"
     with console.status("exporting the BF16 port (PyTorch in bfloat16, torch.export)"):

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""A TensorFlow SavedModel against its ONNX conversion, both served by one inferd: a BERT-shaped
-Keras encoder (token embeddings, a self-attention block with a feed-forward layer, masked mean
-pooling; `inferd.testing.models.bert_shaped_savedmodel`) saved in TF Serving's layout, and the
-ONNX file tf2onnx makes of it (`inferd optimize`'s conversion), each with dynamic batching,
+"""A TensorFlow SavedModel against its ONNX conversion and its bfloat16 rewrite, all served by one
+inferd: a BERT-shaped Keras encoder (token embeddings, a self-attention block with a feed-forward
+layer, masked mean pooling; `inferd.testing.models.bert_shaped_savedmodel`) saved in TF Serving's
+layout, the ONNX file tf2onnx makes of it (`inferd optimize`'s conversion), and the same SavedModel
+with `MIXED_PRECISION` bfloat16 (`inferd optimize`'s bf16-tf), each with dynamic batching,
 measured with wrk in turns, in ONE run.
 
     .venv/bin/python benchmarks/savedmodel.py [--seconds 5] [--rounds 3]
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -34,7 +36,8 @@ from inferd.tools.optimize.export import convert_saved_model
 console = Console()
 CONFIG = "max_batch_size: 16\ndynamic_batching { }"
 TOKENS = 32
-MODELS = ("bert_tf", "bert_onnx")
+MODELS = ("bert_tf", "bert_onnx", "bert_tf_bf16")
+BF16 = 'parameters { key: "MIXED_PRECISION" value { string_value: "bfloat16" } }'
 
 
 def build(root: Path) -> None:
@@ -43,6 +46,8 @@ def build(root: Path) -> None:
     write_config(root / "bert_tf", CONFIG)
     convert_saved_model(root / "bert_tf" / "1", root / "bert_onnx" / "1" / "model.onnx", "serving_default", "serve")
     write_config(root / "bert_onnx", CONFIG)
+    shutil.copytree(root / "bert_tf" / "1", root / "bert_tf_bf16" / "1")
+    write_config(root / "bert_tf_bf16", f"{CONFIG}\n{BF16}")
 
 
 def request_body() -> bytes:
@@ -77,6 +82,7 @@ def main() -> int:
                 with urllib.request.urlopen(request, timeout=60) as response:
                     answers.append(np.array(json.loads(response.read())["outputs"][0]["data"], dtype=np.float32))
             np.testing.assert_allclose(answers[1], answers[0], rtol=1e-3, atol=1e-4)
+            np.testing.assert_allclose(answers[2], answers[0], rtol=0.02, atol=0.05)  # bfloat16: 8 bits of mantissa
             results: dict[tuple[str, int], list[Measurement]] = {}
             with console.status("measuring in turns") as status:
                 for round_index in range(args.rounds):
@@ -87,7 +93,7 @@ def main() -> int:
                             m = wrk(url, body, concurrency, args.seconds, scratch)
                             results.setdefault((model, concurrency), []).append(m)
     table = Table(
-        title=f"BERT-shaped encoder ({TOKENS} tokens): SavedModel vs its tf2onnx conversion, one inferd, "
+        title=f"BERT-shaped encoder ({TOKENS} tokens): SavedModel vs its tf2onnx conversion and bfloat16, one inferd, "
         f"wrk in turns, median of {args.rounds} rounds"
     )
     for column in ("model", "c=16 inferences/s", "c=1 p50 us", "c=16 p50 us", "c=16 throughput / SavedModel"):

@@ -1,7 +1,8 @@
 """`inferd optimize` through its CLI: all-MiniLM-L6-v2 (the example's export) to every candidate,
 FP16 and INT8 passing their documented tolerances and the winner served by a real inferd; a
-torch.export program and a TensorFlow SavedModel to ONNX; a candidate outside its tolerance
-reported and never written; bad arguments as one-line errors."""
+torch.export program and a TensorFlow SavedModel to ONNX and to bfloat16 in their own framework
+(bf16-torch, bf16-tf); MiniLM's Hugging Face folder to a bf16-torch candidate that serves; a
+candidate outside its tolerance reported and never written; bad arguments as one-line errors."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer
 
 from inferd.client import Client
+from inferd.runtimes.base import cpu_computes_bfloat16
 from inferd.testing.isolated import in_child
 from inferd.testing.models import (
     bert_shaped_savedmodel,
@@ -110,13 +113,30 @@ def test_a_savedmodel_s_signature_becomes_onnx_through_tf2onnx_and_is_validated_
         'parameters { key: "TF_SIGNATURE_DEF" value { string_value: "scaled" } }\n'
     )
     output = tmp_path / "out"
-    result = optimize(str(source), "-o", str(output), "--candidates", "fp32,fp16")
+    # y = 10 x @ w is in the tens: bfloat16's 8 bits of mantissa are judged relative to that.
+    result = optimize(str(source), "-o", str(output), "--candidates", "fp32,fp16,bf16-tf,bf16-torch",
+                      "--tolerance", "bf16:atol=0.5")  # fmt: skip
     assert result.returncode == 0, result.stderr
     said = " ".join((result.stdout + result.stderr).split())  # as rich wrapped it
     assert "converting the SavedModel to ONNX with tf2onnx" in said and "(signature scaled)" in said
     candidates = record(output)
     for kind in ("fp32", "fp16"):
         assert candidates[kind]["status"] == "passed", candidates[kind]["reason"]
+    assert candidates["bf16-torch"]["status"] == "skipped"
+    assert "for PyTorch sources" in str(candidates["bf16-torch"]["reason"])
+    # The SavedModel itself, its graph rewritten to bfloat16 by grappler (where the CPU computes bfloat16).
+    bf16 = candidates["bf16-tf"]
+    if not cpu_computes_bfloat16():
+        assert bf16["status"] == "skipped" and "no bfloat16 arithmetic" in str(bf16["reason"])
+    else:
+        assert bf16["status"] == "passed", bf16["reason"]
+        validation = bf16["validation"]
+        assert isinstance(validation, dict) and 0 < validation["outputs"][0]["abs_diff_max"] < 0.5
+        written = output / "tf_mlp-bf16-tf"
+        assert (written / "1" / "model.savedmodel" / "saved_model.pb").is_file()
+        config = (written / "config.pbtxt").read_text()
+        assert 'platform: "tensorflow_savedmodel"' in config and "TF_SIGNATURE_DEF" in config
+        assert 'key: "MIXED_PRECISION"' in config and 'string_value: "bfloat16"' in config
     # Validated against the original: the SavedModel, run by inferd's TensorFlow runtime.
     assert candidates[""]["reference"] == str(source)
     config = (output / "tf_mlp" / "config.pbtxt").read_text()
@@ -133,15 +153,24 @@ def test_a_savedmodel_with_ops_tf2onnx_leaves_unconverted_is_a_one_line_error(tm
     assert not (tmp_path / "out" / "bert").exists()
 
 
-def test_a_torch_export_program_becomes_onnx(tmp_path: Path) -> None:
+def test_a_torch_export_program_becomes_onnx_candidates_and_a_bf16_torch_one(tmp_path: Path) -> None:
     source = tmp_path / "torch_mlp"
     exported_model(source / "1" / "model.pt2", seed=2)
     (source / "config.pbtxt").write_text('platform: "pytorch_libtorch"\nmax_batch_size: 8\ndynamic_batching { }\n')
     output = tmp_path / "out"
-    result = optimize(str(source), "-o", str(output), "--candidates", "fp32,ort,int8-dynamic")
+    result = optimize(str(source), "-o", str(output))  # all: the ONNX candidates and bf16-torch
     assert result.returncode == 0, result.stderr
     candidates = record(output)
+    assert set(candidates) == {"", "fp32", "ort", "transformer", "fp16", "int8-dynamic", "int8-static", "bf16-torch"}
     assert candidates["fp32"]["status"] == "passed", candidates["fp32"]["reason"]
+    bf16 = candidates["bf16-torch"]
+    if cpu_computes_bfloat16():
+        assert bf16["status"] == "passed", bf16["reason"]
+        assert (output / "torch_mlp-bf16-torch" / "1" / "model.pt2").is_file()
+        config = (output / "torch_mlp-bf16-torch" / "config.pbtxt").read_text()
+        assert 'platform: "pytorch_libtorch"' in config and 'string_value: "bfloat16"' in config
+    else:
+        assert bf16["status"] == "skipped" and "no bfloat16 arithmetic" in str(bf16["reason"])
     # Validated against the original: the torch.export program, run by inferd's PyTorch runtime.
     assert candidates[""]["reference"] == str(source)
     config = (output / "torch_mlp" / "config.pbtxt").read_text()
@@ -191,3 +220,47 @@ def test_bad_arguments_are_one_line_errors(
     result = optimize(*replaced, "-o", str(tmp_path / "out"))
     assert result.returncode in (1, 2) and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.timeout(600)
+def test_a_hugging_face_folder_s_bf16_torch_candidate_is_validated_and_served(tmp_path: Path) -> None:
+    """MiniLM from its Hugging Face folder: the FP32 ONNX export is the reference; bf16-torch is the
+    same encoder as a float32 torch.export program run under bfloat16 autocast. Its folder serves
+    as it was validated."""
+    pairs = tmp_path / "pairs.tsv"
+    lines = (REPO_ROOT / "examples" / "sentence_pairs.tsv").read_text(encoding="utf-8").splitlines()
+    pairs.write_text("\n".join(lines[:21]) + "\n", encoding="utf-8")
+    output = tmp_path / "out"
+    result = optimize(str(minilm_files()), "-o", str(output), "--name", "minilm", "--inputs", str(pairs),
+                      "--candidates", "fp32,bf16-torch,bf16-tf")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    candidates = record(output)
+    assert candidates["bf16-tf"]["status"] == "skipped"
+    bf16 = candidates["bf16-torch"]
+    if not cpu_computes_bfloat16():
+        assert bf16["status"] == "skipped" and "no bfloat16 arithmetic" in str(bf16["reason"])
+        return
+    assert bf16["status"] == "passed", bf16["reason"]
+    validation = bf16["validation"]
+    assert isinstance(validation, dict)
+    similarity, embedding = validation["outputs"]
+    # Computed in bfloat16: not the FP32 answers, yet no decision flipped.
+    assert similarity["flips"] == 0 and 0 < similarity["abs_diff_max"] < 0.05 and embedding["cosine_min"] > 0.995
+
+    encoding = Tokenizer.from_file(str(minilm_files() / "tokenizer.json")).encode(lines[1].split("\t")[0])
+    inputs = {
+        "input_ids": np.array([encoding.ids], dtype=np.int64),
+        "attention_mask": np.array([encoding.attention_mask], dtype=np.int64),
+        "token_type_ids": np.array([encoding.type_ids], dtype=np.int64),
+    }
+    with run_server(output, tmp_path / "server.log", "--model-control-mode", "explicit",
+                    "--load-model", "minilm-bf16-torch", "--load-model", "minilm-fp32") as server:  # fmt: skip
+        client = Client(f"http://{server.http_url}")
+        try:
+            served = client.infer("minilm-bf16-torch", inputs).as_numpy("sentence_embedding")
+            original = client.infer("minilm-fp32", inputs).as_numpy("sentence_embedding")
+        finally:
+            client.close()
+    assert served.dtype == np.float32 and served.shape == (1, 384)
+    cosine = float(np.dot(served[0], original[0]) / (np.linalg.norm(served[0]) * np.linalg.norm(original[0])))
+    assert cosine > 0.995 and not np.array_equal(served, original)

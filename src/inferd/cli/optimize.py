@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 @click.option("--name", help="The model's name in the repository (default: the source's).")
 @click.option("--version", "model_version", type=click.IntRange(min=1), default=1, show_default=True,
               help="The winner's version folder.")  # fmt: skip
-@click.option("--candidates", default=",".join(("fp32", "ort", "transformer", "fp16", "int8-dynamic", "int8-static")),
-              show_default=True, help="Comma-separated candidates to build.")  # fmt: skip
+@click.option("--candidates", default="all", show_default=True,
+              help="Comma-separated candidates to build (all: every one that applies to the source).")  # fmt: skip
 @click.option("--inputs", default="random", show_default=True,
               help="Validation inputs: zero, random, a .npz / .json / .jsonl file, or a .tsv of pairs.")  # fmt: skip
 @click.option("--samples", type=click.IntRange(min=1), default=32, show_default=True, help="Generated samples.")
@@ -57,9 +57,10 @@ def optimize(
     model_type: str,
     min_gain: float,
 ) -> None:
-    """Turn SOURCE (an ONNX, TorchScript .pt or torch.export .pt2 file or model folder, or a Hugging
-    Face model folder) into ONNX candidates: fp32, ort (offline graph optimization), transformer
-    (fusions), fp16, int8-dynamic, int8-static. Each is loaded by inferd, validated against the
+    """Turn SOURCE (an ONNX, TorchScript .pt or torch.export .pt2 file or model folder, a TensorFlow
+    SavedModel, or a Hugging Face model folder) into candidates: ONNX ones (fp32, ort: offline graph
+    optimization, transformer: fusions, fp16, int8-dynamic, int8-static) and bfloat16 ones in the
+    source's framework (bf16-tf, bf16-torch). Each is loaded by inferd, validated against the
     original at its precision's tolerances and timed; the fastest that passes is written to
     OUTPUT/NAME with its config.pbtxt. Exits 1 when none passes."""
     from rich.console import Console
@@ -77,7 +78,7 @@ def optimize(
             output=output,
             name=name,
             version=model_version,
-            candidates=tuple(c.strip() for c in candidates.split(",") if c.strip()),
+            candidates=None if candidates == "all" else tuple(c.strip() for c in candidates.split(",") if c.strip()),
             inputs=inputs,
             samples=samples,
             shapes=dict(parse_shape(s) for s in shapes),

@@ -69,6 +69,17 @@ TF_GRAPH_TAG = ModelParameter(
     "serve",
     "The tag of the SavedModel's MetaGraph loaded.",
 )
+# TensorFlow SavedModels and PyTorch models (runtimes/tensorflow.py, runtimes/pytorch.py).
+MIXED_PRECISION = ModelParameter(
+    "MIXED_PRECISION",
+    "TensorFlow SavedModels (on the CPU) and PyTorch models",
+    "none: the model computes in its own types",
+    '`"bfloat16"` computes in bfloat16 where it is safe, inputs and outputs unchanged: TensorFlow\'s '
+    "grappler rewrites this model's graph with oneDNN's bfloat16 auto mixed precision (other models "
+    "in the server are untouched); PyTorch runs the model under `torch.autocast` and returns float32 "
+    "outputs as float32. A CPU without bfloat16 arithmetic (AVX512-BF16, AMX) is slower at it: the "
+    "load logs a warning.",
+)
 # Any batched model (runtimes/padded.py).
 ALLOWED_BATCH_SIZES = ModelParameter(
     "allowed_batch_sizes",
@@ -177,6 +188,7 @@ MODEL_PARAMETERS: tuple[ModelParameter, ...] = (
     CUDNN_CONV_ALGO_SEARCH,
     TF_SIGNATURE_DEF,
     TF_GRAPH_TAG,
+    MIXED_PRECISION,
     ALLOWED_BATCH_SIZES,
     PADDING,
     MAX_LENGTH,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from inferd.config.model import InstanceGroup, ModelConfig, ModelSignature, TensorConfig, TensorSpec
+from inferd.config.parameters import MIXED_PRECISION
 from inferd.errors import ModelConfigError
 
 if TYPE_CHECKING:
@@ -69,6 +70,42 @@ def _libc_function(name: str) -> Any:
 def cores_available() -> int:
     """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@functools.cache
+def cpu_description() -> tuple[str, frozenset[str]]:
+    """What names this CPU's instruction set, as Linux's /proc/cpuinfo says: ("flags", its flags)
+    on x86, ("features", ...) on arm64, ("model", its model lines) elsewhere (ppc64le: never its
+    clock, which moves); ("", empty) off Linux."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            lines = [line.split(":", 1) for line in cpuinfo if ":" in line]
+    except OSError:
+        return "", frozenset()
+    fields = [(name.strip().lower(), value.strip()) for name, value in lines]
+    flags = next(((name, value) for name, value in fields if name in ("flags", "features")), None)
+    if flags is not None:
+        return flags[0], frozenset(flags[1].split())
+    return "model", frozenset(value for name, value in fields if name in ("cpu", "model name"))
+
+
+def cpu_computes_bfloat16() -> bool:
+    """Whether the CPU has bfloat16 arithmetic (x86's AVX512-BF16 or AMX, arm64's BF16): without
+    it, bfloat16 kernels convert to float32 and back, slower than float32 alone."""
+    kind, flags = cpu_description()
+    return kind != "model" and bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def computes_in_bfloat16(config: ModelConfig) -> bool:
+    """Whether the config asks its model to compute in bfloat16 (the MIXED_PRECISION parameter)."""
+    value = config.parameters.get(MIXED_PRECISION.name)
+    if value is None:
+        return False
+    if value != "bfloat16":
+        raise ModelConfigError(
+            f"model '{config.name}': parameter {MIXED_PRECISION.name} is {value!r}; the one it takes is \"bfloat16\""
+        )
+    return True
 
 
 def positive_parameter(config: ModelConfig, name: str) -> int | None:

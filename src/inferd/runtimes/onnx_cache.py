@@ -46,6 +46,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferd.runtimes.base import cpu_description
+
 logger = logging.getLogger("inferd.onnx_cache")
 
 # Bumped when an entry's layout changes, so old entries are simply never found.
@@ -277,18 +279,8 @@ def machine_fingerprint() -> str:
     else its model lines (Linux); elsewhere the platform's own description."""
     global _fingerprint
     if _fingerprint is None:
-        described = platform.platform()
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
-                lines = [line.split(":", 1) for line in cpuinfo if ":" in line]
-            fields = [(name.strip().lower(), value.strip()) for name, value in lines]
-            flags = next((value for name, value in fields if name in ("flags", "features")), None)
-            if flags is not None:
-                described = " ".join(sorted(flags.split()))
-            else:  # ppc64le and others: the CPU's model (never its clock, which moves)
-                described = " ".join(sorted({value for name, value in fields if name in ("cpu", "model name")}))
-        except OSError:  # not Linux
-            pass
+        _, names = cpu_description()
+        described = " ".join(sorted(names)) if names else platform.platform()
         _fingerprint = f"{platform.machine()} {hashlib.sha256(described.encode()).hexdigest()[:16]}"
     return _fingerprint
 

@@ -8,6 +8,11 @@ dimensions), so its config may be left out; a TorchScript file does not, so its 
 tensors. Device choice is a pure function of the asked kind and the GPUs torch sees, testable
 without one. torch keeps one intra-op pool per process: it is sized to the cores once, whatever the
 instances (as the shared ONNX Runtime pool is).
+
+The MIXED_PRECISION parameter ("bfloat16") runs the model under `torch.autocast` on its device:
+matrix products and convolutions in bfloat16, what autocast keeps in float32 (reductions,
+normalisation) in float32. An output the signature declares float32 is returned as float32, so
+clients see the model they had.
 """
 
 from __future__ import annotations
@@ -24,9 +29,15 @@ import numpy as np
 import torch
 
 from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorSpec
-from inferd.config.parameters import INTER_OP_THREAD_COUNT, INTRA_OP_THREAD_COUNT
+from inferd.config.parameters import INTER_OP_THREAD_COUNT, INTRA_OP_THREAD_COUNT, MIXED_PRECISION
 from inferd.errors import InferdError, InternalError, InvalidRequestError, ModelLoadError, ModelOutputError
-from inferd.runtimes.base import RuntimeOptions, cores_available, signature_from_config
+from inferd.runtimes.base import (
+    RuntimeOptions,
+    computes_in_bfloat16,
+    cores_available,
+    cpu_computes_bfloat16,
+    signature_from_config,
+)
 from inferd.types import DataType
 
 logger = logging.getLogger("inferd.pytorch")
@@ -154,6 +165,12 @@ class PyTorchRuntime:
         positions = input_positions or {name: argument_names.index(name) for name in names}
         self._argument_order = sorted(names, key=lambda name: positions[name])
         self._output_positions = output_positions or {s.name: i for i, s in enumerate(self._signature.outputs)}
+        self._autocast = computes_in_bfloat16(config)
+        if self._autocast and self._device.type == "cpu" and not cpu_computes_bfloat16():
+            logger.warning(
+                "model %s: %s bfloat16 on a CPU without bfloat16 arithmetic (AVX512-BF16, AMX) is slower than float32",
+                config.name, MIXED_PRECISION.name, extra={"model": config.name},
+            )  # fmt: skip
 
     @property
     def signature(self) -> ModelSignature:
@@ -164,7 +181,7 @@ class PyTorchRuntime:
     ) -> dict[str, np.ndarray[Any, Any]]:
         arguments = [_tensor(inputs[name], self._device) for name in self._argument_order]
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), self._precision():
                 returned = self._module(*arguments)
         except InferdError:
             raise
@@ -185,7 +202,14 @@ class PyTorchRuntime:
             if position is None or position >= len(outputs):
                 raise ModelOutputError(f"model '{self._name}' returned {len(outputs)} outputs, none for '{name}'")
             results[name] = _array(outputs[position])
+            if self._autocast and results[name].dtype == _BFLOAT16:
+                results[name] = _declared_type(results[name], self._signature.outputs, name)
         return results
+
+    def _precision(self) -> contextlib.AbstractContextManager[Any]:
+        if not self._autocast:
+            return contextlib.nullcontext()
+        return torch.autocast(self._device.type, dtype=torch.bfloat16)
 
     def close(self) -> None:
         del self._module
@@ -217,6 +241,12 @@ def _array(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
     if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16: ml_dtypes' over the same bits
         return tensor.contiguous().view(torch.int16).numpy().view(_BFLOAT16)
     return tensor.numpy()
+
+
+def _declared_type(array: np.ndarray[Any, Any], specs: Sequence[TensorSpec], name: str) -> np.ndarray[Any, Any]:
+    """An output autocast made bfloat16, in the type the signature declares for it."""
+    declared = next((spec.datatype for spec in specs if spec.name == name), DataType.BF16)
+    return array if declared is DataType.BF16 else array.astype(declared.numpy_dtype)
 
 
 def _as_list(returned: Any, specs: Sequence[TensorSpec], name: str) -> list[torch.Tensor]:

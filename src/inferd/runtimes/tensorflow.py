@@ -16,6 +16,12 @@ side) keeps TensorFlow's size, one per core, or instances of a model would wait 
 Placement follows the instance group: KIND_CPU runs on the CPU, KIND_GPU on a GPU TensorFlow sees
 (a load error where it sees none, as for ONNX and PyTorch models), KIND_AUTO where TensorFlow
 places it. GPUs, where there are, grow their memory as they need it rather than take it all.
+
+The MIXED_PRECISION parameter ("bfloat16") has grappler rewrite the model's graph with oneDNN's
+bfloat16 auto mixed precision. TensorFlow 2 offers that rewrite only for the whole process
+(`tf.config.optimizer.set_experimental_options`); inferd instead gives this model's calls function
+options of their own (the calling thread's, set around each call), so the other models of the
+server keep computing in float32. TensorFlow instantiates a function once per set of options.
 """
 
 from __future__ import annotations
@@ -25,18 +31,22 @@ import gc
 import logging
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
+# No public API sets function options for one model's calls (only the process's): the eager
+# context's per-thread ones are what tf.function's calls read.
+from tensorflow.python.eager import context as tf_context
+
 from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorSpec
-from inferd.config.parameters import TF_GRAPH_TAG, TF_SIGNATURE_DEF
+from inferd.config.parameters import MIXED_PRECISION, TF_GRAPH_TAG, TF_SIGNATURE_DEF
 from inferd.datatypes import NAMES
 from inferd.errors import InternalError, InvalidRequestError, ModelLoadError
-from inferd.runtimes.base import RuntimeOptions, cores_available
+from inferd.runtimes.base import RuntimeOptions, computes_in_bfloat16, cores_available, cpu_computes_bfloat16
 from inferd.runtimes.tensorflow_layout import DEFAULT_SIGNATURE, DEFAULT_TAG, saved_model_folder
 from inferd.types import DataType
 
@@ -159,6 +169,7 @@ class SavedModelRuntime:
             outputs=tuple(_spec(n, s, f"output '{n}'") for n, s in sorted(outputs.items())),
         )
         self._dtypes = {name: spec.dtype for name, spec in named.items()}
+        self._call_options = _bfloat16_call_options(config, device) if computes_in_bfloat16(config) else None
 
     @property
     def signature(self) -> ModelSignature:
@@ -169,7 +180,7 @@ class SavedModelRuntime:
     ) -> dict[str, np.ndarray[Any, Any]]:
         try:
             # BYTES arrays (objects holding bytes) become tf.string; bfloat16 arrays are ml_dtypes', as TensorFlow's.
-            with self._placement:
+            with self._placement, self._options():
                 feeds = {name: tf.constant(array, dtype=self._dtypes[name]) for name, array in inputs.items()}
                 returned = self._function(**feeds)
         except (tf.errors.InvalidArgumentError, ValueError, TypeError) as exc:
@@ -185,9 +196,43 @@ class SavedModelRuntime:
                 results[name] = np.asarray(tensor.numpy())  # a 0-d one's is a numpy scalar
         return results
 
+    @contextlib.contextmanager
+    def _options(self) -> Iterator[None]:
+        """This model's function options on the calling thread for the call (then the thread's own)."""
+        if self._call_options is None:
+            yield
+            return
+        eager = tf_context.context()
+        previous = eager.function_call_options
+        eager.function_call_options = self._call_options
+        try:
+            yield
+        finally:
+            eager.function_call_options = previous
+
     def close(self) -> None:
         del self._function, self._model
         _collect_cycles()
+
+
+def _bfloat16_call_options(config: ModelConfig, device: str | None) -> Any:
+    """Function options whose grappler config turns on oneDNN's bfloat16 auto mixed precision."""
+    from tensorflow.core.protobuf import rewriter_config_pb2
+
+    if device is not None and device.startswith("/GPU"):
+        raise ModelLoadError(
+            f"model '{config.name}': {MIXED_PRECISION.name} bfloat16 is oneDNN's rewrite, for the CPU; "
+            "use instance_group KIND_CPU"
+        )
+    if not cpu_computes_bfloat16():
+        logger.warning(
+            "model %s: %s bfloat16 on a CPU without bfloat16 arithmetic (AVX512-BF16, AMX) is slower than float32",
+            config.name, MIXED_PRECISION.name, extra={"model": config.name},
+        )  # fmt: skip
+    eager = tf_context.context()
+    proto = eager.config  # a copy: the process's settings (pools, placement) with the rewrite added
+    proto.graph_options.rewrite_options.auto_mixed_precision_onednn_bfloat16 = rewriter_config_pb2.RewriterConfig.ON
+    return tf_context.FunctionCallOptions(config_proto=proto)
 
 
 # The lines of TensorFlow's messages that locate an error in its graph and in Python, not say it.

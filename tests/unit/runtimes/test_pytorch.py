@@ -13,7 +13,7 @@ from inferd.config.loader import parse_model_config
 from inferd.config.model import InstanceGroup, InstanceKind, ModelConfig
 from inferd.core.loading import load_version
 from inferd.core.metrics import NoMetrics
-from inferd.errors import InvalidRequestError, ModelLoadError
+from inferd.errors import InvalidRequestError, ModelConfigError, ModelLoadError
 from inferd.runtimes import load_runtime
 from inferd.runtimes.base import RuntimeOptions
 from inferd.runtimes.pytorch import select_device
@@ -121,3 +121,39 @@ def test_an_unreadable_file_is_a_load_error(tmp_path: Path) -> None:
     (tmp_path / "1" / "model.pt").write_bytes(b"not a torch file")
     with pytest.raises(ModelLoadError, match="torch cannot load"):
         load_runtime(parse_model_config(TRITON_NAMES, model_name="m"), tmp_path / "1", OPTIONS)
+
+
+def autocast_expected(seed: int, x: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        y, total = torch_module(seed)(torch.tensor(x), torch.tensor(scale))
+    return y.float().numpy(), total.float().numpy()
+
+
+@pytest.mark.parametrize("file", ["model.pt2", "model.pt"])
+def test_mixed_precision_bfloat16_runs_under_autocast_and_answers_in_the_declared_float32(
+    tmp_path: Path, file: str
+) -> None:
+    (exported_model if file == "model.pt2" else torchscript_model)(tmp_path / "1" / file, seed=6)
+    text = TRITON_NAMES.replace("INPUT__1", "scale").replace("INPUT__0", "x") if file == "model.pt" else ""
+    plain = parse_model_config(text, model_name="m")
+    mixed = parse_model_config(text + 'parameters { key: "MIXED_PRECISION" value { string_value: "bfloat16" } }',
+                               model_name="m")  # fmt: skip
+    x = np.random.default_rng(6).standard_normal((5, 4)).astype(np.float32)
+    scale = np.full((5, 1), 1.7, np.float32)
+    names = ["OUTPUT__0", "OUTPUT__1"] if file == "model.pt2" else ["OUTPUT__1", "OUTPUT__0"]  # Triton's order
+    float32 = load_runtime(plain, tmp_path / "1", OPTIONS).execute({"x": x, "scale": scale}, names)
+    bfloat16 = load_runtime(mixed, tmp_path / "1", OPTIONS).execute({"x": x, "scale": scale}, names)
+    y_name = "OUTPUT__0"
+    assert bfloat16[y_name].dtype == np.float32
+    np.testing.assert_array_equal(float32[y_name], expected(6, x, scale)[0])
+    np.testing.assert_array_equal(bfloat16[y_name], autocast_expected(6, x, scale)[0])
+    assert not np.array_equal(bfloat16[y_name], float32[y_name])  # computed in bfloat16: rounded
+    np.testing.assert_allclose(bfloat16[y_name], float32[y_name], atol=0.05, rtol=0.02)
+
+
+def test_mixed_precision_takes_only_bfloat16(tmp_path: Path) -> None:
+    exported_model(tmp_path / "1" / "model.pt2")
+    config = parse_model_config('parameters { key: "MIXED_PRECISION" value { string_value: "float16" } }',
+                                model_name="m")  # fmt: skip
+    with pytest.raises(ModelConfigError, match=r"MIXED_PRECISION is 'float16'; the one it takes is \"bfloat16\""):
+        load_runtime(config, tmp_path / "1", OPTIONS)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from inferd.config.model import InstanceGroup, InstanceKind, ModelConfig
-from inferd.errors import InvalidRequestError, ModelLoadError
+from inferd.errors import InvalidRequestError, ModelConfigError, ModelLoadError
 from inferd.runtimes.base import RuntimeOptions
 from inferd.testing.isolated import in_child
 from inferd.testing.models import tensorflow_savedmodel
@@ -135,3 +135,36 @@ def test_a_closed_model_is_freed_under_a_frozen_collector_and_the_freeze_stays(m
     """A SavedModel's functions live in reference cycles: closed after a server's start-up froze
     the collector (gc.freeze), they stayed for good (about 100 MiB a model of 16 MiB)."""
     in_child(check_freed_under_freeze, multi)
+
+
+def check_mixed_precision(folder: Path) -> None:
+    import tensorflow as tf
+
+    mixed_config = ModelConfig(name="m", parameters={"MIXED_PRECISION": "bfloat16"})
+    options = RuntimeOptions(InstanceGroup(kind=InstanceKind.CPU), intra_op_threads=None)
+    from inferd.runtimes.tensorflow import SavedModelRuntime
+
+    mixed, plain = SavedModelRuntime(mixed_config, folder, options), runtime(folder, InstanceKind.CPU)
+    x = np.random.default_rng(7).standard_normal((6, 4)).astype(np.float32)
+    feed = {"x": x, "text": np.array([b"a"] * 6, dtype=object), "ids": np.ones((6, 3), np.int64)}
+    weights = tf.saved_model.load(str(folder / "model.savedmodel")).w.numpy()
+    exact = (tf.constant(x) @ tf.constant(weights)).numpy()
+    # Interleaved on one thread: each model's calls keep their own options.
+    for _ in range(2):
+        computed = mixed.execute(feed, ["y"])["y"]
+        assert plain.execute(feed, ["y"])["y"].tolist() == exact.tolist()
+    assert computed.dtype == np.float32 and computed.tolist() != exact.tolist()  # rounded through bfloat16
+    np.testing.assert_allclose(computed, exact, atol=0.05, rtol=0.02)
+    assert mixed.execute(feed, ["length"])["length"].tolist() == [1] * 6  # what is not float is untouched
+    try:
+        SavedModelRuntime(ModelConfig(name="m", parameters={"MIXED_PRECISION": "fp16"}), folder, options)
+    except ModelConfigError as exc:
+        assert "MIXED_PRECISION is 'fp16'" in exc.message
+    else:
+        raise AssertionError("MIXED_PRECISION fp16 loaded")
+
+
+def test_mixed_precision_bfloat16_rewrites_this_model_s_graph_and_no_other_s(multi: Path) -> None:
+    """grappler's oneDNN bfloat16 rewrite for one model's calls: TensorFlow offers it only for the
+    whole process, so a float32 model beside it would have changed its answers too."""
+    in_child(check_mixed_precision, multi)

@@ -1,5 +1,5 @@
-"""The candidates `inferd optimize` builds from an FP32 ONNX model, each a function from the source
-file to a new file, with ONNX Runtime's own tools doing the work:
+"""The candidates `inferd optimize` builds, each a function that fills a version folder. Most start
+from the FP32 ONNX model, with ONNX Runtime's own tools doing the work:
 
 * `fp32`         the model itself (its batch dimension made dynamic if it was fixed);
 * `ort`          ONNX Runtime's offline graph optimization (constant folding, node fusions) saved;
@@ -11,7 +11,14 @@ file to a new file, with ONNX Runtime's own tools doing the work:
                  weights only: quantizing activation-by-activation products costs accuracy);
 * `int8-static`  weights and activations int8 (QDQ), activation ranges calibrated on a sample file.
 
-A build that has nothing to do (no MatMul to quantize) raises `NotApplicable`, reported as skipped."""
+Two stay in the source's framework and compute in bfloat16 where the CPU has bfloat16 arithmetic,
+served with the MIXED_PRECISION parameter:
+
+* `bf16-tf`      a SavedModel, rewritten by grappler's oneDNN bfloat16 auto mixed precision;
+* `bf16-torch`   a PyTorch model (a Hugging Face folder's as a torch.export program) under autocast.
+
+A build that has nothing to do (no MatMul to quantize, a source of another framework) raises
+`NotApplicable`, reported as skipped."""
 
 from __future__ import annotations
 
@@ -25,7 +32,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-Precision = Literal["fp32", "fp16", "int8"]
+Precision = Literal["fp32", "fp16", "bf16", "int8"]
+Framework = Literal["onnx", "tensorflow", "pytorch", "hugging-face"]
+"""What the source is: a candidate in the source's framework runs there (onnx: any source, through
+its FP32 ONNX model)."""
+ONNX_FILE = "model.onnx"
+SAVEDMODEL_FOLDER = "model.savedmodel"
 Samples = list[dict[str, np.ndarray[Any, Any]]]
 
 
@@ -42,6 +54,9 @@ class BuildContext:
     calibration: Samples | None
     model_type: str
     """onnxruntime.transformers' model type (bert, roberta, ...) for the transformer optimizer."""
+    original: Path | None = None
+    """The source as given: a SavedModel folder, a .pt / .pt2 file, a Hugging Face folder."""
+    framework: Framework = "onnx"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +64,21 @@ class CandidateKind:
     name: str
     precision: Precision
     build: Callable[[BuildContext, Path], None]
+    """Fills the (empty) version folder it is given."""
     description: str
+    framework: Framework = "onnx"
+    """The framework the candidate runs in: onnx ones apply to every source, the others to theirs."""
+
+    def applies_to(self, source: Framework) -> bool:
+        return self.framework == "onnx" or self.framework == source or (
+            self.framework == "pytorch" and source == "hugging-face"
+        )  # fmt: skip
 
 
-def build_fp32(context: BuildContext, output: Path) -> None:
+def build_fp32(context: BuildContext, version: Path) -> None:
     import onnx
 
+    output = version / ONNX_FILE
     model = onnx.load(str(context.source))
     if make_batch_dynamic(model):
         onnx.save(model, str(output))
@@ -62,9 +86,10 @@ def build_fp32(context: BuildContext, output: Path) -> None:
         shutil.copyfile(context.source, output)
 
 
-def build_ort(context: BuildContext, output: Path) -> None:
+def build_ort(context: BuildContext, version: Path) -> None:
     import onnxruntime as ort
 
+    output = version / ONNX_FILE
     options = ort.SessionOptions()
     # EXTENDED, not ALL: ALL adds layout changes for this machine's CPU, which a saved model must not keep.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
@@ -72,11 +97,11 @@ def build_ort(context: BuildContext, output: Path) -> None:
     ort.InferenceSession(str(context.source), options, providers=["CPUExecutionProvider"])
 
 
-def build_transformer(context: BuildContext, output: Path) -> None:
-    _transformer_optimized(context).save_model_to_file(str(output))
+def build_transformer(context: BuildContext, version: Path) -> None:
+    _transformer_optimized(context).save_model_to_file(str(version / ONNX_FILE))
 
 
-def build_fp16(context: BuildContext, output: Path) -> None:
+def build_fp16(context: BuildContext, version: Path) -> None:
     if _is_transformer(context):
         model = _transformer_optimized(context)
     else:
@@ -88,19 +113,19 @@ def build_fp16(context: BuildContext, output: Path) -> None:
         raise NotApplicable("the model has no float32 weights")
     with _quiet():
         model.convert_float_to_float16(keep_io_types=True)
-    model.save_model_to_file(str(output))
+    model.save_model_to_file(str(version / ONNX_FILE))
 
 
-def build_int8_dynamic(context: BuildContext, output: Path) -> None:
+def build_int8_dynamic(context: BuildContext, version: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     _needs_weight_matmul(context.source)
     with _quiet():
-        quantize_dynamic(str(context.source), str(output), weight_type=QuantType.QInt8, per_channel=True,
+        quantize_dynamic(str(context.source), str(version / ONNX_FILE), weight_type=QuantType.QInt8, per_channel=True,
                          op_types_to_quantize=["MatMul"], extra_options={"MatMulConstBOnly": True})  # fmt: skip
 
 
-def build_int8_static(context: BuildContext, output: Path) -> None:
+def build_int8_static(context: BuildContext, version: Path) -> None:
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     if not context.calibration:
@@ -117,10 +142,38 @@ def build_int8_static(context: BuildContext, output: Path) -> None:
 
     with _quiet():
         quantize_static(
-            str(context.source), str(output), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+            str(context.source), str(version / ONNX_FILE), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
             op_types_to_quantize=["MatMul", "Gemm", "Conv"], extra_options={"MatMulConstBOnly": True},
         )  # fmt: skip
+
+
+def build_bf16_tf(context: BuildContext, version: Path) -> None:
+    _needs_bfloat16_arithmetic()
+    assert context.original is not None
+    shutil.copytree(context.original, version / SAVEDMODEL_FOLDER)
+
+
+def build_bf16_torch(context: BuildContext, version: Path) -> None:
+    from inferd.runtimes.pytorch import EXPORTED_FILENAME, TORCHSCRIPT_FILENAME
+    from inferd.tools.optimize.export import export_hugging_face_torch
+
+    _needs_bfloat16_arithmetic()
+    assert context.original is not None
+    if context.framework == "hugging-face":  # float32 weights, as the source's: autocast computes in bfloat16
+        export_hugging_face_torch(context.original, version / EXPORTED_FILENAME, "float32")
+    else:
+        name = EXPORTED_FILENAME if context.original.suffix == ".pt2" else TORCHSCRIPT_FILENAME
+        shutil.copyfile(context.original, version / name)
+
+
+def _needs_bfloat16_arithmetic() -> None:
+    from inferd.runtimes.base import cpu_computes_bfloat16
+
+    if not cpu_computes_bfloat16():
+        raise NotApplicable(
+            "this CPU has no bfloat16 arithmetic (AVX512-BF16 or AMX): bfloat16 would be slower than float32 here"
+        )
 
 
 CANDIDATES: dict[str, CandidateKind] = {
@@ -132,6 +185,10 @@ CANDIDATES: dict[str, CandidateKind] = {
         CandidateKind("fp16", "fp16", build_fp16, "float16 weights and compute, float32 inputs and outputs"),
         CandidateKind("int8-dynamic", "int8", build_int8_dynamic, "int8 weights per channel, dynamic activations"),
         CandidateKind("int8-static", "int8", build_int8_static, "int8 weights and activations (QDQ), calibrated"),
+        CandidateKind(
+            "bf16-tf", "bf16", build_bf16_tf, "the SavedModel, oneDNN bfloat16 mixed precision", "tensorflow"
+        ),
+        CandidateKind("bf16-torch", "bf16", build_bf16_torch, "the PyTorch model under bfloat16 autocast", "pytorch"),
     )
 }
 

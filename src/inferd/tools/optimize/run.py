@@ -1,10 +1,11 @@
-"""`run_optimize`: source → FP32 ONNX → every candidate (`candidates.py`), each written as a model
-folder (config.pbtxt + version), loaded by inferd's own runtime, run at batch 1 and at a batch of
-several rows when it batches, validated against the original with `inferd validate`'s comparison
-at its precision's tolerances, and timed. The fastest candidate that passes is the winner and goes
-to `OUTPUT/NAME/`, ready for the repository; every passing candidate goes to
-`OUTPUT/NAME-KIND/` (for `inferd analyze`'s variants); `OUTPUT/optimize.json` records
-all of them. A candidate that fails to build, to load or to match is reported and never written."""
+"""`run_optimize`: source → FP32 ONNX → every candidate (`candidates.py`: ONNX ones, and bfloat16
+ones in the source's own framework), each written as a model folder (config.pbtxt + version),
+loaded by inferd's own runtime, run at batch 1 and at a batch of several rows when it batches,
+validated against the original with `inferd validate`'s comparison at its precision's tolerances,
+and timed. The fastest candidate that passes is the winner and goes to `OUTPUT/NAME/`, ready for
+the repository; every passing candidate goes to `OUTPUT/NAME-KIND/` (for `inferd analyze`'s
+variants); `OUTPUT/optimize.json` records all of them. A candidate that fails to build, to load or
+to match is reported and never written."""
 
 from __future__ import annotations
 
@@ -25,13 +26,21 @@ import numpy as np
 import orjson
 
 from inferd.config.loader import CONFIG_FILE_NAME
-from inferd.config.parameters import TF_GRAPH_TAG, TF_SIGNATURE_DEF
+from inferd.config.parameters import MIXED_PRECISION, TF_GRAPH_TAG, TF_SIGNATURE_DEF
 from inferd.errors import ModelLoadError
 from inferd.runtimes import TENSORFLOW, detect_runtime
 from inferd.runtimes.tensorflow_layout import DEFAULT_SIGNATURE, DEFAULT_TAG, saved_model_folder
 from inferd.tools import model_config
 from inferd.tools.inputs import file_samples, request_shapes, synthetic_samples
-from inferd.tools.optimize.candidates import CANDIDATES, BuildContext, NotApplicable, Precision, Samples
+from inferd.tools.optimize.candidates import (
+    CANDIDATES,
+    ONNX_FILE,
+    BuildContext,
+    Framework,
+    NotApplicable,
+    Precision,
+    Samples,
+)
 from inferd.tools.optimize.export import convert_saved_model, export_hugging_face, export_torch, is_hugging_face_folder
 from inferd.tools.validate import Tolerances, ValidateSettings, run_validation
 from inferd.tools.validate.models import LocalModel
@@ -39,8 +48,10 @@ from inferd.tools.validate.pairs import TOKEN_INPUTS, load_tokenizer, read_pairs
 from inferd.tools.validate.run import ValidationReport
 from inferd.types import DataType, ModelMetadata
 
-MODEL_FILE = "model.onnx"
 ONNX_PLATFORM = "onnxruntime_onnx"
+NATIVE_PLATFORMS: dict[Framework, str] = {
+    "tensorflow": "tensorflow_savedmodel", "pytorch": "pytorch_libtorch", "hugging-face": "pytorch_libtorch",
+}  # fmt: skip
 DEFAULT_MAX_BATCH_SIZE = 32
 BATCH_CHECK_ROWS = 4
 TIMING_ROUNDS = 5
@@ -51,11 +62,19 @@ TIMING_RUNS = 20
 DEFAULT_TOLERANCES: dict[Precision, Tolerances] = {
     "fp32": Tolerances(atol=1e-3, min_cosine=0.999),
     "fp16": Tolerances(atol=1e-2, min_cosine=0.999),
+    # bfloat16 keeps 8 bits of mantissa (float16 keeps 11): judged, as INT8 is, by the decisions too.
+    "bf16": Tolerances(atol=5e-2, min_cosine=0.995, max_flip_rate=0.01),
     "int8": Tolerances(atol=0.1, min_cosine=0.95, max_flip_rate=0.01),
 }
-PRECISION_ORDER: tuple[Precision, ...] = ("fp32", "fp16", "int8")
+PRECISION_ORDER: tuple[Precision, ...] = ("fp32", "fp16", "bf16", "int8")
 
 Status = Literal["passed", "rejected", "skipped", "error", "unservable"]
+FRAMEWORK_SOURCES: dict[Framework, str] = {
+    "onnx": "every source",
+    "tensorflow": "TensorFlow SavedModels",
+    "pytorch": "PyTorch sources (.pt, .pt2, a Hugging Face folder)",
+    "hugging-face": "Hugging Face folders",
+}
 
 
 class OptimizeError(ValueError):
@@ -68,7 +87,8 @@ class OptimizeSettings:
     output: Path
     name: str | None = None
     version: int = 1
-    candidates: tuple[str, ...] = tuple(CANDIDATES)
+    candidates: tuple[str, ...] | None = None
+    """The candidates to build; None: every one that applies to the source's framework."""
     inputs: str = "random"
     """Validation inputs, as `inferd validate --inputs` (zero, random, .npz/.json/.jsonl, .tsv pairs)."""
     samples: int = 32
@@ -120,29 +140,38 @@ class _Prepared:
     metadata: ModelMetadata
     max_batch_size: int
     tokenizer: Path | None
+    framework: Framework
+    original: Path
+    """The source's model: an ONNX file, a SavedModel folder, a .pt / .pt2 file, a Hugging Face folder."""
+    native_config: Any
+    """The ModelConfig message of candidates that stay in the source's framework."""
 
 
 Progress = Callable[[str], None]
 
 
 def run_optimize(settings: OptimizeSettings, progress: Progress = lambda _: None) -> OptimizeReport:
-    unknown = [name for name in settings.candidates if name not in CANDIDATES]
+    unknown = [name for name in settings.candidates or () if name not in CANDIDATES]
     if unknown:
         raise OptimizeError(f"unknown candidates {unknown}; choose from {', '.join(CANDIDATES)}")
     with tempfile.TemporaryDirectory(prefix="inferd-optimize-") as scratch:
         work = Path(scratch)
         prepared = _prepare(settings, work, progress)
+        kinds = settings.candidates
+        if kinds is None:
+            kinds = tuple(name for name, kind in CANDIDATES.items() if kind.applies_to(prepared.framework))
         target = settings.output / prepared.name
-        for folder in (prepared.name, *(f"{prepared.name}-{kind}" for kind in settings.candidates)):
+        for folder in (prepared.name, *(f"{prepared.name}-{kind}" for kind in kinds)):
             if (settings.output / folder / str(settings.version)).exists():
                 raise OptimizeError(
                     f"{settings.output / folder / str(settings.version)} exists: choose another --version or --output"
                 )
         _check_inputs(settings, prepared)
-        context = BuildContext(prepared.baseline, work, _calibration(settings, prepared), settings.model_type)
+        context = BuildContext(prepared.baseline, work, _calibration(settings, prepared), settings.model_type,
+                               prepared.original, prepared.framework)  # fmt: skip
         results = []
         with _Builder() as builder:
-            for kind in settings.candidates:
+            for kind in kinds:
                 progress(f"{kind}: building")
                 results.append(
                     _try_candidate(kind, settings, prepared, context, builder, work / "candidates", progress)
@@ -164,7 +193,7 @@ def _prepare(settings: OptimizeSettings, work: Path, progress: Progress) -> _Pre
     source = settings.source
     if not source.exists():
         raise OptimizeError(f"source '{source}' does not exist")
-    baseline = work / "export" / MODEL_FILE
+    baseline = work / "export" / ONNX_FILE
     tokenizer = settings.tokenizer
     if is_hugging_face_folder(source):
         progress("exporting the Hugging Face model to ONNX")
@@ -177,20 +206,26 @@ def _prepare(settings: OptimizeSettings, work: Path, progress: Progress) -> _Pre
         reference_model = LocalModel(baseline)
         reference = str(baseline)
         message = None
+        framework: Framework = "hugging-face"
+        original = source
     else:
         model_file, message = _model_file(source)
         name = settings.name or (source.name if source.is_dir() else model_file.stem)
         reference_model = LocalModel(source)
         reference = str(source)
+        original = model_file
         if model_file.suffix == ".onnx":
             baseline = model_file
+            framework = "onnx"
         elif model_file.is_dir():  # a SavedModel (the reference runs it on TensorFlow, as inferd serves it)
             parameters = message.parameters if message is not None else {}
             signature = parameters[TF_SIGNATURE_DEF.name].string_value if TF_SIGNATURE_DEF.name in parameters else ""
             tag = parameters[TF_GRAPH_TAG.name].string_value if TF_GRAPH_TAG.name in parameters else ""
+            framework = "tensorflow"
             progress(f"converting the SavedModel to ONNX with tf2onnx (signature {signature or DEFAULT_SIGNATURE})")
             convert_saved_model(model_file, baseline, signature or DEFAULT_SIGNATURE, tag or DEFAULT_TAG)
         elif model_file.suffix in (".pt", ".pt2"):
+            framework = "pytorch"
             progress(f"exporting {model_file.name} to ONNX")
             metadata = reference_model.metadata
             batched = reference_model.max_batch_size > 0
@@ -210,15 +245,41 @@ def _prepare(settings: OptimizeSettings, work: Path, progress: Progress) -> _Pre
     if max_batch_size is None:
         configured = message.max_batch_size if message is not None else 0
         max_batch_size = configured or (DEFAULT_MAX_BATCH_SIZE if source_batch else 0)
+    native = _native_config(name, framework, message, metadata, max_batch_size)
     config = model_config.new_message(name, ONNX_PLATFORM, max_batch_size)
     if message is not None:  # keep what the user configured (batching, instances, warmup, labels...)
         config.CopyFrom(message)
         config.name, config.platform, config.backend, config.default_model_filename = name, ONNX_PLATFORM, "", ""
         config.max_batch_size = max_batch_size
-        for key in (TF_SIGNATURE_DEF.name, TF_GRAPH_TAG.name):  # the SavedModel's: nothing of the ONNX port's
+        for key in (TF_SIGNATURE_DEF.name, TF_GRAPH_TAG.name, MIXED_PRECISION.name):  # nothing of the ONNX port's
             if key in config.parameters:
                 del config.parameters[key]
-    return _Prepared(name, baseline, reference, config, metadata, max_batch_size, tokenizer)
+    return _Prepared(name, baseline, reference, config, metadata, max_batch_size, tokenizer, framework, original,
+                     native)  # fmt: skip
+
+
+def _native_config(name: str, framework: Framework, message: Any, metadata: ModelMetadata, max_batch_size: int) -> Any:
+    """The config of a candidate in the source's framework: the source's own (its file named as the
+    candidate's folder names it), else one naming the tensors as the reference does, for a program
+    exported from a Hugging Face folder."""
+    if framework == "onnx":
+        return None
+    if message is not None:
+        config = replace_name(message, name)
+        config.default_model_filename = ""
+        config.max_batch_size = max_batch_size
+        return config
+    if framework != "hugging-face":  # a SavedModel or torch.export program describes itself
+        return model_config.new_message(name, NATIVE_PLATFORMS[framework], max_batch_size)
+    batch = 1 if max_batch_size > 0 else 0
+
+    def described(tensors: Any) -> list[model_config.TensorDescription]:
+        return [model_config.TensorDescription(t.name, DataType.from_wire(t.datatype), tuple(t.shape[batch:]))
+                for t in tensors]  # fmt: skip
+
+    return model_config.new_message(
+        name, NATIVE_PLATFORMS[framework], max_batch_size, described(metadata.inputs), described(metadata.outputs)
+    )
 
 
 def _model_file(source: Path) -> tuple[Path, Any]:
@@ -312,12 +373,18 @@ def _try_candidate(
 ) -> CandidateResult:  # fmt: skip
     candidate = CANDIDATES[kind]
     model_dir = folder / f"{prepared.name}-{kind}"
-    model_file = model_dir / "1" / MODEL_FILE
-    model_file.parent.mkdir(parents=True, exist_ok=True)
+    version_dir = model_dir / "1"
+    version_dir.mkdir(parents=True, exist_ok=True)
     result = CandidateResult(kind, candidate.precision, "error")
     try:
-        builder.build(kind, context, model_file)
-        config = replace_name(prepared.config, model_dir.name)
+        if not candidate.applies_to(prepared.framework):
+            raise NotApplicable(f"for {FRAMEWORK_SOURCES[candidate.framework]}; this source is {prepared.framework}")
+        builder.build(kind, context, version_dir)
+        if candidate.framework == "onnx":
+            config = replace_name(prepared.config, model_dir.name)
+        else:  # computes in bfloat16 in the source's framework
+            config = replace_name(prepared.native_config, model_dir.name)
+            config.parameters[MIXED_PRECISION.name].string_value = "bfloat16"
         model_config.write(model_dir, config)
     except NotApplicable as exc:
         progress(f"{kind}: skipped ({exc})")
@@ -325,7 +392,7 @@ def _try_candidate(
     except Exception as exc:
         progress(f"{kind}: could not be built ({exc})")
         return replace(result, reason=f"build failed: {_one_line(exc)}")
-    result = replace(result, size_bytes=model_file.stat().st_size)
+    result = replace(result, size_bytes=sum(p.stat().st_size for p in version_dir.rglob("*") if p.is_file()))
     tolerances = settings.tolerances.get(candidate.precision, DEFAULT_TOLERANCES[candidate.precision])
     try:
         progress(f"{kind}: validating against the original")
@@ -452,9 +519,8 @@ def _install(
     built: Path, target: Path, version: int, result: CandidateResult, settings: OptimizeSettings, name: str
 ) -> None:
     """A built candidate as model folder `target` (version `version`, config.pbtxt saying what it is)."""
-    version_dir = target / str(version)
-    version_dir.mkdir(parents=True)
-    shutil.copyfile(built / "1" / MODEL_FILE, version_dir / MODEL_FILE)
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(built / "1", target / str(version))
     comment = (
         f"Written by inferd optimize from {settings.source} ({time.strftime('%Y-%m-%d')}): candidate "
         f"'{result.name}' ({CANDIDATES[result.name].description}),\n{result.latency_ms or 0:.3f} ms per "
