@@ -5,6 +5,7 @@ metadata, one side may be a running server, sentence pairs on all-MiniLM-L6-v2, 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferd.testing.models import add_sub_model, minilm_files, mlp_model
+from inferd.testing.models import add_sub_model, cross_encoder_program, minilm_files, mlp_model
 from inferd.testing.server import ServerProcess
 
 pytestmark = pytest.mark.e2e
@@ -152,6 +153,34 @@ def test_the_published_regression_check_on_0_to_5_scores(pipeline_repository: Pa
     assert similarity["flips"] == 0 and 0 < similarity["abs_diff_max"] < 5  # on the 0-5 scale
     assert record["label_f1"] == {"reference": 1.0, "candidate": 1.0}  # the two alike pairs, and only they, above 3
     assert "F1 1.0000" in " ".join(result.stdout.split())
+
+
+def test_the_regression_check_on_a_cross_encoder_in_bfloat16_against_float32(tmp_path: Path) -> None:
+    """The form a cross-encoder (a model reading both sentences) takes: its logit through a sigmoid,
+    x 5, threshold 3; the same program computing in bfloat16 (MIXED_PRECISION) as the candidate."""
+    reference, candidate = tmp_path / "cross", tmp_path / "cross-bf16"
+    cross_encoder_program(reference / "1" / "model.pt2", seed=3)
+    (candidate / "1").mkdir(parents=True)
+    shutil.copyfile(reference / "1" / "model.pt2", candidate / "1" / "model.pt2")
+    (candidate / "config.pbtxt").write_text('parameters { key: "MIXED_PRECISION" value { string_value: "bfloat16" } }')
+    pairs = tmp_path / "graded.tsv"
+    pairs.write_text(
+        "A man is playing a guitar.\tSomeone plays the guitar.\t4.6\n"
+        "The cat sat on the mat.\tA stock market report for today.\t0.0\n"
+        "Two dogs run in a field.\tTwo dogs are sleeping on a couch.\t1.6\n"
+    )
+    report_dir = tmp_path / "report"
+    result = validate(str(reference), str(candidate), "--inputs", str(pairs), "--tokenizer",
+                      str(minilm_files() / "tokenizer.json"), "--score-activation", "sigmoid", "--score-scale", "5",
+                      "--threshold", "3", "--atol", "0.05", "--report", str(report_dir))  # fmt: skip
+    assert result.returncode == 0, result.stderr + result.stdout
+    record = json.loads((report_dir / "validate.json").read_text())
+    assert record["pair_model"] == "cross-encoder" and record["samples"] == 3
+    [similarity] = record["outputs"]  # a score a pair: no embeddings to compare
+    assert similarity["name"] == "similarity" and similarity["flips"] == 0
+    assert 0 < similarity["abs_diff_max"] < 0.05  # computed in bfloat16: close, not equal
+    assert set(record["label_f1"]) == {"reference", "candidate"}
+    assert "per pair" in " ".join(result.stdout.split())
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -33,14 +34,25 @@ class ValidateError(click.ClickException):
               help="Or this share of the decisions, when more.")  # fmt: skip
 @click.option("--max-top1", type=click.IntRange(min=0), default=0, show_default=True, help="Top-1 changes allowed.")
 @click.option("--tokenizer", type=click.Path(exists=True, path_type=Path), help="tokenizer.json, for token-id models.")
-@click.option("--embedding", help="Pairs: the output holding the embedding (default sentence_embedding or the first).")
+@click.option(
+    "--embedding",
+    help="Pairs: the output holding the embedding, or a cross-encoder's score "
+    "(default sentence_embedding or the first).",
+)
 @click.option(
     "--score-scale",
     type=click.FloatRange(min=0, min_open=True),
     default=1.0,
     show_default=True,
-    help="Pairs: a pair's score is this times its embeddings' cosine (5: STS's 0-5, with --threshold 3).",
+    help="Pairs: a pair's score is this times its embeddings' cosine, or a cross-encoder's score (5: STS's 0-5, "
+    "with --threshold 3).",
 )
+@click.option("--pair-model", type=click.Choice(["auto", "bi-encoder", "cross-encoder"]), default="auto",
+              show_default=True,
+              help="Pairs: a bi-encoder embeds each sentence (score: cosine); a cross-encoder reads the pair and "
+                   "answers its score (auto: two text inputs, or an output of one value a row).")  # fmt: skip
+@click.option("--score-activation", type=click.Choice(["none", "sigmoid"]), default="none", show_default=True,
+              help="Pairs: a cross-encoder's score as answered, or through a sigmoid (for a logit).")  # fmt: skip
 @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path), help="Write JSON + PNG here.")
 def validate(
     reference: str,
@@ -60,6 +72,8 @@ def validate(
     tokenizer: Path | None,
     embedding: str | None,
     score_scale: float,
+    pair_model: Literal["auto", "bi-encoder", "cross-encoder"],
+    score_activation: Literal["none", "sigmoid"],
     report_dir: Path | None,
 ) -> None:
     """Run REFERENCE and CANDIDATE (model files or folders inferd can load, or server models as
@@ -94,6 +108,8 @@ def validate(
             tokenizer=tokenizer,
             embedding=embedding,
             score_scale=score_scale,
+            pair_model=pair_model,
+            score_activation=score_activation,
         )
         report = run_validation(settings)
     except (InputError, ValueError) as exc:

@@ -217,6 +217,42 @@ def exported_model(path: Path, seed: int = 0) -> None:
     torch.export.save(program, str(path))
 
 
+def cross_encoder_program(path: Path, seed: int = 0, vocabulary: int = 30522) -> None:
+    """A small BERT cross-encoder (two layers, width 32, random weights from `seed`) as a
+    torch.export program (model.pt2): input_ids, attention_mask and token_type_ids [batch, tokens]
+    INT64 of a sentence pair encoded together → one logit a pair [batch, 1]. `vocabulary` fits
+    all-MiniLM-L6-v2's tokenizer."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    settings: dict[str, Any] = {  # num_labels and attn_implementation are PretrainedConfig's, untyped
+        "vocab_size": vocabulary, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 64, "num_labels": 1, "attn_implementation": "eager",
+    }  # fmt: skip
+    encoder: Any = BertForSequenceClassification(BertConfig(**settings))
+    encoder.eval()
+
+    class CrossEncoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            return self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                token_type_ids=token_type_ids).logits  # fmt: skip
+
+    batch, tokens = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("tokens", min=2, max=512)
+    example = tuple(torch.ones(2, 8, dtype=torch.int64) for _ in range(3))
+    with torch.no_grad():
+        program = torch.export.export(
+            CrossEncoder(), example, dynamic_shapes={name: {0: batch, 1: tokens} for name in
+                                                      ("input_ids", "attention_mask", "token_type_ids")},
+        )  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.export.save(program, str(path))
+
+
 def reference_session(path: Path) -> Any:
     """A plain ONNX Runtime session of `path`, to check a served model's answers by hand. In a test
     process where an in-process inferd made ONNX Runtime's process-wide thread pool, every later

@@ -1,8 +1,17 @@
-"""Sentence pairs, as the published BF16 check used them: each model embeds both sentences of a
-pair, the pair's score is the cosine similarity of the two embeddings, and a decision is the score
-against a threshold. A model takes either text (one BYTES input: a served tokenizer → encoder
-pipeline) or token ids (input_ids, attention_mask, token_type_ids), tokenized here with the
-model's tokenizer.json. An embedding output with a sequence axis is mean-pooled over the mask."""
+"""Sentence pairs, as the published BF16 check used them: a pair's score, and a decision, the score
+against a threshold. Two kinds of model score a pair:
+
+* a bi-encoder embeds each sentence, and the pair's score is the cosine similarity of the two
+  embeddings (MiniLM's). It takes either text (one BYTES input: a served tokenizer → encoder
+  pipeline) or token ids (input_ids, attention_mask, token_type_ids), tokenized here with the
+  model's tokenizer.json. An embedding output with a sequence axis is mean-pooled over the mask.
+* a cross-encoder reads both sentences at once and answers the score itself (one value a pair,
+  a logit unless its graph ends in a sigmoid): two BYTES inputs (the pair's texts), or token ids
+  of the pair encoded together as its tokenizer does (`[CLS] a [SEP] b [SEP]`, token types 0
+  then 1).
+
+Which kind a model is follows from it: two text inputs, or a scored output of one value a row, make
+a cross-encoder; `PairScorer` is the one thing validate asks of either."""
 
 from __future__ import annotations
 
@@ -10,7 +19,7 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -71,31 +80,108 @@ def read_pairs(path: Path) -> SentencePairs:
     return SentencePairs([row[0] for row in rows], [row[1] for row in rows], labels)
 
 
+PairModel = Literal["auto", "bi-encoder", "cross-encoder"]
+Activation = Literal["none", "sigmoid"]
+
+
+class PairScorer(Protocol):
+    output: str
+    """The output read (an embedding, or a cross-encoder's score)."""
+
+    def score(self, pairs: SentencePairs) -> tuple[np.ndarray[Any, Any], list[np.ndarray[Any, Any]] | None]:
+        """Each pair's score, and the vectors behind them when there are (embeddings, first
+        sentences then second), else None."""
+        ...
+
+
+def pair_scorer(
+    model: ModelUnderTest, tokenizer: Path | None, output: str | None, kind: PairModel = "auto",
+    activation: Activation = "none",
+) -> PairScorer:  # fmt: skip
+    """The scorer for `model`: `kind`, or the kind the model's inputs and output say it is."""
+    inputs = [t for t in model.metadata.inputs]
+    texts = [t.name for t in inputs if t.datatype == "BYTES"]
+    if kind == "auto":
+        chosen = _read_output(model, output)
+        per_row = next(t.shape for t in model.metadata.outputs if t.name == chosen)[1 if model.max_batch_size else 0 :]
+        kind = "cross-encoder" if len(texts) == 2 or (not texts and list(per_row) in ([], [1])) else "bi-encoder"
+    if kind == "cross-encoder":
+        return CrossEncoder(model, tokenizer, output, activation)
+    return Embedder(model, tokenizer, output)
+
+
+def _read_output(model: ModelUnderTest, output: str | None) -> str:
+    """The output named, else `sentence_embedding`, else the first floating-point one."""
+    outputs = [t.name for t in model.metadata.outputs]
+    floats = [t.name for t in model.metadata.outputs if t.datatype in ("FP32", "FP16", "BF16", "FP64")]
+    chosen = output or ("sentence_embedding" if "sentence_embedding" in outputs else (floats or outputs)[0])
+    if chosen not in outputs:
+        raise ValueError(f"model '{model.name}' has no output '{chosen}'; its outputs are {outputs}")
+    return chosen
+
+
+def _token_inputs(model: ModelUnderTest, tokenizer: Path | None, texts: int) -> tuple[str | None, list[str], Any]:
+    """How the model takes a sentence: (its text input, None) when it takes `texts` BYTES inputs, else
+    its token inputs and the tokenizer that makes them."""
+    inputs = {t.name: t for t in model.metadata.inputs}
+    if len(inputs) == texts and all(t.datatype == "BYTES" for t in inputs.values()):
+        return next(iter(inputs)), [], None
+    missing = [name for name in inputs if name not in TOKEN_INPUTS]
+    if missing or "input_ids" not in inputs:
+        said = "one BYTES text input" if texts == 1 else "two BYTES inputs (the pair's texts)"
+        raise ValueError(
+            f"model '{model.name}' takes {sorted(inputs)}: sentence pairs need {said} or token inputs "
+            f"({', '.join(TOKEN_INPUTS)})"
+        )
+    if tokenizer is None:
+        raise ValueError(f"model '{model.name}' takes token ids: give its tokenizer.json with --tokenizer")
+    return None, [name for name in TOKEN_INPUTS if name in inputs], load_tokenizer(tokenizer)
+
+
+class CrossEncoder:
+    """One model's score of each pair, both sentences read at once."""
+
+    def __init__(
+        self, model: ModelUnderTest, tokenizer: Path | None, output: str | None, activation: Activation
+    ) -> None:
+        self._model = model
+        self._activation = activation
+        self.output = _read_output(model, output)
+        text, self._token_inputs, self._tokenizer = _token_inputs(model, tokenizer, texts=2)
+        self._texts = [t.name for t in model.metadata.inputs] if text is not None else []
+
+    def score(self, pairs: SentencePairs) -> tuple[np.ndarray[Any, Any], None]:
+        scores = np.array([self._pair(a, b) for a, b in zip(pairs.first, pairs.second, strict=True)])
+        return (1.0 / (1.0 + np.exp(-scores)) if self._activation == "sigmoid" else scores), None
+
+    def _pair(self, first: str, second: str) -> float:
+        batched = self._model.max_batch_size > 0
+        if self._texts:
+            feed = {
+                name: np.array([text.encode("utf-8")], dtype=object).reshape((1, 1) if batched else (1,))
+                for name, text in zip(self._texts, (first, second), strict=True)
+            }
+        else:
+            feed = tokenize(self._tokenizer, first, self._token_inputs, second)
+        value = np.asarray(self._model.run(feed, [self.output])[self.output], dtype=np.float64)
+        if value.size != 1:
+            raise ValueError(
+                f"model '{self._model.name}' answered {value.size} values in '{self.output}' for one pair: a "
+                "cross-encoder's score is one (name the output with --embedding, or --pair-model bi-encoder)"
+            )
+        return float(value.reshape(()))
+
+
 class Embedder:
-    """One model's sentence embeddings."""
+    """One model's sentence embeddings; a pair's score is their cosine."""
 
     def __init__(self, model: ModelUnderTest, tokenizer: Path | None, embedding: str | None) -> None:
         self._model = model
-        inputs = {t.name: t for t in model.metadata.inputs}
-        outputs = [t.name for t in model.metadata.outputs]
-        self._text_input = (
-            next(iter(inputs)) if len(inputs) == 1 and next(iter(inputs.values())).datatype == "BYTES" else None
-        )
-        if self._text_input is None:
-            missing = [name for name in inputs if name not in TOKEN_INPUTS]
-            if missing or "input_ids" not in inputs:
-                raise ValueError(
-                    f"model '{model.name}' takes {sorted(inputs)}: sentence pairs need one BYTES text input or "
-                    f"token inputs ({', '.join(TOKEN_INPUTS)})"
-                )
-            if tokenizer is None:
-                raise ValueError(f"model '{model.name}' takes token ids: give its tokenizer.json with --tokenizer")
-            self._tokenizer = load_tokenizer(tokenizer)
-        self._token_inputs = [name for name in TOKEN_INPUTS if name in inputs]
-        floats = [t.name for t in model.metadata.outputs if t.datatype in ("FP32", "FP16", "BF16", "FP64")]
-        self.output = embedding or ("sentence_embedding" if "sentence_embedding" in outputs else (floats or outputs)[0])
-        if self.output not in outputs:
-            raise ValueError(f"model '{model.name}' has no output '{self.output}'; its outputs are {outputs}")
+        self.output = _read_output(model, embedding)
+        self._text_input, self._token_inputs, self._tokenizer = _token_inputs(model, tokenizer, texts=1)
+
+    def score(self, pairs: SentencePairs) -> tuple[np.ndarray[Any, Any], list[np.ndarray[Any, Any]]]:
+        return similarities(self, pairs)
 
     def embed(self, sentence: str) -> np.ndarray[Any, Any]:
         batched = self._model.max_batch_size > 0
@@ -120,9 +206,12 @@ def load_tokenizer(path: Path) -> Any:
     return tokenizer
 
 
-def tokenize(tokenizer: Any, sentence: str, names: list[str]) -> dict[str, np.ndarray[Any, Any]]:
-    """One sentence as a batch of one: the token inputs `names` (of TOKEN_INPUTS) as INT64."""
-    encoding = tokenizer.encode(sentence)
+def tokenize(
+    tokenizer: Any, sentence: str, names: list[str], second: str | None = None
+) -> dict[str, np.ndarray[Any, Any]]:
+    """One sentence (or a pair, encoded together) as a batch of one: the token inputs `names` (of
+    TOKEN_INPUTS) as INT64."""
+    encoding = tokenizer.encode(sentence) if second is None else tokenizer.encode(sentence, second)
     columns = {
         "input_ids": encoding.ids,
         "attention_mask": encoding.attention_mask,

@@ -13,7 +13,7 @@ from inferd.tools.validate.run import ValidationReport, as_json
 
 
 def table(report: ValidationReport) -> Table:
-    unit = "sentence" if report.mode == "pairs" else "sample"
+    unit = "sample" if report.mode != "pairs" else "pair" if report.pair_model == "cross-encoder" else "sentence"
     title = (
         f"{report.candidate} against {report.reference}: {report.samples} "
         f"{'sentence pairs' if report.mode == 'pairs' else 'samples'}; "

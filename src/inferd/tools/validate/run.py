@@ -1,7 +1,7 @@
 """`run_validation`: the same inputs through a reference and a candidate, every shared output
 compared (`compare.py`), each side timed. Inputs come from a file (.npz, perf_analyzer's .json,
 .jsonl), are generated from the reference's metadata (zero or random), or are sentence pairs
-(.tsv), whose cosine similarities are the score that is thresholded."""
+(.tsv), whose scores (a bi-encoder's cosine similarities, a cross-encoder's own) are thresholded."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 from inferd.comparison import OutputComparison, Tolerances, compare_output
 from inferd.tools.inputs import file_samples, request_shapes, synthetic_samples
 from inferd.tools.validate.models import Arrays, ModelUnderTest, open_model
-from inferd.tools.validate.pairs import Embedder, read_pairs, similarities
+from inferd.tools.validate.pairs import Activation, PairModel, pair_scorer, read_pairs
 from inferd.types import DataType
 
 
@@ -38,7 +38,12 @@ class ValidateSettings:
     embedding: str | None = None
     score_scale: float = 1.0
     """Pairs: a pair's score is this times the cosine of its embeddings (5: STS's 0-5 scale, as
-    the published check scored MiniLM), judged at `threshold` on that scale."""
+    the published check scored MiniLM), or times a cross-encoder's score, judged at `threshold` on
+    that scale."""
+    pair_model: PairModel = "auto"
+    """Pairs: how each model scores a pair (auto: as its inputs and output say)."""
+    score_activation: Activation = "none"
+    """Pairs: a cross-encoder's score as answered, or through a sigmoid (a logit to 0-1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,8 @@ class ValidationReport:
     """For labelled pairs: the share of decisions at the threshold that match the labels."""
     label_f1: dict[str, float] | None = None
     """For labelled pairs: F1 of each side's decisions against the labels' (alike is positive)."""
+    pair_model: str | None = None
+    """For pairs: bi-encoder (timed per sentence) or cross-encoder (per pair)."""
 
     @property
     def passed(self) -> bool:
@@ -118,32 +125,43 @@ def _tensors(settings: ValidateSettings, reference: ModelUnderTest, candidate: M
 
 def _pairs(settings: ValidateSettings, reference: ModelUnderTest, candidate: ModelUnderTest) -> ValidationReport:
     pairs = read_pairs(Path(settings.inputs))
-    embedders = [Embedder(model, settings.tokenizer, settings.embedding) for model in (reference, candidate)]
+    scorers = [
+        pair_scorer(model, settings.tokenizer, settings.embedding, settings.pair_model, settings.score_activation)
+        for model in (reference, candidate)
+    ]
+    kinds = {type(scorer).__name__ for scorer in scorers}
+    if len(kinds) != 1:
+        raise ValueError(
+            "the reference and the candidate score pairs differently (one embeds sentences, the other reads "
+            "pairs): name the form with --pair-model"
+        )
     started = time.perf_counter()
-    ref_scores, ref_embeddings = similarities(embedders[0], pairs)
+    ref_scores, ref_vectors = scorers[0].score(pairs)
     ref_s = time.perf_counter() - started
     started = time.perf_counter()
-    cand_scores, cand_embeddings = similarities(embedders[1], pairs)
+    cand_scores, cand_vectors = scorers[1].score(pairs)
     cand_s = time.perf_counter() - started
     ref_scores, cand_scores = ref_scores * settings.score_scale, cand_scores * settings.score_scale
     tolerances = settings.tolerances
     comparisons = [
         compare_output("similarity", list(ref_scores[:, None]), list(cand_scores[:, None]), tolerances, "scores",
                        settings.threshold),
-        # Embeddings are judged by the decisions they lead to and their cosine, not element by element.
-        compare_output(f"embedding ({embedders[0].output})", ref_embeddings, cand_embeddings,
-                       Tolerances(atol=None, min_cosine=tolerances.min_cosine)),
     ]  # fmt: skip
+    if ref_vectors is not None and cand_vectors is not None:
+        # Embeddings are judged by the decisions they lead to and their cosine, not element by element.
+        comparisons.append(compare_output(f"embedding ({scorers[0].output})", ref_vectors, cand_vectors,
+                                          Tolerances(atol=None, min_cosine=tolerances.min_cosine)))  # fmt: skip
     accuracy = f1 = None
     gold = pairs.gold(settings.threshold)
     if gold is not None:
         decided = {"reference": ref_scores > settings.threshold, "candidate": cand_scores > settings.threshold}
         accuracy = {side: float(np.mean(decisions == gold)) for side, decisions in decided.items()}
         f1 = {side: f1_score(decisions, gold) for side, decisions in decided.items()}
-    sentences = 2 * len(pairs.first)
+    cross = ref_vectors is None
+    runs = len(pairs.first) * (1 if cross else 2)
     return ValidationReport(
         settings.reference, settings.candidate, "pairs", len(pairs.first), comparisons,
-        ref_s / sentences * 1e3, cand_s / sentences * 1e3, accuracy, f1,
+        ref_s / runs * 1e3, cand_s / runs * 1e3, accuracy, f1, "cross-encoder" if cross else "bi-encoder",
     )  # fmt: skip
 
 
@@ -172,6 +190,7 @@ def as_json(report: ValidationReport) -> dict[str, Any]:
         "candidate_ms": report.candidate_ms,
         "label_accuracy": report.label_accuracy,
         "label_f1": report.label_f1,
+        "pair_model": report.pair_model,
         "outputs": [_comparison_json(c) for c in report.comparisons],
     }
 
