@@ -19,7 +19,13 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.testing.isolated import in_child
-from inferd.testing.models import bert_shaped_savedmodel, mlp_model, tensorflow_savedmodel, write_config
+from inferd.testing.models import (
+    bert_shaped_savedmodel,
+    mlp_model,
+    python_model,
+    tensorflow_savedmodel,
+    write_config,
+)
 from inferd.testing.server import ServerProcess, free_port, run_server
 from tests.e2e.conftest import http_request
 from tests.e2e.test_tfserving_grpc import official, tf_python  # noqa: F401  (the client's venv, a fixture)
@@ -34,7 +40,7 @@ MASK = (TOKENS > 0).astype(np.int32)
 MLP_X = np.arange(32, dtype=np.float32).reshape(2, 16) / 10
 
 
-# x ── onnx_mlp (ONNX) ── hidden ── tf_scaled (TensorFlow) ── y
+# x ── onnx_mlp (ONNX) ── hidden ── tf_scaled (TensorFlow) ── scaled ── py_square (Python) ── y
 ENSEMBLE = """
 platform: "ensemble"
 max_batch_size: 8
@@ -43,9 +49,18 @@ output [ { name: "y" data_type: TYPE_FP32 dims: [ 3 ] } ]
 ensemble_scheduling {
   step [
     { model_name: "onnx_mlp" input_map { key: "x" value: "x" } output_map { key: "y" value: "hidden" } },
-    { model_name: "tf_scaled" input_map { key: "x" value: "hidden" } output_map { key: "y" value: "y" } }
+    { model_name: "tf_scaled" input_map { key: "x" value: "hidden" } output_map { key: "y" value: "scaled" } },
+    { model_name: "py_square" input_map { key: "x" value: "scaled" } output_map { key: "y" value: "y" } }
   ]
 }
+"""
+SQUARE = """
+class Model:
+    inputs = [{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]
+    outputs = [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}]
+
+    def execute(self, inputs):
+        return {"y": inputs["x"] * inputs["x"]}
 """
 
 
@@ -60,6 +75,8 @@ def build(root: Path) -> None:
     bert_shaped_savedmodel(root / "bert" / "1", seed=2)  # TF Serving's layout, no config.pbtxt
     mlp_model(root / "onnx_mlp" / "1" / "model.onnx", seed=4)  # an ONNX model beside them: x [16] -> y [4]
     write_config(root / "onnx_mlp", "max_batch_size: 8")
+    python_model(root / "py_square" / "1", SQUARE)
+    write_config(root / "py_square", 'backend: "python"\nmax_batch_size: 8')
     (root / "onnx_then_tf" / "1").mkdir(parents=True)
     write_config(root / "onnx_then_tf", ENSEMBLE)
 
@@ -87,7 +104,7 @@ def tensorflow_answers(saved_models: Path) -> dict[str, dict[str, np.ndarray]]:
         "tf_multi": {name: value.numpy() for name, value in answers.items()},
         "tf_scaled": {"y": scaled["y"].numpy()},
         "bert": {"pooled": pooled["pooled"].numpy()},
-        "onnx_then_tf": {"y": then_tf["y"].numpy()},
+        "onnx_then_tf": {"y": then_tf["y"].numpy() ** 2},
     }
 
 
@@ -231,7 +248,7 @@ def test_only_a_server_with_savedmodels_loads_tensorflow(
     assert not maps_tensorflow(server)  # the ONNX models' server
 
 
-def test_an_ensemble_runs_an_onnx_step_into_a_tensorflow_one(
+def test_an_ensemble_runs_an_onnx_step_into_a_tensorflow_one_into_a_python_one(
     tf_server: tuple[ServerProcess, int], expected: dict[str, dict[str, np.ndarray]]
 ) -> None:
     server, _ = tf_server
