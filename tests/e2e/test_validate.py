@@ -157,28 +157,49 @@ def test_the_published_regression_check_on_0_to_5_scores(pipeline_repository: Pa
 
 def test_the_regression_check_on_a_cross_encoder_in_bfloat16_against_float32(tmp_path: Path) -> None:
     """The form a cross-encoder (a model reading both sentences) takes: its logit through a sigmoid,
-    x 5, threshold 3; the same program computing in bfloat16 (MIXED_PRECISION) as the candidate."""
+    x 5; the same program computing in bfloat16 (MIXED_PRECISION) as the candidate. The scores
+    are checked against torch's own on the pairs encoded together, with the threshold put between
+    the two sides' scores of one pair, so that its decision flips by construction."""
+    import torch
+    from tokenizers import Tokenizer
+
     reference, candidate = tmp_path / "cross", tmp_path / "cross-bf16"
     cross_encoder_program(reference / "1" / "model.pt2", seed=3)
     (candidate / "1").mkdir(parents=True)
     shutil.copyfile(reference / "1" / "model.pt2", candidate / "1" / "model.pt2")
     (candidate / "config.pbtxt").write_text('parameters { key: "MIXED_PRECISION" value { string_value: "bfloat16" } }')
+    rows = [
+        ("A man is playing a guitar.", "Someone plays the guitar.", 4.6),
+        ("The cat sat on the mat.", "A stock market report for today.", 0.0),
+        ("Two dogs run in a field.", "Two dogs are sleeping on a couch.", 1.6),
+    ]
     pairs = tmp_path / "graded.tsv"
-    pairs.write_text(
-        "A man is playing a guitar.\tSomeone plays the guitar.\t4.6\n"
-        "The cat sat on the mat.\tA stock market report for today.\t0.0\n"
-        "Two dogs run in a field.\tTwo dogs are sleeping on a couch.\t1.6\n"
-    )
+    pairs.write_text("".join(f"{a}\t{b}\t{label}\n" for a, b, label in rows))
+
+    program = torch.export.load(str(reference / "1" / "model.pt2")).module()
+    tokenizer = Tokenizer.from_file(str(minilm_files() / "tokenizer.json"))
+
+    def score(a: str, b: str, bfloat16: bool) -> float:
+        encoding = tokenizer.encode(a, b)
+        tensors = [torch.tensor([ids]) for ids in (encoding.ids, encoding.attention_mask, encoding.type_ids)]
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
+            return 5 * float(torch.sigmoid(program(*tensors).float()).reshape(()))
+
+    expected = np.array([[score(a, b, bf16) for bf16 in (False, True)] for a, b, _ in rows])
+    threshold = float(expected[0].mean())  # between the two sides' scores of the first pair
+    flips = int(np.sum((expected[:, 0] > threshold) != (expected[:, 1] > threshold)))
+    assert flips >= 1 and expected[0, 0] != expected[0, 1]
     report_dir = tmp_path / "report"
     result = validate(str(reference), str(candidate), "--inputs", str(pairs), "--tokenizer",
                       str(minilm_files() / "tokenizer.json"), "--score-activation", "sigmoid", "--score-scale", "5",
-                      "--threshold", "3", "--atol", "0.05", "--report", str(report_dir))  # fmt: skip
+                      "--threshold", repr(threshold), "--atol", "0.05", "--max-flips", "3",
+                      "--report", str(report_dir))  # fmt: skip
     assert result.returncode == 0, result.stderr + result.stdout
     record = json.loads((report_dir / "validate.json").read_text())
     assert record["pair_model"] == "cross-encoder" and record["samples"] == 3
     [similarity] = record["outputs"]  # a score a pair: no embeddings to compare
-    assert similarity["name"] == "similarity" and similarity["flips"] == 0
-    assert 0 < similarity["abs_diff_max"] < 0.05  # computed in bfloat16: close, not equal
+    assert similarity["name"] == "similarity" and similarity["flips"] == flips
+    assert similarity["abs_diff_max"] == pytest.approx(np.abs(expected[:, 0] - expected[:, 1]).max(), abs=1e-5)
     assert set(record["label_f1"]) == {"reference", "candidate"}
     assert "per pair" in " ".join(result.stdout.split())
 

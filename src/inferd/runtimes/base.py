@@ -13,6 +13,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import functools
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -73,27 +74,42 @@ def cores_available() -> int:
 
 
 @functools.cache
-def cpu_description() -> tuple[str, frozenset[str]]:
-    """What names this CPU's instruction set, as Linux's /proc/cpuinfo says: ("flags", its flags)
-    on x86, ("features", ...) on arm64, ("model", its model lines) elsewhere (ppc64le: never its
-    clock, which moves); ("", empty) off Linux."""
+def cpu_description() -> tuple[str, tuple[str, ...]]:
+    """What names this CPU's instruction set, as Linux's /proc/cpuinfo says: ("flags", its flags,
+    sorted) on x86 and arm64 (`Features`), else ("model", its model lines, sorted and distinct:
+    ppc64le's, never its clock, which moves); ("", ()) where the file cannot be read (not Linux)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
-            lines = [line.split(":", 1) for line in cpuinfo if ":" in line]
+            return describe_cpu(cpuinfo.read())
     except OSError:
-        return "", frozenset()
-    fields = [(name.strip().lower(), value.strip()) for name, value in lines]
-    flags = next(((name, value) for name, value in fields if name in ("flags", "features")), None)
+        return "", ()
+
+
+def describe_cpu(cpuinfo: str) -> tuple[str, tuple[str, ...]]:
+    """`cpu_description` of a /proc/cpuinfo's text."""
+    fields = [(name.strip().lower(), value.strip()) for name, value in (
+        line.split(":", 1) for line in cpuinfo.splitlines() if ":" in line
+    )]  # fmt: skip
+    flags = next((value for name, value in fields if name in ("flags", "features")), None)
     if flags is not None:
-        return flags[0], frozenset(flags[1].split())
-    return "model", frozenset(value for name, value in fields if name in ("cpu", "model name"))
+        return "flags", tuple(sorted(flags.split()))
+    return "model", tuple(sorted({value for name, value in fields if name in ("cpu", "model name")}))
 
 
 def cpu_computes_bfloat16() -> bool:
     """Whether the CPU has bfloat16 arithmetic (x86's AVX512-BF16 or AMX, arm64's BF16): without
     it, bfloat16 kernels convert to float32 and back, slower than float32 alone."""
     kind, flags = cpu_description()
-    return kind != "model" and bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+    return kind == "flags" and bool(set(flags) & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def warn_if_bfloat16_is_slow(config: ModelConfig, logger: logging.Logger) -> None:
+    """A model computing in bfloat16 on the CPU, which has no bfloat16 arithmetic: say it costs."""
+    if not cpu_computes_bfloat16():
+        logger.warning(
+            "model %s: %s bfloat16 on a CPU without bfloat16 arithmetic (AVX512-BF16, AMX) is slower than float32",
+            config.name, MIXED_PRECISION.name, extra={"model": config.name},
+        )  # fmt: skip
 
 
 def computes_in_bfloat16(config: ModelConfig) -> bool:

@@ -279,8 +279,8 @@ def machine_fingerprint() -> str:
     else its model lines (Linux); elsewhere the platform's own description."""
     global _fingerprint
     if _fingerprint is None:
-        _, names = cpu_description()
-        described = " ".join(sorted(names)) if names else platform.platform()
+        kind, names = cpu_description()
+        described = " ".join(names) if kind else platform.platform()
         _fingerprint = f"{platform.machine()} {hashlib.sha256(described.encode()).hexdigest()[:16]}"
     return _fingerprint
 

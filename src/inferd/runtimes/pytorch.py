@@ -29,14 +29,14 @@ import numpy as np
 import torch
 
 from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, TensorSpec
-from inferd.config.parameters import INTER_OP_THREAD_COUNT, INTRA_OP_THREAD_COUNT, MIXED_PRECISION
+from inferd.config.parameters import INTER_OP_THREAD_COUNT, INTRA_OP_THREAD_COUNT
 from inferd.errors import InferdError, InternalError, InvalidRequestError, ModelLoadError, ModelOutputError
 from inferd.runtimes.base import (
     RuntimeOptions,
     computes_in_bfloat16,
     cores_available,
-    cpu_computes_bfloat16,
     signature_from_config,
+    warn_if_bfloat16_is_slow,
 )
 from inferd.types import DataType
 
@@ -121,6 +121,7 @@ class PyTorchRuntime:
     def __init__(self, config: ModelConfig, version_dir: Path, options: RuntimeOptions) -> None:
         self._name = config.name
         path = _model_path(config, version_dir)
+        self._autocast = computes_in_bfloat16(config)  # (checked before the module loads)
         _size_thread_pools()
         for key in (INTRA_OP_THREAD_COUNT.name, INTER_OP_THREAD_COUNT.name):
             if key in config.parameters:
@@ -165,12 +166,8 @@ class PyTorchRuntime:
         positions = input_positions or {name: argument_names.index(name) for name in names}
         self._argument_order = sorted(names, key=lambda name: positions[name])
         self._output_positions = output_positions or {s.name: i for i, s in enumerate(self._signature.outputs)}
-        self._autocast = computes_in_bfloat16(config)
-        if self._autocast and self._device.type == "cpu" and not cpu_computes_bfloat16():
-            logger.warning(
-                "model %s: %s bfloat16 on a CPU without bfloat16 arithmetic (AVX512-BF16, AMX) is slower than float32",
-                config.name, MIXED_PRECISION.name, extra={"model": config.name},
-            )  # fmt: skip
+        if self._autocast and self._device.type == "cpu":
+            warn_if_bfloat16_is_slow(config, logger)
 
     @property
     def signature(self) -> ModelSignature:
@@ -202,7 +199,7 @@ class PyTorchRuntime:
             if position is None or position >= len(outputs):
                 raise ModelOutputError(f"model '{self._name}' returned {len(outputs)} outputs, none for '{name}'")
             results[name] = _array(outputs[position])
-            if self._autocast and results[name].dtype == _BFLOAT16:
+            if self._autocast:
                 results[name] = _declared_type(results[name], self._signature.outputs, name)
         return results
 
@@ -243,10 +240,16 @@ def _array(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
     return tensor.numpy()
 
 
+_FLOATS = (DataType.BF16, DataType.FP16, DataType.FP32, DataType.FP64)
+
+
 def _declared_type(array: np.ndarray[Any, Any], specs: Sequence[TensorSpec], name: str) -> np.ndarray[Any, Any]:
-    """An output autocast made bfloat16, in the type the signature declares for it."""
-    declared = next((spec.datatype for spec in specs if spec.name == name), DataType.BF16)
-    return array if declared is DataType.BF16 else array.astype(declared.numpy_dtype)
+    """A floating output of a model under autocast in the type the signature declares for it (autocast
+    picks each op's type: bfloat16 for a matrix product, float32 for a reduction)."""
+    declared = next((spec.datatype for spec in specs if spec.name == name), None)
+    if declared not in _FLOATS or array.dtype == declared.numpy_dtype or array.dtype.kind not in "fV":
+        return array
+    return array.astype(declared.numpy_dtype)
 
 
 def _as_list(returned: Any, specs: Sequence[TensorSpec], name: str) -> list[torch.Tensor]:

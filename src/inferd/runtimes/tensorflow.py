@@ -46,7 +46,7 @@ from inferd.config.model import InstanceKind, ModelConfig, ModelSignature, Tenso
 from inferd.config.parameters import MIXED_PRECISION, TF_GRAPH_TAG, TF_SIGNATURE_DEF
 from inferd.datatypes import NAMES
 from inferd.errors import InternalError, InvalidRequestError, ModelLoadError
-from inferd.runtimes.base import RuntimeOptions, computes_in_bfloat16, cores_available, cpu_computes_bfloat16
+from inferd.runtimes.base import RuntimeOptions, computes_in_bfloat16, cores_available, warn_if_bfloat16_is_slow
 from inferd.runtimes.tensorflow_layout import DEFAULT_SIGNATURE, DEFAULT_TAG, saved_model_folder
 from inferd.types import DataType
 
@@ -142,9 +142,12 @@ class SavedModelRuntime:
         signature_name = config.parameters.get(TF_SIGNATURE_DEF.name, DEFAULT_SIGNATURE)
         _size_thread_pools()
         group = options.instance_group
+        bfloat16 = computes_in_bfloat16(config)  # (checked before the SavedModel loads)
         device = _device(group.kind, config)
         if device == "/GPU:0" and group.gpus:
             device = f"/GPU:{group.gpus[0]}"
+        if bfloat16:
+            device = _bfloat16_device(config, device)
         self._placement = tf.device(device) if device is not None else contextlib.nullcontext()
         try:
             with self._placement:
@@ -169,7 +172,7 @@ class SavedModelRuntime:
             outputs=tuple(_spec(n, s, f"output '{n}'") for n, s in sorted(outputs.items())),
         )
         self._dtypes = {name: spec.dtype for name, spec in named.items()}
-        self._call_options = _bfloat16_call_options(config, device) if computes_in_bfloat16(config) else None
+        self._call_options = _bfloat16_call_options() if bfloat16 else None
 
     @property
     def signature(self) -> ModelSignature:
@@ -215,20 +218,22 @@ class SavedModelRuntime:
         _collect_cycles()
 
 
-def _bfloat16_call_options(config: ModelConfig, device: str | None) -> Any:
-    """Function options whose grappler config turns on oneDNN's bfloat16 auto mixed precision."""
-    from tensorflow.core.protobuf import rewriter_config_pb2
-
+def _bfloat16_device(config: ModelConfig, device: str | None) -> str:
+    """Where a model computing in bfloat16 runs: the CPU (oneDNN's rewrite changes only the nodes
+    placed there, so KIND_AUTO is the CPU too, and KIND_GPU a load error)."""
     if device is not None and device.startswith("/GPU"):
         raise ModelLoadError(
             f"model '{config.name}': {MIXED_PRECISION.name} bfloat16 is oneDNN's rewrite, for the CPU; "
             "use instance_group KIND_CPU"
         )
-    if not cpu_computes_bfloat16():
-        logger.warning(
-            "model %s: %s bfloat16 on a CPU without bfloat16 arithmetic (AVX512-BF16, AMX) is slower than float32",
-            config.name, MIXED_PRECISION.name, extra={"model": config.name},
-        )  # fmt: skip
+    warn_if_bfloat16_is_slow(config, logger)
+    return "/CPU:0"
+
+
+def _bfloat16_call_options() -> Any:
+    """Function options whose grappler config turns on oneDNN's bfloat16 auto mixed precision."""
+    from tensorflow.core.protobuf import rewriter_config_pb2
+
     eager = tf_context.context()
     proto = eager.config  # a copy: the process's settings (pools, placement) with the rewrite added
     proto.graph_options.rewrite_options.auto_mixed_precision_onednn_bfloat16 = rewriter_config_pb2.RewriterConfig.ON

@@ -126,3 +126,14 @@ def minilm_tokenizer() -> Path:
     from inferd.testing.models import minilm_files
 
     return minilm_files() / "tokenizer.json"
+
+
+def test_an_output_of_unknown_or_batch_only_shape_embeds_and_one_value_is_refused_as_an_embedding() -> None:
+    """[batch] or an unknown shape says neither form: auto embeds; a model that then answers one
+    value a sentence is refused, naming --pair-model, rather than judged by cosines of +-1."""
+    for shape in ((-1,), ()):
+        model = PairModel(TOKENS, output_shape=shape)
+        scorer = pair_scorer(model, minilm_tokenizer(), None)
+        assert isinstance(scorer, Embedder)
+        with pytest.raises(ValueError, match=r"answered one value for a sentence .*--pair-model cross-encoder"):
+            scorer.score(SentencePairs(["a"], ["b"], None))

@@ -37,8 +37,10 @@ ACTOR_CPUS = 1.0
 # Mini-batches of one shard an actor runs at once (its model batches them as a server would).
 ACTOR_CONCURRENCY = 4
 # The pool starts whole before the first shard: otherwise the actors ready first take every shard
-# of a short job, and one that cannot be placed (the cluster too small) would go unnoticed.
-ACTORS_START_S = 120
+# of a short job, and one that cannot be placed (the cluster too small) would go unnoticed. An
+# actor is ready once its model loaded, so this covers a node the autoscaler adds, a worker's
+# start and the model's load (a large one from s3://) too.
+ACTORS_START_S = 900
 
 
 @dataclass(frozen=True)

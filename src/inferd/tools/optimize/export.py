@@ -273,13 +273,13 @@ def export_hugging_face_torch(folder: Path, output: Path, dtype: str = "bfloat16
     positions = int(json.loads((folder / "config.json").read_text()).get("max_position_embeddings", 512))
     batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
     sequence = torch.export.Dim("sequence", min=2, max=positions)
-    example = _tokenized(tokenizer, EXPORT_CHECK_SENTENCES[:2], TOKEN_INPUTS)
+    example = _tokenized(tokenizer, EXPORT_CHECK_SENTENCES[:2], inputs)
     with warnings.catch_warnings(), torch.no_grad(), _export_errors():
         warnings.simplefilter("ignore")
         program = torch.export.export(  # positional: inferd's PyTorch runtime passes the inputs in order
             _sentence_encoder(encoder, inputs, pooling, answers=torch.float32),
-            tuple(torch.from_numpy(example[name]) for name in TOKEN_INPUTS),
-            dynamic_shapes={name: {0: batch, 1: sequence} for name in TOKEN_INPUTS},
+            tuple(torch.from_numpy(example[name]) for name in inputs),  # the encoder's own: no unused input
+            dynamic_shapes={name: {0: batch, 1: sequence} for name in inputs},
         )
     output.parent.mkdir(parents=True, exist_ok=True)
     torch.export.save(program, str(output))

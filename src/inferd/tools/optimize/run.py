@@ -501,6 +501,10 @@ def _winner(results: list[CandidateResult], min_gain: float) -> str | None:
 def _write(
     results: list[CandidateResult], settings: OptimizeSettings, prepared: _Prepared, built: Path, winner: str | None
 ) -> list[CandidateResult]:
+    targets = [(f"{prepared.name}-{r.name}", r.name) for r in results if r.status == "passed"]
+    targets += [(prepared.name, winner)] if winner is not None else []
+    for folder, kind in targets:  # before any is written: a folder's versions are of one platform
+        _check_platform(settings.output / folder, model_config.read_message(built / f"{prepared.name}-{kind}"))
     written = []
     for result in results:
         if result.status == "passed":
@@ -513,6 +517,18 @@ def _write(
         _install(built / f"{prepared.name}-{winner}", settings.output / prepared.name, settings.version, chosen,
                  settings, prepared.name)  # fmt: skip
     return written
+
+
+def _check_platform(target: Path, config: Any) -> None:
+    """A model folder holds one platform: a version of another beside its versions would stop them loading."""
+    if not (target / CONFIG_FILE_NAME).is_file():
+        return
+    existing = model_config.read_message(target)
+    if (existing.platform, existing.backend) != (config.platform, config.backend):
+        raise OptimizeError(
+            f"{target} holds versions of {existing.platform or existing.backend or 'another kind'}, and this version "
+            f"would be {config.platform}: write it elsewhere (--output, --name), or remove that folder"
+        )
 
 
 def _install(

@@ -6,7 +6,8 @@ against a threshold. Two kinds of model score a pair:
   pipeline) or token ids (input_ids, attention_mask, token_type_ids), tokenized here with the
   model's tokenizer.json. An embedding output with a sequence axis is mean-pooled over the mask.
 * a cross-encoder reads both sentences at once and answers the score itself (one value a pair,
-  a logit unless its graph ends in a sigmoid): two BYTES inputs (the pair's texts), or token ids
+  a logit unless its graph ends in a sigmoid): two BYTES inputs (the pair's texts, the first
+  sentence to the first input the metadata lists), or token ids
   of the pair encoded together as its tokenizer does (`[CLS] a [SEP] b [SEP]`, token types 0
   then 1).
 
@@ -98,13 +99,16 @@ def pair_scorer(
     model: ModelUnderTest, tokenizer: Path | None, output: str | None, kind: PairModel = "auto",
     activation: Activation = "none",
 ) -> PairScorer:  # fmt: skip
-    """The scorer for `model`: `kind`, or the kind the model's inputs and output say it is."""
-    inputs = [t for t in model.metadata.inputs]
-    texts = [t.name for t in inputs if t.datatype == "BYTES"]
+    """The scorer for `model`: `kind`, or the kind the model's inputs and output say it is: two text
+    inputs, or an output of a known one value a row ([batch, 1]), make a cross-encoder. Anything
+    else embeds; an embedding of one value is refused then, naming --pair-model (a shape that is
+    unknown, or [batch], says neither)."""
+    texts = [t.name for t in model.metadata.inputs if t.datatype == "BYTES"]
     if kind == "auto":
         chosen = _read_output(model, output)
-        per_row = next(t.shape for t in model.metadata.outputs if t.name == chosen)[1 if model.max_batch_size else 0 :]
-        kind = "cross-encoder" if len(texts) == 2 or (not texts and list(per_row) in ([], [1])) else "bi-encoder"
+        shape = next(t.shape for t in model.metadata.outputs if t.name == chosen)
+        one_a_row = len(shape) == 2 and shape[1] == 1
+        kind = "cross-encoder" if len(texts) == 2 or (not texts and one_a_row) else "bi-encoder"
     if kind == "cross-encoder":
         return CrossEncoder(model, tokenizer, output, activation)
     return Embedder(model, tokenizer, output)
@@ -155,12 +159,8 @@ class CrossEncoder:
         return (1.0 / (1.0 + np.exp(-scores)) if self._activation == "sigmoid" else scores), None
 
     def _pair(self, first: str, second: str) -> float:
-        batched = self._model.max_batch_size > 0
         if self._texts:
-            feed = {
-                name: np.array([text.encode("utf-8")], dtype=object).reshape((1, 1) if batched else (1,))
-                for name, text in zip(self._texts, (first, second), strict=True)
-            }
+            feed = texts_feed(self._model, self._texts, [first, second])
         else:
             feed = tokenize(self._tokenizer, first, self._token_inputs, second)
         value = np.asarray(self._model.run(feed, [self.output])[self.output], dtype=np.float64)
@@ -184,17 +184,31 @@ class Embedder:
         return similarities(self, pairs)
 
     def embed(self, sentence: str) -> np.ndarray[Any, Any]:
-        batched = self._model.max_batch_size > 0
         if self._text_input is not None:
-            text = np.array([sentence.encode("utf-8")], dtype=object).reshape((1, 1) if batched else (1,))
-            vector = self._model.run({self._text_input: text}, [self.output])[self.output]
-            return np.asarray(vector, dtype=np.float64).reshape(-1)
-        inputs = tokenize(self._tokenizer, sentence, self._token_inputs)
-        output = np.asarray(self._model.run(inputs, [self.output])[self.output], dtype=np.float64)
-        if output.ndim == 3:  # [1, tokens, dims]: mean over the tokens the mask keeps
-            mask = np.asarray(self._tokenizer.encode(sentence).attention_mask, dtype=np.float64)[None, :, None]
-            output = (output * mask).sum(axis=1) / max(mask.sum(), 1.0)
-        return output.reshape(-1)
+            feed = texts_feed(self._model, [self._text_input], [sentence])
+            vector = np.asarray(self._model.run(feed, [self.output])[self.output], dtype=np.float64).reshape(-1)
+        else:
+            inputs = tokenize(self._tokenizer, sentence, self._token_inputs)
+            output = np.asarray(self._model.run(inputs, [self.output])[self.output], dtype=np.float64)
+            if output.ndim == 3:  # [1, tokens, dims]: mean over the tokens the mask keeps
+                mask = np.asarray(self._tokenizer.encode(sentence).attention_mask, dtype=np.float64)[None, :, None]
+                output = (output * mask).sum(axis=1) / max(mask.sum(), 1.0)
+            vector = output.reshape(-1)
+        if vector.size == 1:  # the cosine of one-value vectors is +-1: nothing would be judged
+            raise ValueError(
+                f"model '{self._model.name}' answered one value for a sentence in '{self.output}': that is no "
+                "embedding; a model that scores a pair is a cross-encoder (--pair-model cross-encoder)"
+            )
+        return vector
+
+
+def texts_feed(model: ModelUnderTest, names: list[str], texts: list[str]) -> dict[str, np.ndarray[Any, Any]]:
+    """Each text as a batch of one to the BYTES input of the same place in `names`."""
+    shape = (1, 1) if model.max_batch_size > 0 else (1,)
+    return {
+        name: np.array([text.encode("utf-8")], dtype=object).reshape(shape)
+        for name, text in zip(names, texts, strict=True)
+    }
 
 
 def load_tokenizer(path: Path) -> Any:
