@@ -193,7 +193,7 @@ _TF_VALUES: dict[str, st.SearchStrategy[Any]] = {
 _TF_FIELD = {
     DataType.FP32: "float_val", DataType.FP64: "double_val", DataType.INT32: "int_val", DataType.INT16: "int_val",
     DataType.INT8: "int_val", DataType.UINT8: "int_val", DataType.UINT16: "int_val", DataType.INT64: "int64_val",
-    DataType.BOOL: "bool_val", DataType.FP16: "half_val", DataType.UINT32: "uint32_val",
+    DataType.BOOL: "bool_val", DataType.FP16: "half_val", DataType.BF16: "half_val", DataType.UINT32: "uint32_val",
     DataType.UINT64: "uint64_val", DataType.BYTES: "string_val",
 }  # fmt: skip
 
