@@ -196,6 +196,11 @@ class RequestContext:
     execution that served the request (`inferd.core.tracing`)."""
     route: EndpointRoute | None = None
     """Set when the request named an endpoint: the variant it was routed to (`core.endpoints`)."""
+    cache_bypass: bool = False
+    """The client asked for a fresh answer (`Cache-Control: no-cache`): the response cache is not read."""
+    cache: str = ""
+    """Set by the response cache for a model that caches: "hit" or "miss" (of several requests, a
+    miss if any missed); "" otherwise."""
 
     def request(
         self,
@@ -339,3 +344,7 @@ class ModelStatistics:
     compute_infer: DurationStatistic
     compute_output: DurationStatistic
     batches: tuple[BatchStatistics, ...]
+    # Answers the response cache gave, and those it did not have (then the model ran), with the
+    # time each took in the cache.
+    cache_hit: DurationStatistic = field(default_factory=lambda: DurationStatistic())
+    cache_miss: DurationStatistic = field(default_factory=lambda: DurationStatistic())

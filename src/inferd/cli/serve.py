@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from typing import ClassVar
 
 import click
 import pydantic
@@ -22,6 +21,7 @@ from inferd.config.server import (
     ModelControlMode,
     ServerSettings,
 )
+from inferd.config.sizes import parse_size
 from inferd.config.tracing import EXTRA, TracingSettings, missing_tracing_modules, tracing_settings
 from inferd.limits import DEFAULT_MAX_REQUEST_ELEMENTS, DEFAULT_MAX_REQUEST_TEXT_BYTES, DEFAULT_MAX_RESPONSE_BYTES
 
@@ -34,21 +34,13 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
     def __init__(self, *, allow_zero: bool = False) -> None:
         self._allow_zero = allow_zero
 
-    _UNITS: ClassVar[dict[str, int]] = {
-        "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-        "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-    }  # fmt: skip
-
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int):
             return value
-        text = str(value).strip().lower().replace(" ", "")
-        number = text.rstrip("kmgtib")
-        unit = text[len(number) :]
         try:
-            asked = float(number) * self._UNITS[unit]
-        except (ValueError, KeyError):
-            self.fail(f"'{value}' is not a size such as 4GiB, 512MiB or 1000000", param, ctx)
+            asked = parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
         size = int(asked)
         if self._allow_zero and (asked < 0 or (asked > 0 and size == 0)):
             self.fail(f"'{value}' must be 0 (off) or at least 1 byte", param, ctx)
@@ -356,6 +348,15 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     envvar="INFERD_ONNX_CACHE_SIZE",
     help="Disk the optimized-model cache may take, such as 10GiB; the least recently loaded entries go past it. "
     "0 turns the cache off.",
+)
+@click.option(
+    "--cache-config",
+    "cache_config",
+    multiple=True,
+    envvar="INFERD_CACHE_CONFIG",
+    help="The response cache, as Triton's flag: local,size=BYTES (such as 256MiB) with an optional ttl_s=SECONDS. "
+    "Models whose config.pbtxt says response_cache { enable: true } then answer identical requests from it "
+    "(Inferd-Cache: hit); other models never use it. Off unless given.",
 )
 @click.option(
     "--execution-threads",

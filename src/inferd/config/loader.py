@@ -71,8 +71,10 @@ SUPPORTED_FIELDS: dict[str, frozenset[str]] = {
             "ensemble_scheduling",
             "model_transaction_policy",
             "sequence_batching",
+            "response_cache",
         }
     ),
+    "ModelResponseCache": frozenset({"enable"}),
     "ModelSequenceBatching": frozenset({"direct", "oldest", "max_sequence_idle_microseconds", "control_input"}),
     "StrategyDirect": frozenset({"max_queue_delay_microseconds"}),
     "StrategyOldest": frozenset({"preferred_batch_size", "max_queue_delay_microseconds"}),
@@ -141,6 +143,8 @@ def _from_message(message: Any, pb: Any, *, model_name: str, source: str) -> Mod
         raise ModelConfigError(f"{source}: name '{message.name}' differs from the model's folder name '{model_name}'")
     parameters = {key: value.string_value for key, value in message.parameters.items()}
     check_scale_to_zero(parameters, source)
+    if message.response_cache.enable:
+        _check_response_cache(message, source)
     return ModelConfig(
         name=model_name,
         platform=message.platform,
@@ -157,9 +161,23 @@ def _from_message(message: Any, pb: Any, *, model_name: str, source: str) -> Mod
         ensemble=_ensemble(message, source),
         decoupled=message.model_transaction_policy.decoupled,
         sequence_batching=_sequence_batching(message, pb, source) if message.HasField("sequence_batching") else None,
+        response_cache=message.response_cache.enable,
         ignored_fields=tuple(_ignored_fields(message)),
         written=message.SerializeToString(),
     )
+
+
+def _check_response_cache(message: Any, source: str) -> None:
+    """A model whose answers are not a function of one request cannot cache them."""
+    why = None
+    if message.HasField("sequence_batching"):
+        why = "a sequence model's answers follow its state, not one request"
+    elif message.model_transaction_policy.decoupled:
+        why = "a decoupled model answers a request with any number of responses"
+    elif message.platform == ENSEMBLE_PLATFORM or message.HasField("ensemble_scheduling"):
+        why = "ensembles do not cache yet (their answers follow their steps' versions): enable it on the steps"
+    if why is not None:
+        raise ModelConfigError(f"{source}: response_cache {{ enable: true }} cannot apply: {why}")
 
 
 def complete_config(config: ModelConfig, signature: ModelSignature, *, platform: str, backend: str) -> ModelConfig:

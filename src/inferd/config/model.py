@@ -208,6 +208,8 @@ class ModelConfig:
     # as the model makes them (over gRPC's ModelStreamInfer).
     decoupled: bool = False
     sequence_batching: SequenceBatchingConfig | None = None
+    # Triton's response_cache { enable: true }: the server's response cache keeps this model's answers.
+    response_cache: bool = False
     # Fields present in config.pbtxt that inferd does not act on, reported at load.
     ignored_fields: tuple[str, ...] = ()
     # The configuration as written (Triton's ModelConfig message, serialized), so the configuration

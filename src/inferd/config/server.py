@@ -7,6 +7,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from inferd.config.response_cache import CacheSettings, parse_cache_config
 from inferd.config.scale_to_zero import DEFAULT_MAX_HELD
 from inferd.config.tracing import TracingSettings
 from inferd.limits import (
@@ -102,6 +103,8 @@ class ServerSettings(BaseModel):
     """Where ONNX models' optimized graphs are kept between loads; None: the user's cache folder."""
     onnx_cache_bytes: int = Field(default=DEFAULT_ONNX_CACHE_BYTES, ge=0)
     """Disk the optimized-model cache may take (default 10 GiB); 0 turns it off."""
+    cache_config: tuple[str, ...] = ()
+    """The response cache, as Triton's --cache-config: `local,size=BYTES[,ttl_s=SECONDS]`; none: no cache."""
     execution_threads: int = Field(default=0, ge=0)
     """Worker threads the server runs executions on, shared by every model (0: 4 per core, at least 16)."""
     log_format: LogFormat = LogFormat.JSON
@@ -216,6 +219,15 @@ class ServerSettings(BaseModel):
         if self.model_config_file_poll_wait_s > 0 and self.model_config_file is None:
             raise ValueError("--model-config-file-poll-wait-seconds follows --model-config-file: give that too")
         return self
+
+    @model_validator(mode="after")
+    def _cache_config_reads(self) -> Self:
+        parse_cache_config(self.cache_config)  # a usage error now rather than at the first request
+        return self
+
+    @property
+    def response_cache(self) -> CacheSettings | None:
+        return parse_cache_config(self.cache_config)
 
     @model_validator(mode="after")
     def _tls_files_come_together(self) -> Self:

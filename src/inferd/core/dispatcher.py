@@ -35,6 +35,7 @@ from inferd.core.ensemble import EnsembleHandle
 from inferd.core.ensemble_loading import check_steps_serving
 from inferd.core.handle import Handle, ModelHandle
 from inferd.core.metrics import Metrics
+from inferd.core.response_cache import CACHE_CONTROL_PARAMETER, NO_CACHE, ResponseCache
 from inferd.core.scheduler import ADMISSION_PARAMETER, REALTIME_RECENT_S, Admission, prepare_work
 from inferd.core.tracing import RequestTracer
 from inferd.core.validation import answer
@@ -59,13 +60,15 @@ class Dispatcher:
         budget: MemoryBudget | None = None,
         load_on_demand: OnDemandLoad | None = None,
         resting: Callable[[str], bool] = lambda name: False,
+        response_cache: ResponseCache | None = None,
     ) -> None:
         """`metrics`: where requests are counted; `tracer`: hears of every request when the server
         traces; `budget`: given when models load on a request's demand under a memory budget;
         `load_on_demand`: loads a model that a request names and that does not serve, when it may
         (scaled to zero, or under the budget; core.lifecycle); `resting`: whether a model rests (its
-        next request loads it)."""
+        next request loads it); `response_cache`: answers clients' requests to models that cache."""
         self._catalogue = catalogue
+        self.response_cache = response_cache
         self._metrics = metrics
         self.tracer = tracer
         self._budget = budget
@@ -189,9 +192,9 @@ class Dispatcher:
                 if turns is None:  # one per model served (the names that resolve), made once
                     turns = self._background_turns[request.model_name] = asyncio.Semaphore(BACKGROUND_TURNS)
                 async with turns:
-                    response = await self._answer(handle, request, admission)
+                    response = await self._cached_answer(handle, request, admission, limits)
             else:
-                response = await self._answer(handle, request, admission)
+                response = await self._cached_answer(handle, request, admission, limits)
             if limits is not None:
                 response = _client_answer(request, response, classes, handle.config, limits)
         except InferdError as exc:
@@ -219,7 +222,7 @@ class Dispatcher:
                 async for response in handle.stream(request):
                     yield _client_answer(request, response, classes, handle.config, limits)
             else:
-                response = await self._answer(handle, request, Admission.REAL_TIME)
+                response = await self._cached_answer(handle, request, Admission.REAL_TIME, limits)
                 yield _client_answer(request, response, classes, handle.config, limits)
         except InferdError as exc:
             counted = True
@@ -228,6 +231,17 @@ class Dispatcher:
         finally:
             if handle is not None and not counted:  # the last response sent, or the stream left
                 self.finished(request, handle, "success", started_s)
+
+    def _cached_answer(
+        self, handle: Handle, request: InferRequest, admission: Admission, limits: RequestLimits | None
+    ) -> Awaitable[InferResponse]:
+        """`_answer`, through the response cache for a client's request to a model that caches."""
+        cache = self.response_cache
+        key = handle.cache_key if isinstance(handle, ModelHandle) else None
+        if cache is None or key is None or limits is None:  # (an ensemble's steps are the ensemble's)
+            return self._answer(handle, request, admission)
+        bypass = request.context.cache_bypass or request.parameters.get(CACHE_CONTROL_PARAMETER) == NO_CACHE
+        return cache.answer(key, str(handle.version), request, lambda: self._answer(handle, request, admission), bypass)
 
     @staticmethod
     async def _answer(handle: Handle, request: InferRequest, admission: Admission) -> InferResponse:

@@ -598,6 +598,7 @@ class ModelLifecycle:
                     event_loop=asyncio.get_running_loop(),
                     tracer=self._tracer,
                     onnx_cache=self._onnx_cache,
+                    caches_answers=self._dispatcher.response_cache is not None,
                 )
                 timings = replace(timings, fetch_s=model.fetch_s)
             except InferdError as exc:

@@ -22,6 +22,7 @@ from inferd.core.classification import with_labels
 from inferd.core.executor import InstancePool, intra_op_threads_per_instance
 from inferd.core.handle import ModelHandle
 from inferd.core.metrics import Metrics
+from inferd.core.response_cache import version_fingerprint, version_key
 from inferd.core.scheduler import DirectScheduler, Scheduler
 from inferd.core.sequence import SequenceBatcher
 from inferd.core.tracing import ExecutionTracer, RequestTracer
@@ -46,14 +47,24 @@ def load_version(
     event_loop: asyncio.AbstractEventLoop | None = None,
     tracer: RequestTracer | None = None,
     onnx_cache: OptimizedModelCache | None = None,
+    caches_answers: bool = False,
 ) -> tuple[ModelHandle, LoadTimings]:
     """`model_dir` holds the version's `warmup/` data files; `threads` are the server's worker
     threads and `shared_intra_op_pool` says where sessions compute (see core.executor);
     `event_loop` is the server's, where async models run their coroutines; `tracer` hears of the
-    version's executions when the server traces; `onnx_cache` keeps ONNX sessions' optimized models."""
+    version's executions when the server traces; `onnx_cache` keeps ONNX sessions' optimized models;
+    `caches_answers`: the server has a response cache, which a config's response_cache then uses."""
     instances: list[Runtime] = []
     pool: InstancePool | None = None
     started = time.perf_counter()
+    cache_key = None
+    if config.response_cache and caches_answers:  # kept under what it runs: its files (read first), its config
+        cache_key = version_key(config.name, version, version_fingerprint(config, version_dir, model_dir))
+    elif config.response_cache:
+        logger.warning(
+            "model %s enables response_cache, but the server has no cache (--cache-config): its answers are not kept",
+            config.name, extra={"model": config.name, "version": version},
+        )  # fmt: skip
     try:
         groups = config.instance_groups or (InstanceGroup(),)
         intra_op_threads = intra_op_threads_per_instance(sum(g.count for g in groups), shared=shared_intra_op_pool)
@@ -102,7 +113,7 @@ def load_version(
         execute_s * 1e6,
         extra={"model": config.name, "version": version},
     )
-    handle = ModelHandle(config=completed, version=version, pool=pool, scheduler=scheduler)
+    handle = ModelHandle(config=completed, version=version, pool=pool, scheduler=scheduler, cache_key=cache_key)
     return handle, timings
 
 

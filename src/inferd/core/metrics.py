@@ -76,8 +76,29 @@ class Metrics(Protocol):
         """A request found its model not loaded and loads it."""
         ...
 
+    def cache_answered(self, model: str, version: str, hit: bool, duration_s: float) -> None:
+        """The response cache had the request's answer (`hit`) or not, after `duration_s` in it."""
+        ...
+
+    def cache_evicted(self, model: str) -> None:
+        """An answer of `model` left the response cache for the byte budget."""
+        ...
+
+    def cache_size(self, size_bytes: int) -> None:
+        """What the response cache's entries hold now."""
+        ...
+
 
 class NoMetrics:
+    def cache_answered(self, model: str, version: str, hit: bool, duration_s: float) -> None:
+        return None
+
+    def cache_evicted(self, model: str) -> None:
+        return None
+
+    def cache_size(self, size_bytes: int) -> None:
+        return None
+
     def request_finished(
         self,
         model: str,

@@ -21,6 +21,7 @@ from inferd.core.idle_unload import IdleUnloader
 from inferd.core.lifecycle import ModelLifecycle
 from inferd.core.metrics import Metrics
 from inferd.core.repository import ModelRepository
+from inferd.core.response_cache import ResponseCache
 from inferd.core.statistics import ServingStatistics
 from inferd.core.tracing import RequestTracer
 from inferd.runtimes.onnx_cache import OptimizedModelCache
@@ -41,6 +42,7 @@ class ModelRegistry:
         tracer: RequestTracer | None = None,
         scale_to_zero: ScaleToZeroDefaults = SCALE_TO_ZERO_OFF,
         onnx_cache: OptimizedModelCache | None = None,
+        response_cache: ResponseCache | None = None,
     ) -> None:
         """`metrics`: where requests, executions and loads are counted (a `ServingStatistics` of
         its own when not given; the service reads the same); `budget`: turns on on-demand loading;
@@ -49,7 +51,8 @@ class ModelRegistry:
         `batching_defaults`: settings every batching model takes (--tfserving-batching-parameters);
         `tracer`: hears of every request and every loaded version's executions when the server traces;
         `scale_to_zero`: the server's defaults of idle unloading and cold starts (core.idle_unload);
-        `onnx_cache`: where ONNX sessions keep their optimized models (runtimes.onnx_cache).
+        `onnx_cache`: where ONNX sessions keep their optimized models (runtimes.onnx_cache);
+        `response_cache`: keeps the answers of models whose config enables it (core.response_cache).
         Models load on a request's demand under a budget, and when they were scaled to zero."""
         self._repository = repository
         self._budget = budget
@@ -63,6 +66,7 @@ class ModelRegistry:
             budget=memory,
             load_on_demand=self._load_on_demand,
             resting=self._resting,
+            response_cache=response_cache,
         )
         self._lifecycle = ModelLifecycle(
             repository,

@@ -92,6 +92,9 @@ class VersionStatistics:
     failed_s: float = 0.0
     inference_count: int = 0
     last_inference_ms: int = 0
+    # The response cache's answers to this version's requests: [count, seconds] of hits and of misses.
+    cache_hits: list[float] = field(default_factory=lambda: [0, 0.0])
+    cache_misses: list[float] = field(default_factory=lambda: [0, 0.0])
     # Executions of the model, by rows, and their durations: an execution may serve requests of
     # several doors, so these have no protocol.
     batch_size: Histogram = field(default_factory=lambda: Histogram.with_bounds(BATCH_SIZE_BUCKETS))
@@ -109,6 +112,8 @@ class VersionStatistics:
             failed_s=self.failed_s,
             inference_count=self.inference_count,
             last_inference_ms=self.last_inference_ms,
+            cache_hits=list(self.cache_hits),
+            cache_misses=list(self.cache_misses),
             batch_size=self.batch_size.copy(),
             execution=self.execution.copy(),
             batches={rows: list(entry) for rows, entry in self.batches.items()},
@@ -140,6 +145,9 @@ class ServingStatistics:
         self.evictions = 0
         self.scaled_to_zero = 0
         self.on_demand = {"hit": 0, "miss": 0}
+        # The response cache: answers that left it for its byte budget, by model; what it holds now.
+        self.cache_evictions: dict[str, int] = {}
+        self.cache_bytes = 0
         # Shadows' copies: (endpoint, shadow, outcome) -> count; (endpoint, shadow) -> dropped; (endpoint,
         # shadow, "agree" or "differ") -> count; (endpoint, shadow, output) -> the largest |diff| seen.
         self.shadow_outcomes: dict[tuple[str, str, str], int] = {}
@@ -200,6 +208,17 @@ class ServingStatistics:
 
     def on_demand_miss(self) -> None:
         self.on_demand["miss"] += 1
+
+    def cache_answered(self, model: str, version: str, hit: bool, duration_s: float) -> None:
+        counted = self._version(model, version).cache_hits if hit else self._version(model, version).cache_misses
+        counted[0] += 1
+        counted[1] += duration_s
+
+    def cache_evicted(self, model: str) -> None:
+        self.cache_evictions[model] = self.cache_evictions.get(model, 0) + 1
+
+    def cache_size(self, size_bytes: int) -> None:
+        self.cache_bytes = size_bytes
 
     def request_unresolved(self, protocol: str, outcome: str) -> None:
         key = (protocol, outcome)
@@ -268,6 +287,8 @@ class ServingStatistics:
                 )
                 for rows, (executions, seconds) in sorted(stats.batches.items())
             ),
+            cache_hit=_duration(int(stats.cache_hits[0]), stats.cache_hits[1]),
+            cache_miss=_duration(int(stats.cache_misses[0]), stats.cache_misses[1]),
         )
 
     def _version(self, model: str, version: str) -> VersionStatistics:
@@ -318,4 +339,6 @@ def combined_statistics(name: str, version: str, parts: list[ModelStatistics]) -
             )
             for size, same in sorted(batches.items())
         ),
+        cache_hit=total("cache_hit"),
+        cache_miss=total("cache_miss"),
     )

@@ -45,7 +45,9 @@ from inferd.types import (
     new_request_id,
 )
 
-_DURATION_FIELDS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+_DURATION_FIELDS = (
+    "success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss",
+)  # fmt: skip
 
 # Which typed contents field carries each datatype; FP16 has none and must come raw.
 _CONTENTS_FIELD = {datatype: names.grpc_contents for datatype, names in NAMES.items() if names.grpc_contents}

@@ -464,7 +464,9 @@ def decode_statistics(body: bytes) -> list[ModelStatistics]:
         raise MalformedRequestError(f"statistics are not the v2 shape: {exc!r}") from None
 
 
-_DURATION_FIELDS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+_DURATION_FIELDS = (
+    "success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss",
+)  # fmt: skip
 
 
 def _repository_body(body: bytes) -> dict[str, Any]:
@@ -955,8 +957,8 @@ def statistics_json(statistics: list[ModelStatistics]) -> dict[str, Any]:
                     "compute_input": _duration_json(s.compute_input),
                     "compute_infer": _duration_json(s.compute_infer),
                     "compute_output": _duration_json(s.compute_output),
-                    "cache_hit": {"count": 0, "ns": 0},
-                    "cache_miss": {"count": 0, "ns": 0},
+                    "cache_hit": _duration_json(s.cache_hit),
+                    "cache_miss": _duration_json(s.cache_miss),
                 },
                 "batch_stats": [
                     {

@@ -26,6 +26,7 @@ from inferd.core.async_inference import AsyncInference
 from inferd.core.model_files import UPLOAD_FLAG
 from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import LinkedModels, ServedModels, open_repositories
+from inferd.core.response_cache import ResponseCache
 from inferd.core.service import InferenceService
 from inferd.core.state_dir import StateDir
 from inferd.core.statistics import ServingStatistics
@@ -147,6 +148,7 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         onnx_cache=open_cache(
             Path(settings.onnx_cache_dir) if settings.onnx_cache_dir else default_folder(), settings.onnx_cache_bytes
         ),
+        response_cache=ResponseCache(cache, statistics) if (cache := settings.response_cache) is not None else None,
     )
     service = InferenceService(
         registry,

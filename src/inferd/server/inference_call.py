@@ -44,6 +44,7 @@ from inferd.core.service import InferenceService
 from inferd.errors import InferdError, InvalidRequestError, StreamOnlyModelError
 from inferd.limits import RequestLimits
 from inferd.protocol import http_compression, server_timing
+from inferd.protocol.cache_headers import CACHE_CONTROL_HEADER, CACHE_HEADER, asks_fresh
 from inferd.protocol.codecs.base import (
     Codec,
     GrpcCodec,
@@ -81,6 +82,8 @@ _SERVER_TIMING_RESPONSE = server_timing.RESPONSE_HEADER.encode()
 _CONTENT_ENCODING = b"content-encoding"
 _VARIANT = VARIANT_HEADER.encode()
 _TARGET_VARIANT = TARGET_VARIANT_HEADER.encode()
+_CACHE_CONTROL = CACHE_CONTROL_HEADER.encode()
+_CACHE = CACHE_HEADER.encode()
 _SAGEMAKER_TARGET_VARIANT = SAGEMAKER_TARGET_VARIANT_HEADER.encode()
 _SAGEMAKER_INVOKED_VARIANT = SAGEMAKER_INVOKED_VARIANT_HEADER.encode()
 # A request's header (HTTP) or metadata entry (gRPC) by its lower-case name, None when absent.
@@ -164,6 +167,8 @@ class InferenceCall:
         # `deadline` and `is_compressed` asked only when their header came (most requests send neither).
         deadline_s = deadline(headers) if _TIMEOUT in headers else None
         context = RequestContext(current_request_id.get(), deadline_s, codec.door, RequestTiming(), trace)
+        if _CACHE_CONTROL in headers:
+            context.cache_bypass = asks_fresh(headers[_CACHE_CONTROL])
         encoding = headers.get(_CONTENT_ENCODING)
         try:  # costs nothing unless something is raised (no frame of its own)
             if isinstance(target, Target) and (encoding is None or not http_compression.is_compressed(encoding)):
@@ -194,6 +199,8 @@ class InferenceCall:
             answered.append((_VARIANT, route.variant_header))
             if codec.door is Door.SAGEMAKER:
                 answered.append((_SAGEMAKER_INVOKED_VARIANT, route.variant_header))
+        if context.cache:
+            answered.append((_CACHE, context.cache.encode()))
         timing_asked = headers.get(_SERVER_TIMING_REQUEST)
         if timing_asked is not None and server_timing.wanted(timing_asked):
             answered.append((_SERVER_TIMING_RESPONSE, server_timing.encode(context.timing).encode()))
@@ -285,6 +292,7 @@ class InferenceCall:
             RequestTiming(),
             trace,
         )
+        call.cache_bypass = asks_fresh(metadata.get(CACHE_CONTROL_HEADER))
         try:
             target = codec.target(message)
             await self._admit(target, codec.door, call, metadata.get)
@@ -292,6 +300,8 @@ class InferenceCall:
             trailers = [(REQUEST_ID_HEADER, header_value(call.request_id))]
             if call.route is not None:
                 trailers.append((VARIANT_HEADER, call.route.variant))
+            if call.cache:
+                trailers.append((CACHE_HEADER, call.cache))
             if server_timing.wanted(metadata.get(server_timing.REQUEST_HEADER)):
                 trailers.append((server_timing.RESPONSE_HEADER, server_timing.encode(call.timing)))
             context.set_trailing_metadata(tuple(trailers))
@@ -369,6 +379,7 @@ class InferenceCall:
         self, codec: StreamCodec[StateT], message: Any, metadata: Mapping[str, Any], trace: object
     ) -> AsyncIterator[Any]:
         call = RequestContext("", None, codec.door, RequestTiming(), trace)
+        call.cache_bypass = asks_fresh(metadata.get(CACHE_CONTROL_HEADER))
         target = codec.target(message)
         await self._admit(target, codec.door, call, metadata.get)
         signature = await self._signature(target) if codec.reads_signature else None

@@ -215,6 +215,7 @@ class _Exposition(Collector):
             unresolved.add_metric([protocol, outcome], count)
         yield unresolved
         yield from self._endpoints()
+        yield from self._response_cache(snapshot)
         yield from self._async_jobs()
         yield from self._model_management()
         for name, documentation, phase_of in _REQUEST_HISTOGRAMS:
@@ -249,6 +250,39 @@ class _Exposition(Collector):
             depths.add_metric([model, version], float(queued))
         yield in_flight
         yield depths
+
+    def _response_cache(self, snapshot: list[tuple[tuple[str, str], VersionStatistics]]) -> Iterator[Any]:
+        hits = CounterMetricFamily(
+            "inferd_cache_hits", "Requests the response cache answered, by model.", labels=["model"]
+        )
+        misses = CounterMetricFamily(
+            "inferd_cache_misses",
+            "Requests to models that cache whose answer the response cache did not have (the model ran), by model.",
+            labels=["model"],
+        )
+        by_model: dict[str, list[float]] = {}
+        for (model, _), stats in snapshot:
+            counts = by_model.setdefault(model, [0, 0])
+            counts[0] += stats.cache_hits[0]
+            counts[1] += stats.cache_misses[0]
+        for model, (hit, missed) in sorted(by_model.items()):
+            if hit or missed:
+                hits.add_metric([model], hit)
+                misses.add_metric([model], missed)
+        yield hits
+        yield misses
+        evictions = CounterMetricFamily(
+            "inferd_cache_evictions", "Answers that left the response cache for its byte budget, by model.",
+            labels=["model"],
+        )  # fmt: skip
+        for model, count in sorted(dict(self._statistics.cache_evictions).items()):
+            evictions.add_metric([model], count)
+        yield evictions
+        yield GaugeMetricFamily(
+            "inferd_cache_bytes",
+            "What the response cache's entries hold now (outputs, keys and overhead), within its --cache-config size.",
+            value=float(self._statistics.cache_bytes),
+        )
 
     def _endpoints(self) -> Iterator[Any]:
         statistics = self._statistics

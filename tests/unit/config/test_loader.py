@@ -35,6 +35,7 @@ model_warmup [ {
 } ]
 parameters { key: "intra_op_thread_count" value: { string_value: "2" } }
 response_cache { enable: true }
+optimization { priority: PRIORITY_MAX }
 """
 
 
@@ -55,12 +56,33 @@ def test_parses_the_supported_subset() -> None:
     assert config.dynamic_batching.default_queue_policy.max_queue_size == 64
     assert config.warmup[0].inputs["x"].kind is WarmupDataKind.ZERO
     assert config.parameters == {"intra_op_thread_count": "2"}
+    assert config.response_cache
 
 
 def test_reports_fields_outside_the_subset() -> None:
     config = parse_model_config(FULL, model_name="m")
-    assert set(config.ignored_fields) == {"response_cache"}  # label_filename feeds the classification extension
+    assert set(config.ignored_fields) == {"optimization"}  # label_filename feeds the classification extension
     assert config.outputs[0].label_filename
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("sequence_batching { }", "a sequence model's answers follow its state"),
+        ("model_transaction_policy { decoupled: true }", "a decoupled model answers a request with any number"),
+        (
+            'platform: "ensemble" input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ] '
+            'output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ] ensemble_scheduling { step [ { model_name: "a" '
+            'input_map { key: "x" value: "x" } output_map { key: "y" value: "y" } } ] }',
+            "ensembles do not cache yet",
+        ),
+    ],
+)
+def test_a_model_whose_answers_are_not_one_request_s_cannot_cache_them(text: str, said: str) -> None:
+    with pytest.raises(ModelConfigError, match=r"response_cache \{ enable: true \} cannot apply") as raised:
+        parse_model_config(f"{text}\nresponse_cache {{ enable: true }}", model_name="m")
+    assert said in raised.value.message
+    assert not parse_model_config(text, model_name="m").response_cache  # off: nothing to refuse
 
 
 def test_syntax_error_names_line_and_column() -> None:

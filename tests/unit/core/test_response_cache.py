@@ -1,0 +1,242 @@
+"""The response cache's logic (core.response_cache): keys that tell apart what answers differently,
+fingerprints of what a version runs, the byte budget and TTL, one execution for identical requests,
+errors never kept nor shared, and the client's bypass."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inferd.config.model import ModelConfig
+from inferd.config.response_cache import CacheSettings, parse_cache_config
+from inferd.core.response_cache import (
+    ENTRY_OVERHEAD_BYTES,
+    ResponseCache,
+    request_key,
+    version_fingerprint,
+    version_key,
+)
+from inferd.core.statistics import ServingStatistics
+from inferd.errors import InternalError
+from inferd.types import DataType, InferRequest, InferResponse, RequestContext, RequestedOutput, Tensor
+
+VERSION = version_key("m", 1, b"\1" * 32)
+
+
+def request(*tensors: Tensor, outputs: tuple[str, ...] = (), request_id: str = "r") -> InferRequest:
+    return InferRequest("m", "", tensors, tuple(RequestedOutput(name) for name in outputs),
+                        context=RequestContext(request_id))  # fmt: skip
+
+
+def fp32(name: str, values: list[float], shape: tuple[int, ...] | None = None) -> Tensor:
+    data = np.array(values, np.float32)
+    return Tensor(name, DataType.FP32, shape or data.shape, data.reshape(shape or data.shape))
+
+
+def texts(name: str, values: list[bytes]) -> Tensor:
+    return Tensor(name, DataType.BYTES, (len(values),), np.array(values, dtype=object))
+
+
+def answer(value: float, size: int = 4) -> InferResponse:
+    return InferResponse("m", "1", "r", (Tensor("y", DataType.FP32, (size,), np.full(size, value, np.float32)),))
+
+
+def test_keys_tell_apart_what_answers_differently() -> None:
+    base = request_key(VERSION, request(fp32("x", [1, 2, 3, 4])))
+    assert base == request_key(VERSION, request(fp32("x", [1, 2, 3, 4]), request_id="other"))
+    different = [
+        request(fp32("x", [1, 2, 3, 5])),  # data
+        request(fp32("x", [1, 2, 3, 4], (2, 2))),  # shape
+        request(Tensor("x", DataType.INT32, (4,), np.array([1, 2, 3, 4], np.int32))),  # datatype
+        request(fp32("z", [1, 2, 3, 4])),  # name
+        request(fp32("x", [1, 2, 3, 4]), outputs=("y",)),  # outputs asked for
+    ]
+    keys = {request_key(VERSION, r) for r in different}
+    assert base not in keys and len(keys) == len(different)
+    assert request_key(version_key("m", 2, b"\1" * 32), request(fp32("x", [1, 2, 3, 4]))) != base
+    assert request_key(version_key("m", 1, b"\2" * 32), request(fp32("x", [1, 2, 3, 4]))) != base
+    # Inputs in any order are the same request; texts are length-prefixed, so no two lists collide.
+    two = [fp32("a", [1]), fp32("b", [2])]
+    assert request_key(VERSION, request(*two)) == request_key(VERSION, request(*reversed(two)))
+    assert request_key(VERSION, request(texts("t", [b"ab", b"c"]))) != request_key(
+        VERSION, request(texts("t", [b"a", b"bc"]))
+    )
+
+
+def test_a_version_s_fingerprint_is_its_content(tmp_path: Path) -> None:
+    model = tmp_path / "a" / "m"
+    (model / "1").mkdir(parents=True)
+    (model / "2").mkdir()
+    (model / "1" / "model.onnx").write_bytes(b"weights one")
+    (model / "2" / "model.onnx").write_bytes(b"weights two")
+    (model / "config.pbtxt").write_text("max_batch_size: 8")
+    config = ModelConfig(name="m", max_batch_size=8)
+    first = version_fingerprint(config, model / "1", model)
+    # Another copy of the same files (another server's): the same fingerprint.
+    shutil.copytree(model, tmp_path / "b" / "m")
+    assert version_fingerprint(config, tmp_path / "b" / "m" / "1", tmp_path / "b" / "m") == first
+    assert version_fingerprint(config, model / "2", model) != first
+    (model / "2" / "model.onnx").write_bytes(b"weights 2")  # another version's files are not this one's
+    assert version_fingerprint(config, model / "1", model) == first
+    assert version_fingerprint(ModelConfig(name="m", max_batch_size=4), model / "1", model) != first
+    (model / "labels.txt").write_text("cat\ndog\n")  # a shared file
+    assert version_fingerprint(config, model / "1", model) != first
+    (model / "labels.txt").unlink()
+    (model / "1" / "model.onnx").write_bytes(b"weights uno")
+    assert version_fingerprint(config, model / "1", model) != first
+
+
+async def test_one_execution_answers_identical_requests_that_come_while_it_runs() -> None:
+    statistics = ServingStatistics()
+    cache = ResponseCache(CacheSettings(1 << 20), statistics)
+    runs = 0
+    release = asyncio.Event()
+
+    async def run() -> InferResponse:
+        nonlocal runs
+        runs += 1
+        await release.wait()
+        return answer(7.0)
+
+    requests = [request(fp32("x", [1, 2]), request_id=str(i)) for i in range(100)]
+    tasks = [asyncio.create_task(cache.answer(VERSION, "1", r, run)) for r in requests]
+    await asyncio.sleep(0)
+    release.set()
+    responses = await asyncio.gather(*tasks)
+    assert runs == 1
+    assert [r.request_id for r in responses[1:]] == [str(i) for i in range(1, 100)]  # each its own id
+    assert all(r.outputs[0].data.tolist() == [7.0] * 4 for r in responses)
+    assert [r.context.cache for r in requests].count("miss") == 1
+    assert [r.context.cache for r in requests].count("hit") == 99
+    stats = statistics.model_statistics("m", "1")
+    assert (stats.cache_hit.count, stats.cache_miss.count) == (99, 1)
+    # Kept: a later identical request runs nothing; its answer's arrays cannot be written into.
+    later = await cache.answer(VERSION, "1", request(fp32("x", [1, 2])), run)
+    assert runs == 1 and not later.outputs[0].data.flags.writeable
+
+
+async def test_a_failed_execution_is_neither_kept_nor_handed_to_the_requests_waiting_for_it() -> None:
+    cache = ResponseCache(CacheSettings(1 << 20), ServingStatistics())
+    release = asyncio.Event()
+    calls = 0
+
+    async def run() -> InferResponse:
+        nonlocal calls
+        calls += 1
+        first = calls == 1
+        await release.wait()
+        if first:
+            raise InternalError("the first run fails")
+        return answer(float(calls))
+
+    tasks = [asyncio.create_task(cache.answer(VERSION, "1", request(fp32("x", [3])), run)) for _ in range(5)]
+    await asyncio.sleep(0)
+    release.set()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(results[0], InternalError)
+    assert all(isinstance(r, InferResponse) for r in results[1:])  # each ran for itself
+    assert calls == 5
+    assert len(cache.local) == 0  # the waiters ran outside the cache's one flight: nothing kept for them
+
+    async def fails() -> InferResponse:
+        raise InternalError("no")
+
+    with pytest.raises(InternalError):
+        await cache.answer(VERSION, "1", request(fp32("x", [4])), fails)
+    assert len(cache.local) == 0
+
+
+async def test_the_budget_evicts_the_least_recently_used_and_the_gauge_stays_within_it() -> None:
+    statistics = ServingStatistics()
+    entry = 4 * 4 + 32 + ENTRY_OVERHEAD_BYTES  # an answer of 4 floats, its key, the overhead
+    cache = ResponseCache(CacheSettings(3 * entry), statistics)
+
+    async def run_for(value: float) -> InferResponse:
+        return answer(value)
+
+    for value in (1.0, 2.0, 3.0):
+        await cache.answer(VERSION, "1", request(fp32("x", [value])), lambda v=value: run_for(v))
+    assert statistics.cache_bytes == 3 * entry and not statistics.cache_evictions
+    await cache.answer(VERSION, "1", request(fp32("x", [1.0])), lambda: run_for(-1))  # 1 is now the most recent
+    await cache.answer(VERSION, "1", request(fp32("x", [4.0])), lambda: run_for(4.0))  # evicts 2
+    assert statistics.cache_evictions == {"m": 1} and statistics.cache_bytes == 3 * entry
+    kept = request(fp32("x", [1.0]))
+    assert (await cache.answer(VERSION, "1", kept, lambda: run_for(-1))).outputs[0].data[0] == 1.0
+    evicted = request(fp32("x", [2.0]))
+    assert (await cache.answer(VERSION, "1", evicted, lambda: run_for(-2))).outputs[0].data[0] == -2.0
+    assert evicted.context.cache == "miss"
+    # An answer larger than the whole budget is never kept.
+    await cache.answer(VERSION, "1", request(fp32("x", [9.0])), lambda: asyncio.sleep(0, answer(9.0, size=1000)))
+    assert statistics.cache_bytes <= 3 * entry
+
+
+async def test_entries_expire_after_their_ttl() -> None:
+    now = [100.0]
+    cache = ResponseCache(CacheSettings(1 << 20, ttl_s=10), ServingStatistics(), clock=lambda: now[0])
+    runs = 0
+
+    async def run() -> InferResponse:
+        nonlocal runs
+        runs += 1
+        return answer(float(runs))
+
+    await cache.answer(VERSION, "1", request(fp32("x", [1])), run)
+    now[0] += 9.9
+    await cache.answer(VERSION, "1", request(fp32("x", [1])), run)
+    assert runs == 1
+    now[0] += 0.2
+    late = request(fp32("x", [1]))
+    assert (await cache.answer(VERSION, "1", late, run)).outputs[0].data[0] == 2.0
+    assert runs == 2 and late.context.cache == "miss"
+
+
+async def test_a_bypass_runs_the_model_and_keeps_its_fresh_answer() -> None:
+    cache = ResponseCache(CacheSettings(1 << 20), ServingStatistics())
+    runs = 0
+
+    async def run() -> InferResponse:
+        nonlocal runs
+        runs += 1
+        return answer(float(runs))
+
+    await cache.answer(VERSION, "1", request(fp32("x", [1])), run)
+    fresh = await cache.answer(VERSION, "1", request(fp32("x", [1])), run, bypass=True)
+    assert runs == 2 and fresh.outputs[0].data[0] == 2.0
+    assert (await cache.answer(VERSION, "1", request(fp32("x", [1])), run)).outputs[0].data[0] == 2.0
+
+
+@pytest.mark.parametrize(
+    ("specs", "expected"),
+    [
+        ((), None),
+        (("local,size=1048576",), CacheSettings(1 << 20)),
+        (("local,size=256MiB,ttl_s=600",), CacheSettings(256 << 20, 600.0)),
+        ((" local , size = 1KB ",), CacheSettings(1000)),
+    ],
+)
+def test_cache_config_reads_triton_s_form(specs: tuple[str, ...], expected: CacheSettings | None) -> None:
+    assert parse_cache_config(specs) == expected
+
+
+@pytest.mark.parametrize(
+    ("specs", "said"),
+    [
+        (("redis2,size=1",), "the cache is one of local"),
+        (("local",), "needs its byte budget"),
+        (("local,size=0",), "at least 1 byte"),
+        (("local,size=lots",), "is not a size"),
+        (("local,size=1,ttl_s=-1",), "ttl_s must be a number of seconds above 0"),
+        (("local,size=1,ttl_s=nan",), "ttl_s must be a number of seconds above 0"),
+        (("local,size=1,colour=red",), "'colour=red' is not one of size=BYTES, ttl_s=SECONDS"),
+        (("local,size=1,size=2",), "(each once)"),
+        (("local,size=1", "local,size=2"), "configured twice"),
+    ],
+)
+def test_cache_config_refusals_name_the_value(specs: tuple[str, ...], said: str) -> None:
+    with pytest.raises(ValueError, match="--cache-config") as raised:
+        parse_cache_config(specs)
+    assert said in str(raised.value)
