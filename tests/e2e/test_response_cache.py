@@ -206,3 +206,43 @@ class Model:
     def execute(self, inputs):
         return {{"y": np.repeat(inputs["x"], {WIDE}, axis=1)}}
 """
+
+
+@pytest.mark.timeout(300)
+def test_two_servers_sharing_redis_answer_each_other_s_misses_and_lose_only_hits_when_it_goes(tmp_path: Path) -> None:
+    import contextlib
+
+    import redis
+
+    from inferd.testing.redis_server import run_redis
+
+    misbehaving_model(tmp_path / "repository" / "cached", offset=1)
+    with open(tmp_path / "repository" / "cached" / "config.pbtxt", "a") as config:
+        config.write(CACHE)
+    stack = contextlib.ExitStack()
+    url = stack.enter_context(run_redis(tmp_path / "redis"))
+    try:
+        shared = ("--cache-config", f"redis,url={url}")
+        with (
+            run_server(tmp_path / "repository", tmp_path / "a.log", *shared) as a,
+            run_server(tmp_path / "repository", tmp_path / "b.log", *shared, "--cache-config", "local,size=1MiB") as b,
+        ):
+            x = [1.0, 2.0, 3.0, 4.0]
+            assert infer_json(a, "cached", x) == ([2.0, 3.0, 4.0, 5.0], "miss")
+            client = redis.Redis.from_url(url)
+            deadline = time.monotonic() + 30  # A writes its answer after giving it
+            while not client.keys("inferd:cache:*") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            client.close()
+            # B never ran the model: A's answer, from Redis (the same files make the same key there).
+            assert infer_json(b, "cached", x) == ([2.0, 3.0, 4.0, 5.0], "hit")
+            assert statistics(b, "cached")["execution_count"] == 0
+            assert infer_json(b, "cached", x)[1] == "hit"  # now from B's own local tier
+
+            stack.close()  # Redis goes away: misses, never errors
+            assert infer_json(a, "cached", [9.0, 9.0, 9.0, 9.0]) == ([10.0] * 4, "miss")
+            assert infer_json(a, "cached", x) == ([2.0, 3.0, 4.0, 5.0], "miss")  # A has no local tier
+            assert infer_json(b, "cached", x) == ([2.0, 3.0, 4.0, 5.0], "hit")  # B's local tier still answers
+            assert sample(metrics(a), "inferd_cache_redis_errors_total") >= 1
+    finally:
+        stack.close()

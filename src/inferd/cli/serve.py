@@ -354,9 +354,10 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     "cache_config",
     multiple=True,
     envvar="INFERD_CACHE_CONFIG",
-    help="The response cache, as Triton's flag: local,size=BYTES (such as 256MiB) with an optional ttl_s=SECONDS. "
-    "Models whose config.pbtxt says response_cache { enable: true } then answer identical requests from it "
-    "(Inferd-Cache: hit); other models never use it. Off unless given.",
+    help="The response cache, as Triton's flag: local,size=BYTES (such as 256MiB) with an optional ttl_s=SECONDS, "
+    "and/or redis,url=redis://host:6379/0 (optional ttl_s=, timeout_ms=) shared by the servers naming it (the "
+    "local tier in front). Models whose config.pbtxt says response_cache { enable: true } then answer identical "
+    "requests from it (Inferd-Cache: hit); other models never use it. Off unless given.",
 )
 @click.option(
     "--execution-threads",

@@ -85,7 +85,11 @@ class Metrics(Protocol):
         ...
 
     def cache_size(self, size_bytes: int) -> None:
-        """What the response cache's entries hold now."""
+        """What the response cache's local entries hold now."""
+        ...
+
+    def cache_redis_failed(self) -> None:
+        """A command of the response cache's Redis tier failed or timed out (a miss), or an entry there did not read."""
         ...
 
 
@@ -97,6 +101,9 @@ class NoMetrics:
         return None
 
     def cache_size(self, size_bytes: int) -> None:
+        return None
+
+    def cache_redis_failed(self) -> None:
         return None
 
     def request_finished(

@@ -38,7 +38,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from inferd.config.model import ModelConfig
 from inferd.config.response_cache import CacheSettings
 from inferd.core.metrics import Metrics
 from inferd.types import DataType, InferRequest, InferResponse, Tensor
+
+if TYPE_CHECKING:
+    from inferd.core.response_cache_redis import RedisTier
 
 logger = logging.getLogger("inferd.response_cache")
 
@@ -192,12 +195,18 @@ class LocalTier:
 
 
 class ResponseCache:
-    """The server's response cache (one per server, on its event loop)."""
+    """The server's response cache (one per server, on its event loop): the local tier, Redis's
+    (core.response_cache_redis), or the local one in front of Redis's."""
 
     def __init__(self, settings: CacheSettings, metrics: Metrics, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self._metrics = metrics
-        self.local = LocalTier(settings.local_bytes, settings.ttl_s, metrics, clock)
+        self.local = LocalTier(settings.local_bytes, settings.ttl_s, metrics, clock) if settings.local_bytes else None
+        self.redis: RedisTier | None = None
+        if settings.redis_url is not None:
+            from inferd.core.response_cache_redis import RedisTier
+
+            self.redis = RedisTier(settings.redis_url, settings.redis_ttl_s, settings.redis_timeout_s, metrics)
         # key -> the answer of the request running it now (None: it failed or left).
         self._flights: dict[bytes, asyncio.Future[InferResponse | None]] = {}
 
@@ -216,7 +225,7 @@ class ResponseCache:
         key = request_key(version_key, request)
         model = request.model_name
         if not bypass:
-            kept = self.local.get(key)
+            kept = self.local.get(key) if self.local is not None else None
             if kept is not None:
                 return self._hit(kept, request, version, started_s)
             flight = self._flights.get(key)
@@ -230,16 +239,32 @@ class ResponseCache:
             flight = None
         response: InferResponse | None = None
         try:
+            stored = await self.redis.get(key) if self.redis is not None and not bypass else None
+            if stored is not None:  # another server's answer (or this one's, before a restart)
+                response = InferResponse(model, version, request.context.request_id, stored, request.id)
+                self._keep(key, model, response, share=False)
+                return self._hit(response, request, version, started_s)
             response = await run()
-            try:
-                self.local.put(key, model, response)
-            except Exception:  # an answer the cache cannot keep is still its client's
-                logger.exception("model %s: the response cache could not keep an answer", model)
+            self._keep(key, model, response, share=True)
         finally:
             if flight is not None:
                 del self._flights[key]
                 flight.set_result(response)  # None when it failed: each waiter runs for itself
         return self._missed(response, request, version, started_s)
+
+    def _keep(self, key: bytes, model: str, response: InferResponse, share: bool) -> None:
+        """Keep an answer in the local tier, and (`share`) write it to Redis's."""
+        try:
+            if self.local is not None:
+                self.local.put(key, model, response)
+            if share and self.redis is not None:
+                self.redis.put(key, response.outputs)
+        except Exception:  # an answer the cache cannot keep is still its client's
+            logger.exception("model %s: the response cache could not keep an answer", model)
+
+    async def close(self) -> None:
+        if self.redis is not None:
+            await self.redis.close()
 
     def _hit(self, kept: InferResponse, request: InferRequest, version: str, started_s: float) -> InferResponse:
         if request.context.cache != "miss":  # a call of several requests: a miss if any missed

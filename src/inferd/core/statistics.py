@@ -148,6 +148,7 @@ class ServingStatistics:
         # The response cache: answers that left it for its byte budget, by model; what it holds now.
         self.cache_evictions: dict[str, int] = {}
         self.cache_bytes = 0
+        self.cache_redis_errors = 0
         # Shadows' copies: (endpoint, shadow, outcome) -> count; (endpoint, shadow) -> dropped; (endpoint,
         # shadow, "agree" or "differ") -> count; (endpoint, shadow, output) -> the largest |diff| seen.
         self.shadow_outcomes: dict[tuple[str, str, str], int] = {}
@@ -219,6 +220,9 @@ class ServingStatistics:
 
     def cache_size(self, size_bytes: int) -> None:
         self.cache_bytes = size_bytes
+
+    def cache_redis_failed(self) -> None:
+        self.cache_redis_errors += 1
 
     def request_unresolved(self, protocol: str, outcome: str) -> None:
         key = (protocol, outcome)

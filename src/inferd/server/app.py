@@ -334,6 +334,8 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     await service.endpoints.shadows.close()  # copies no client waits for
     await service.endpoints.rollouts.close()  # kept in the state directory: resumed at the next start
     await registry.close()
+    if registry.dispatcher.response_cache is not None:
+        await registry.dispatcher.response_cache.close()
     logger.info("stopped")
 
 

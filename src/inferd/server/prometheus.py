@@ -280,8 +280,15 @@ class _Exposition(Collector):
         yield evictions
         yield GaugeMetricFamily(
             "inferd_cache_bytes",
-            "What the response cache's entries hold now (outputs, keys and overhead), within its --cache-config size.",
+            "What the response cache's local entries hold now (outputs, keys and overhead), within its "
+            "--cache-config size.",
             value=float(self._statistics.cache_bytes),
+        )
+        yield CounterMetricFamily(
+            "inferd_cache_redis_errors",
+            "Commands of the response cache's Redis tier that failed or timed out (each a miss), and entries "
+            "there that did not read.",
+            value=self._statistics.cache_redis_errors,
         )
 
     def _endpoints(self) -> Iterator[Any]:

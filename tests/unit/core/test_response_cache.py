@@ -225,13 +225,13 @@ def test_cache_config_reads_triton_s_form(specs: tuple[str, ...], expected: Cach
 @pytest.mark.parametrize(
     ("specs", "said"),
     [
-        (("redis2,size=1",), "the cache is one of local"),
+        (("redis2,size=1",), "the cache is one of local, redis"),
         (("local",), "needs its byte budget"),
         (("local,size=0",), "at least 1 byte"),
         (("local,size=lots",), "is not a size"),
         (("local,size=1,ttl_s=-1",), "ttl_s must be a number of seconds above 0"),
         (("local,size=1,ttl_s=nan",), "ttl_s must be a number of seconds above 0"),
-        (("local,size=1,colour=red",), "'colour=red' is not one of size=BYTES, ttl_s=SECONDS"),
+        (("local,size=1,colour=red",), "'colour=red' is not one of size=, ttl_s="),
         (("local,size=1,size=2",), "(each once)"),
         (("local,size=1", "local,size=2"), "configured twice"),
     ],
@@ -240,3 +240,73 @@ def test_cache_config_refusals_name_the_value(specs: tuple[str, ...], said: str)
     with pytest.raises(ValueError, match="--cache-config") as raised:
         parse_cache_config(specs)
     assert said in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("specs", "expected"),
+    [
+        (("redis,url=redis://127.0.0.1:6379/0",), CacheSettings(redis_url="redis://127.0.0.1:6379/0")),
+        (
+            ("local,size=1MiB", "redis,url=rediss://cache:6380/1,ttl_s=30,timeout_ms=50"),
+            CacheSettings(1 << 20, None, "rediss://cache:6380/1", 30.0, 0.05),
+        ),
+    ],
+)
+def test_cache_config_reads_a_redis_tier(specs: tuple[str, ...], expected: CacheSettings) -> None:
+    assert parse_cache_config(specs) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("redis", "needs url=redis://host:port/db"),
+        ("redis,url=http://x", "needs url=redis://host:port/db"),
+        ("redis,url=redis://x,size=1", "'size=1' is not one of url=, ttl_s=, timeout_ms="),
+        ("redis,url=redis://x,timeout_ms=0", "timeout_ms must be a number of milliseconds above 0"),
+    ],
+)
+def test_redis_cache_config_refusals(spec: str, said: str) -> None:
+    with pytest.raises(ValueError, match="--cache-config") as raised:
+        parse_cache_config([spec])
+    assert said in str(raised.value)
+
+
+def test_outputs_round_trip_through_redis_s_format_and_a_damaged_value_does_not_read() -> None:
+    from inferd.core.response_cache_redis import decode_outputs, encode_outputs
+
+    outputs = (
+        Tensor("f", DataType.FP32, (2, 3), np.arange(6, dtype=np.float32).reshape(2, 3)),
+        Tensor("s", DataType.BYTES, (2,), np.array([b"", "wörld".encode()], dtype=object)),
+        Tensor("b", DataType.BF16, (), np.array(1.5, dtype=DataType.BF16.numpy_dtype)),
+        Tensor("i", DataType.INT64, (0, 4), np.zeros((0, 4), np.int64)),
+        Tensor("t", DataType.BOOL, (1,), np.array([True])),
+    )
+    value = encode_outputs(outputs)
+    for before, after in zip(outputs, decode_outputs(value), strict=True):
+        assert (after.name, after.datatype, after.shape) == (before.name, before.datatype, before.shape)
+        assert after.data.dtype == before.data.dtype
+        if before.datatype is DataType.BYTES:
+            assert after.data.tolist() == [b"", "wörld".encode()]
+        else:
+            assert after.data.tobytes() == before.data.tobytes()
+    for damaged in (value[:-1], value + b"\0", b"IRC0" + value[4:], value[:6], b"IRC1\xff\xff\xff\x7f{}"):
+        with pytest.raises((ValueError, KeyError, TypeError)):
+            decode_outputs(damaged)
+
+
+async def test_a_redis_that_does_not_answer_is_a_miss_and_is_left_alone_a_while() -> None:
+    statistics = ServingStatistics()
+    settings = CacheSettings(redis_url="redis://127.0.0.1:1/0", redis_timeout_s=0.5)  # nothing listens there
+    cache = ResponseCache(settings, statistics)
+    runs = 0
+
+    async def run() -> InferResponse:
+        nonlocal runs
+        runs += 1
+        return answer(1.0)
+
+    for _ in range(3):
+        assert (await cache.answer(VERSION, "1", request(fp32("x", [1])), run)).outputs[0].data[0] == 1.0
+    assert runs == 3  # no local tier: each request ran the model
+    assert statistics.cache_redis_errors == 1  # the first failed; the tier was then skipped
+    await cache.close()
