@@ -246,3 +246,41 @@ def test_two_servers_sharing_redis_answer_each_other_s_misses_and_lose_only_hits
             assert sample(metrics(a), "inferd_cache_redis_errors_total") >= 1
     finally:
         stack.close()
+
+
+CHAIN = """
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "first" input_map { key: "x" value: "x" } output_map { key: "y" value: "middle" } },
+    { model_name: "second" input_map { key: "x" value: "middle" } output_map { key: "y" value: "y" } }
+  ]
+}
+response_cache { enable: true }
+"""
+
+
+def test_an_ensemble_caches_as_a_whole_and_a_step_s_hot_swap_makes_its_answers_new(tmp_path: Path) -> None:
+    """x → first (+1) → second (+10) → y: its steps do not cache, the ensemble does; a swap of its
+    second step (+10 → +20) is a new key for the ensemble, so its next answer is the new one."""
+    misbehaving_model(tmp_path / "repository" / "first", offset=1)
+    misbehaving_model(tmp_path / "repository" / "second", offset=10)
+    (tmp_path / "repository" / "chain" / "1").mkdir(parents=True)
+    write_config(tmp_path / "repository" / "chain", CHAIN)
+    x = [1.0, 2.0, 3.0, 4.0]
+    with run_server(tmp_path / "repository", tmp_path / "server.log", "--model-control-mode", "explicit",
+                    "--load-model", "chain", "--cache-config", "local,size=1MiB") as server:  # fmt: skip
+        assert infer_json(server, "chain", x) == ([12.0, 13.0, 14.0, 15.0], "miss")
+        assert infer_json(server, "chain", x) == ([12.0, 13.0, 14.0, 15.0], "hit")
+        assert statistics(server, "second")["execution_count"] == 1  # the hit ran no step
+        assert infer_json(server, "second", x)[1] is None  # a step that does not cache answers as ever
+        config = tmp_path / "repository" / "second" / "config.pbtxt"
+        config.write_text(config.read_text().replace('"10"', '"20"'))
+        reply = http_request(server, "POST", "/v2/repository/models/second/load")
+        assert reply.status == 200, reply.body
+        assert infer_json(server, "chain", x) == ([22.0, 23.0, 24.0, 25.0], "miss")
+        assert infer_json(server, "chain", x) == ([22.0, 23.0, 24.0, 25.0], "hit")
+        assert infer_json(server, "chain", x, {"Cache-Control": "no-cache"}) == ([22.0, 23.0, 24.0, 25.0], "miss")

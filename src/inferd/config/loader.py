@@ -174,8 +174,6 @@ def _check_response_cache(message: Any, source: str) -> None:
         why = "a sequence model's answers follow its state, not one request"
     elif message.model_transaction_policy.decoupled:
         why = "a decoupled model answers a request with any number of responses"
-    elif message.platform == ENSEMBLE_PLATFORM or message.HasField("ensemble_scheduling"):
-        why = "ensembles do not cache yet (their answers follow their steps' versions): enable it on the steps"
     if why is not None:
         raise ModelConfigError(f"{source}: response_cache {{ enable: true }} cannot apply: {why}")
 

@@ -35,7 +35,7 @@ from inferd.core.ensemble import EnsembleHandle
 from inferd.core.ensemble_loading import check_steps_serving
 from inferd.core.handle import Handle, ModelHandle
 from inferd.core.metrics import Metrics
-from inferd.core.response_cache import CACHE_CONTROL_PARAMETER, NO_CACHE, ResponseCache
+from inferd.core.response_cache import CACHE_CONTROL_PARAMETER, NO_CACHE, ResponseCache, ensemble_key
 from inferd.core.scheduler import ADMISSION_PARAMETER, REALTIME_RECENT_S, Admission, prepare_work
 from inferd.core.tracing import RequestTracer
 from inferd.core.validation import answer
@@ -237,11 +237,33 @@ class Dispatcher:
     ) -> Awaitable[InferResponse]:
         """`_answer`, through the response cache for a client's request to a model that caches."""
         cache = self.response_cache
-        key = handle.cache_key if isinstance(handle, ModelHandle) else None
-        if cache is None or key is None or limits is None:  # (an ensemble's steps are the ensemble's)
+        if cache is None or limits is None or not handle.config.response_cache:  # (a step's is its ensemble's)
+            return self._answer(handle, request, admission)
+        key = self._content_key(handle)
+        if key is None:  # a step that does not serve now: run as if there were no cache
             return self._answer(handle, request, admission)
         bypass = request.context.cache_bypass or request.parameters.get(CACHE_CONTROL_PARAMETER) == NO_CACHE
-        return cache.answer(key, str(handle.version), request, lambda: self._answer(handle, request, admission), bypass)
+        # An ensemble's answer is kept only if its steps were still the versions it started with.
+        unchanged = (lambda: self._content_key(handle) == key) if isinstance(handle, EnsembleHandle) else None
+        return cache.answer(
+            key, str(handle.version), request, lambda: self._answer(handle, request, admission), bypass, unchanged
+        )
+
+    def _content_key(self, handle: Handle) -> bytes | None:
+        """What `handle`'s answers follow: a model's files and config (its `content_key`); an
+        ensemble's own config and, step by step, what its steps' serving versions follow now.
+        None when a step does not serve."""
+        if isinstance(handle, ModelHandle):
+            return handle.content_key
+        assert isinstance(handle, EnsembleHandle)
+        parts = [handle.content_key]
+        for planned in handle.plan.steps:
+            step = self._catalogue.snapshot.serving.get((planned.step.model_name, planned.step.version_label))
+            part = self._content_key(step) if step is not None else None
+            if part is None:
+                return None
+            parts.append(part)
+        return ensemble_key(parts)
 
     @staticmethod
     async def _answer(handle: Handle, request: InferRequest, admission: Admission) -> InferResponse:

@@ -34,6 +34,7 @@ from typing import Final, Protocol
 
 from inferd.config.model import EnsembleStep, ModelConfig, TensorConfig
 from inferd.core.handle import Handle
+from inferd.core.response_cache import config_fingerprint, version_key
 from inferd.core.rows import fill, merge_requests, stack_tensors, tensor_rows
 from inferd.core.scheduler import Admission
 from inferd.core.validation import output_names, prepare_inputs
@@ -262,6 +263,12 @@ class EnsembleHandle(Handle):
     _arriving: dict[tuple[Admission, Hashable], list[_Arrival]] = field(default_factory=dict, init=False)
     # The merged batches running now (the loop keeps only weak references to tasks).
     _batches: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    # Its name, version and config's digest: with its steps' serving versions', what its answers
+    # follow (core.response_cache; the dispatcher reads the steps' at each request).
+    content_key: bytes = field(default=b"", init=False)
+
+    def __post_init__(self) -> None:
+        self.content_key = version_key(self.config.name, self.version, config_fingerprint(self.config))
 
     async def infer(self, request: InferRequest, admission: Admission = Admission.REAL_TIME) -> InferResponse:
         """The answer to `request`, through the steps. (The dispatcher counts it in and out of the

@@ -81,6 +81,14 @@ def ensemble_handle(
             raise ModelConfigError(
                 f"ensemble '{config.name}' step {index} (model '{step.model_name}'): {exc.message}"
             ) from None
+    if config.response_cache:  # its answer must be a function of the request, as a cached model's
+        for step_config in step_configs:
+            if step_config.sequence_batching is not None or step_config.decoupled:
+                raise ModelConfigError(
+                    f"ensemble '{config.name}': response_cache {{ enable: true }} cannot apply: step model "
+                    f"'{step_config.name}' is a {'sequence' if step_config.sequence_batching else 'decoupled'} model, "
+                    "whose answers are not a function of one request"
+                )
     plan = plan_ensemble(config, step_configs)
     completed = replace(with_step_labels(config, step_configs), platform=config.platform, instance_groups=())
     logger.info(

@@ -108,9 +108,10 @@ class ModelHandle(Handle):
     pool: InstancePool
     # Chosen once, at load (core.loading): direct, the dynamic batcher or the sequence batcher.
     scheduler: Scheduler
-    # For a model that caches (response_cache): its name, version and the fingerprint of what it was
-    # loaded from, which every key of its answers starts with (core.response_cache); else None.
-    cache_key: bytes | None = None
+    # When the server has a response cache: its name, version and the fingerprint of what it was
+    # loaded from (core.response_cache), which every key of its answers starts with, and of the
+    # answers of ensembles it is a step of; else None.
+    content_key: bytes | None = None
 
     @property
     def queued(self) -> int:

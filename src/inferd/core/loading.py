@@ -53,13 +53,14 @@ def load_version(
     threads and `shared_intra_op_pool` says where sessions compute (see core.executor);
     `event_loop` is the server's, where async models run their coroutines; `tracer` hears of the
     version's executions when the server traces; `onnx_cache` keeps ONNX sessions' optimized models;
-    `caches_answers`: the server has a response cache, which a config's response_cache then uses."""
+    `caches_answers`: the server has a response cache, which a config's response_cache then uses (and
+    an ensemble's with this model a step)."""
     instances: list[Runtime] = []
     pool: InstancePool | None = None
     started = time.perf_counter()
-    cache_key = None
-    if config.response_cache and caches_answers:  # kept under what it runs: its files (read first), its config
-        cache_key = version_key(config.name, version, version_fingerprint(config, version_dir, model_dir))
+    content_key = None
+    if caches_answers:  # its answers, and its ensembles', are kept under what it runs: its files (read first), config
+        content_key = version_key(config.name, version, version_fingerprint(config, version_dir, model_dir))
     elif config.response_cache:
         logger.warning(
             "model %s enables response_cache, but the server has no cache (--cache-config): its answers are not kept",
@@ -113,7 +114,7 @@ def load_version(
         execute_s * 1e6,
         extra={"model": config.name, "version": version},
     )
-    handle = ModelHandle(config=completed, version=version, pool=pool, scheduler=scheduler, cache_key=cache_key)
+    handle = ModelHandle(config=completed, version=version, pool=pool, scheduler=scheduler, content_key=content_key)
     return handle, timings
 
 

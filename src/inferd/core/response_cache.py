@@ -22,8 +22,10 @@ Correct first:
   outputs, its key and a fixed overhead), and optionally for `ttl_s` seconds.
 
 Sequence and decoupled models cannot cache (their answers are not a function of one request):
-their config is refused (config.loader). Ensembles do not cache yet (planned: their key must
-follow their steps' versions).
+their config is refused (config.loader), as an ensemble's with such a step is (core.ensemble_loading).
+An ensemble caches as a whole: its key is its config's and, at each request, its steps' serving
+versions' (the dispatcher's `_content_key`); an answer is kept only if they did not change while
+it ran.
 """
 
 from __future__ import annotations
@@ -103,6 +105,19 @@ def request_key(version_key: bytes, request: InferRequest) -> bytes:
 def version_key(name: str, version: int, fingerprint: bytes) -> bytes:
     encoded = name.encode()
     return struct.pack("<Q", len(encoded)) + encoded + struct.pack("<Q", version) + fingerprint
+
+
+def ensemble_key(parts: list[bytes]) -> bytes:
+    """An ensemble's key: its own (its name, version and config) and its steps' serving versions', in order."""
+    digest = hashlib.blake2b(b"ensemble", digest_size=_DIGEST_BYTES)
+    for part in parts:
+        digest.update(struct.pack("<Q", len(part)) + part)
+    return digest.digest()
+
+
+def config_fingerprint(config: ModelConfig) -> bytes:
+    """A digest of a config alone (an ensemble's: it holds no files of its own to run)."""
+    return hashlib.blake2b(_FINGERPRINT_VERSION + repr(config).encode(), digest_size=_DIGEST_BYTES).digest()
 
 
 def _add_tensor(digest: Any, tensor: Tensor) -> None:
@@ -217,10 +232,12 @@ class ResponseCache:
         request: InferRequest,
         run: Callable[[], Awaitable[InferResponse]],
         bypass: bool = False,
+        unchanged: Callable[[], bool] | None = None,
     ) -> InferResponse:
         """`request`'s answer: kept, shared with an identical request running now, or `run`'s
-        (then kept). `bypass` (the client's `Cache-Control: no-cache`) runs it, and keeps the
-        fresh answer. The request's context says which (`cache`: hit or miss)."""
+        (then kept, if `unchanged` says what it followed did not change meanwhile). `bypass` (the
+        client's `Cache-Control: no-cache`) runs it, and keeps the fresh answer. The request's
+        context says which (`cache`: hit or miss)."""
         started_s = time.perf_counter()
         key = request_key(version_key, request)
         model = request.model_name
@@ -245,7 +262,8 @@ class ResponseCache:
                 self._keep(key, model, response, share=False)
                 return self._hit(response, request, version, started_s)
             response = await run()
-            self._keep(key, model, response, share=True)
+            if unchanged is None or unchanged():
+                self._keep(key, model, response, share=True)
         finally:
             if flight is not None:
                 del self._flights[key]

@@ -70,12 +70,6 @@ def test_reports_fields_outside_the_subset() -> None:
     [
         ("sequence_batching { }", "a sequence model's answers follow its state"),
         ("model_transaction_policy { decoupled: true }", "a decoupled model answers a request with any number"),
-        (
-            'platform: "ensemble" input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ] '
-            'output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ] ensemble_scheduling { step [ { model_name: "a" '
-            'input_map { key: "x" value: "x" } output_map { key: "y" value: "y" } } ] }',
-            "ensembles do not cache yet",
-        ),
     ],
 )
 def test_a_model_whose_answers_are_not_one_request_s_cannot_cache_them(text: str, said: str) -> None:
@@ -83,6 +77,15 @@ def test_a_model_whose_answers_are_not_one_request_s_cannot_cache_them(text: str
         parse_model_config(f"{text}\nresponse_cache {{ enable: true }}", model_name="m")
     assert said in raised.value.message
     assert not parse_model_config(text, model_name="m").response_cache  # off: nothing to refuse
+
+
+def test_an_ensemble_may_cache_its_answers_as_a_whole() -> None:
+    text = (
+        'platform: "ensemble" input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ] '
+        'output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ] ensemble_scheduling { step [ { model_name: "a" '
+        'input_map { key: "x" value: "x" } output_map { key: "y" value: "y" } } ] } response_cache { enable: true }'
+    )
+    assert parse_model_config(text, model_name="e").response_cache
 
 
 def test_syntax_error_names_line_and_column() -> None:
