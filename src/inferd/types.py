@@ -242,6 +242,8 @@ class RequestTiming:
     """Rows of this request."""
     batch_rows: int = 0
     """Rows of the batch the request ran in (its own and its neighbours')."""
+    cache_hit: bool = False
+    """The response cache answered it: it was never queued nor computed."""
 
     @property
     def compute_s(self) -> float:

@@ -174,6 +174,8 @@ def _check_response_cache(message: Any, source: str) -> None:
         why = "a sequence model's answers follow its state, not one request"
     elif message.model_transaction_policy.decoupled:
         why = "a decoupled model answers a request with any number of responses"
+    elif message.backend == "remote":
+        why = "a remote model's answers follow another server, whose changes no key here can see"
     if why is not None:
         raise ModelConfigError(f"{source}: response_cache {{ enable: true }} cannot apply: {why}")
 

@@ -51,16 +51,16 @@ def parse_cache_config(specs: Iterable[str]) -> CacheSettings | None:
                 f"--cache-config '{spec}': the cache is one of {', '.join(KINDS)} (as local,size=256MiB or "
                 "redis,url=redis://host:6379/0)"
             )
-        if kind in tiers:
-            raise ValueError(f"--cache-config '{spec}': the {kind} cache is configured twice")
-        values: dict[str, str] = {}
+        # Triton's form gives one setting a flag (local,size=N then local,ttl_s=S): they add up.
+        first_spec, values = tiers.get(kind, (spec, {}))
         for item in filter(None, (part.strip() for part in rest.split(","))):
             key, equals, value = (part.strip() for part in item.partition("="))
             if not equals or key not in _KEYS[kind] or key in values:
                 allowed = ", ".join(f"{name}=" for name in _KEYS[kind])
                 raise ValueError(f"--cache-config '{spec}': '{item}' is not one of {allowed} (each once)")
             values[key] = value
-        tiers[kind] = (spec, values)
+        tiers[kind] = (first_spec, values)
+    for kind, (spec, values) in tiers.items():
         if kind == LOCAL and "size" not in values:
             raise ValueError(f"--cache-config '{spec}': the local cache needs its byte budget, as size=256MiB")
         if kind == REDIS and not values.get("url", "").startswith(("redis://", "rediss://", "unix://")):
@@ -74,8 +74,8 @@ def parse_cache_config(specs: Iterable[str]) -> CacheSettings | None:
             size = parse_size(local["size"])
         except ValueError as exc:
             raise ValueError(f"--cache-config '{spec}': {exc}") from None
-        if size < 1:
-            raise ValueError(f"--cache-config '{spec}': size must be at least 1 byte")
+        if not (math.isfinite(size) and size >= 1):
+            raise ValueError(f"--cache-config '{spec}': size must be at least 1 byte, and finite")
         settings = CacheSettings(local_bytes=int(size), ttl_s=_seconds(local, "ttl_s", spec))
     if REDIS in tiers:
         spec, redis = tiers[REDIS]

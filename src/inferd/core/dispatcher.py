@@ -246,8 +246,9 @@ class Dispatcher:
         # An ensemble's answer is kept only if its steps were still the versions it started with.
         unchanged = (lambda: self._content_key(handle) == key) if isinstance(handle, EnsembleHandle) else None
         return cache.answer(
-            key, str(handle.version), request, lambda: self._answer(handle, request, admission), bypass, unchanged
-        )
+            key, str(handle.version), request, lambda: self._answer(handle, request, admission), bypass, unchanged,
+            admission.value,
+        )  # fmt: skip
 
     def _content_key(self, handle: Handle) -> bytes | None:
         """What `handle`'s answers follow: a model's files and config (its `content_key`); an

@@ -120,8 +120,10 @@ class ModelHandle(Handle):
     @property
     def sheds(self) -> bool:
         # Asked once, when the handle is published: the registry's snapshot lists the handles
-        # whose `refusal` is asked before every request's body is decoded.
-        return self.scheduler.sheds
+        # whose `refusal` is asked before every request's body is decoded. Not a model that caches:
+        # its hits need no queue (a miss is refused by the scheduler, after decoding).
+        caches = self.content_key is not None and self.config.response_cache
+        return self.scheduler.sheds and not caches
 
     def refusal(self) -> OverloadedError | None:
         return self.scheduler.refusal()

@@ -22,12 +22,12 @@ from inferd.core.classification import with_labels
 from inferd.core.executor import InstancePool, intra_op_threads_per_instance
 from inferd.core.handle import ModelHandle
 from inferd.core.metrics import Metrics
-from inferd.core.response_cache import version_fingerprint, version_key
+from inferd.core.response_cache import file_identities, version_files, version_fingerprint, version_key
 from inferd.core.scheduler import DirectScheduler, Scheduler
 from inferd.core.sequence import SequenceBatcher
 from inferd.core.tracing import ExecutionTracer, RequestTracer
 from inferd.core.warmup import probe_inputs, run_warmup
-from inferd.errors import InferdError
+from inferd.errors import InferdError, ModelLoadError
 from inferd.runtimes import Runtime, RuntimeOptions, load_runtime, runtime_kind
 from inferd.runtimes.onnx_cache import OptimizedModelCache
 from inferd.types import LoadTimings
@@ -58,9 +58,13 @@ def load_version(
     instances: list[Runtime] = []
     pool: InstancePool | None = None
     started = time.perf_counter()
-    content_key = None
+    content_key, identities = None, None
     if caches_answers:  # its answers, and its ensembles', are kept under what it runs: its files (read first), config
-        content_key = version_key(config.name, version, version_fingerprint(config, version_dir, model_dir))
+        try:
+            identities = file_identities(version_files(version_dir, model_dir))
+            content_key = version_key(config.name, version, version_fingerprint(config, version_dir, model_dir))
+        except OSError as exc:  # a file removed while it was read
+            raise ModelLoadError(f"model '{config.name}' version {version}: cannot read its files: {exc}") from exc
     elif config.response_cache:
         logger.warning(
             "model %s enables response_cache, but the server has no cache (--cache-config): its answers are not kept",
@@ -114,8 +118,23 @@ def load_version(
         execute_s * 1e6,
         extra={"model": config.name, "version": version},
     )
+    if identities is not None and _changed(identities, version_dir, model_dir):
+        # Files changed between the fingerprint and the runtime's reading: which ones it read is
+        # unknown, so its answers are kept under no key (a later load fingerprints them again).
+        logger.warning(
+            "model %s version %d: its files changed while it loaded: its answers are not cached until it loads again",
+            config.name, version, extra={"model": config.name, "version": version},
+        )  # fmt: skip
+        content_key = None
     handle = ModelHandle(config=completed, version=version, pool=pool, scheduler=scheduler, content_key=content_key)
     return handle, timings
+
+
+def _changed(identities: list[tuple[str, int, int, int, int]], version_dir: Path, model_dir: Path) -> bool:
+    try:
+        return file_identities(version_files(version_dir, model_dir)) != identities
+    except OSError:
+        return True
 
 
 def _scheduler(config: ModelConfig, pool: InstancePool, tracer: ExecutionTracer | None) -> Scheduler:

@@ -35,6 +35,7 @@ import hashlib
 import logging
 import os
 import struct
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -47,6 +48,7 @@ import numpy as np
 from inferd.config.model import ModelConfig
 from inferd.config.response_cache import CacheSettings
 from inferd.core.metrics import Metrics
+from inferd.errors import DeadlineUnreachableError
 from inferd.types import DataType, InferRequest, InferResponse, Tensor
 
 if TYPE_CHECKING:
@@ -64,24 +66,54 @@ _DIGEST_BYTES = 32
 _FINGERPRINT_VERSION = b"inferd-response-cache-1"
 
 
+def version_files(version_dir: Path, model_dir: Path) -> list[Path]:
+    """The files one loaded version answers from: its version folder's and the model's shared ones
+    (everything outside its version folders), but Python's bytecode (made from the sources, which
+    count, and written by the first import)."""
+    shared = [p for p in _files(model_dir) if not _in_a_version_folder(p, model_dir)]
+    return [*shared, *_files(version_dir)]
+
+
+def file_identities(paths: list[Path]) -> list[tuple[str, int, int, int, int]]:
+    """What tells a file's content changed without reading it: (path, inode, size, mtime, ctime)."""
+    identities = []
+    for path in paths:
+        info = path.stat()
+        identities.append((str(path), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns))
+    return identities
+
+
+# A file's digest by its identity: a load (a cold start, another version of the same shared files)
+# reads only what changed. Bounded: the oldest half goes when it is full.
+_DIGESTS: dict[tuple[str, int, int, int, int], bytes] = {}
+_DIGESTS_MAX = 65_536
+
+
 def version_fingerprint(config: ModelConfig, version_dir: Path, model_dir: Path) -> bytes:
-    """A digest of what one loaded version answers from: the files of its version folder, the
-    model's shared files (everything outside its version folders), and its completed config."""
+    """A digest of what one loaded version answers from: `version_files` and its config."""
     digest = hashlib.blake2b(_FINGERPRINT_VERSION, digest_size=_DIGEST_BYTES)
     digest.update(repr(config).encode())
-    shared = [p for p in _files(model_dir) if not _in_a_version_folder(p, model_dir)]
-    for path in [*shared, *_files(version_dir)]:
+    paths = version_files(version_dir, model_dir)
+    for path, identity in zip(paths, file_identities(paths), strict=True):
         relative = path.relative_to(model_dir).as_posix().encode()
         digest.update(struct.pack("<Q", len(relative)) + relative)
-        with open(path, "rb") as file:
-            digest.update(hashlib.file_digest(file, "blake2b").digest())
+        known = _DIGESTS.get(identity)
+        if known is None:
+            with open(path, "rb") as file:
+                known = hashlib.file_digest(file, "blake2b").digest()
+            if len(_DIGESTS) >= _DIGESTS_MAX:
+                for old in list(_DIGESTS)[: _DIGESTS_MAX // 2]:
+                    del _DIGESTS[old]
+            _DIGESTS[identity] = known
+        digest.update(known)
     return digest.digest()
 
 
 def _files(folder: Path) -> list[Path]:
     found = []
-    for root, _, names in os.walk(folder, followlinks=True):
-        found += [Path(root) / name for name in names]
+    for root, folders, names in os.walk(folder, followlinks=True):
+        folders[:] = [name for name in folders if name != "__pycache__"]
+        found += [Path(root) / name for name in names if not name.endswith((".pyc", ".pyo"))]
     return sorted(p for p in found if p.is_file())
 
 
@@ -146,9 +178,8 @@ def _response_bytes(response: InferResponse) -> int:
     total = 0
     for tensor in response.outputs:
         data = tensor.data
-        if data.dtype == object:
-            items = data.reshape(-1)
-            total += sum(len(item) if isinstance(item, (bytes, str)) else 8 for item in items) + 8 * data.size
+        if data.dtype == object:  # each element an object of its own, and the array's pointer to it
+            total += sum(sys.getsizeof(item) for item in data.reshape(-1)) + 8 * data.size
         else:
             total += data.nbytes
     return total
@@ -183,14 +214,15 @@ class LocalTier:
         self._entries.move_to_end(key)
         return entry.response
 
-    def put(self, key: bytes, model: str, response: InferResponse) -> None:
+    def put(self, key: bytes, model: str, response: InferResponse) -> InferResponse | None:
+        """Keep `response` (a read-only copy, returned); None when it is larger than the budget."""
         size = _response_bytes(response) + len(key) + ENTRY_OVERHEAD_BYTES
         if size > self.max_bytes:  # never kept: it would evict everything for itself
-            return
+            return None
         old = self._entries.pop(key, None)
         if old is not None:
             self.bytes -= old.size
-        response = replace(response, outputs=tuple(_kept(tensor) for tensor in response.outputs))
+        response = _frozen(response)
         expires_s = self._clock() + self._ttl_s if self._ttl_s is not None else float("inf")
         self._entries[key] = _Entry(response, size, model, expires_s)
         self.bytes += size
@@ -199,6 +231,7 @@ class LocalTier:
             self._remove(oldest_key, oldest)
             self._metrics.cache_evicted(oldest.model)
         self._metrics.cache_size(self.bytes)
+        return response
 
     def _remove(self, key: bytes, entry: _Entry) -> None:
         del self._entries[key]
@@ -207,6 +240,22 @@ class LocalTier:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+# What a flight's waiters are told when its first request did not answer: it failed (each runs
+# for itself, as without a cache: errors are never handed on), or its client left (they look again:
+# one of them runs the model for the others).
+_FAILED, _LEFT = "failed", "left"
+# A request whose inputs hold more than this is keyed on a worker thread, not the event loop.
+KEY_OFF_LOOP_BYTES = 1 << 20
+
+
+@dataclass(slots=True)
+class _Flight:
+    """The identical requests that came while the first of them runs the model."""
+
+    future: asyncio.Future[InferResponse | str]
+    waiters: int = 0
 
 
 class ResponseCache:
@@ -222,8 +271,9 @@ class ResponseCache:
             from inferd.core.response_cache_redis import RedisTier
 
             self.redis = RedisTier(settings.redis_url, settings.redis_ttl_s, settings.redis_timeout_s, metrics)
-        # key -> the answer of the request running it now (None: it failed or left).
-        self._flights: dict[bytes, asyncio.Future[InferResponse | None]] = {}
+        # (key, admission class) -> the flight running it: a real-time request never waits for a
+        # background one (a shadow's copy, an async job), whose turn may be long in coming.
+        self._flights: dict[tuple[bytes, str], _Flight] = {}
 
     async def answer(
         self,
@@ -233,64 +283,119 @@ class ResponseCache:
         run: Callable[[], Awaitable[InferResponse]],
         bypass: bool = False,
         unchanged: Callable[[], bool] | None = None,
+        admission: str = "",
     ) -> InferResponse:
         """`request`'s answer: kept, shared with an identical request running now, or `run`'s
         (then kept, if `unchanged` says what it followed did not change meanwhile). `bypass` (the
-        client's `Cache-Control: no-cache`) runs it, and keeps the fresh answer. The request's
-        context says which (`cache`: hit or miss)."""
+        client's `Cache-Control: no-cache`) runs it, and keeps the fresh answer; `admission`: its
+        class (identical requests of one class share a flight). The request's context says which
+        (`cache`: hit or miss). The time counted in the cache is its own: the key, the lookups and
+        the keeping, never the model's run nor a wait for another request's."""
         started_s = time.perf_counter()
-        key = request_key(version_key, request)
+        size = sum(t.data.nbytes for t in request.inputs)
+        key = await asyncio.to_thread(request_key, version_key, request) if size > KEY_OFF_LOOP_BYTES else (
+            request_key(version_key, request)
+        )  # fmt: skip
         model = request.model_name
+        flight = None
         if not bypass:
-            kept = self.local.get(key) if self.local is not None else None
-            if kept is not None:
-                return self._hit(kept, request, version, started_s)
-            flight = self._flights.get(key)
-            if flight is not None:
-                shared = await asyncio.shield(flight)  # a waiter leaving must not cancel the others'
-                if shared is not None:
-                    return self._hit(shared, request, version, started_s)
-                return self._missed(await run(), request, version, started_s)  # the first failed: alone
-            flight = self._flights[key] = asyncio.get_running_loop().create_future()
-        else:
-            flight = None
-        response: InferResponse | None = None
+            while True:
+                kept = self.local.get(key) if self.local is not None else None
+                if kept is not None:
+                    return self._hit(kept, request, version, time.perf_counter() - started_s)
+                flight = self._flights.get((key, admission))
+                if flight is None:
+                    break
+                looked_s = time.perf_counter() - started_s
+                shared = await self._wait(flight, request)
+                if isinstance(shared, InferResponse):
+                    return self._hit(shared, request, version, looked_s)
+                if shared == _FAILED:  # each runs for itself, as without a cache
+                    return self._missed(await run(), request, version, looked_s)
+                started_s = time.perf_counter() - looked_s  # _LEFT: look again (the wait is not the cache's)
+            flight = self._flights[(key, admission)] = _Flight(asyncio.get_running_loop().create_future())
+        outcome: InferResponse | str = _FAILED
         try:
             stored = await self.redis.get(key) if self.redis is not None and not bypass else None
             if stored is not None:  # another server's answer (or this one's, before a restart)
                 response = InferResponse(model, version, request.context.request_id, stored, request.id)
-                self._keep(key, model, response, share=False)
-                return self._hit(response, request, version, started_s)
+                outcome = self._keep(key, model, response, share=False) or _frozen(response)
+                return self._hit(response, request, version, time.perf_counter() - started_s)
+            looked_s = time.perf_counter() - started_s
             response = await run()
-            if unchanged is None or unchanged():
-                self._keep(key, model, response, share=True)
+            keeping_s = time.perf_counter()
+            kept = self._keep(key, model, response, share=True) if unchanged is None or unchanged() else None
+            if flight is not None and flight.waiters:  # they get a copy of their own, read-only
+                outcome = kept or _frozen(response)
+            return self._missed(response, request, version, looked_s + time.perf_counter() - keeping_s)
+        except asyncio.CancelledError:
+            outcome = _LEFT
+            raise
         finally:
             if flight is not None:
-                del self._flights[key]
-                flight.set_result(response)  # None when it failed: each waiter runs for itself
-        return self._missed(response, request, version, started_s)
+                del self._flights[(key, admission)]
+                flight.future.set_result(outcome)
 
-    def _keep(self, key: bytes, model: str, response: InferResponse, share: bool) -> None:
-        """Keep an answer in the local tier, and (`share`) write it to Redis's."""
+    @staticmethod
+    async def _wait(flight: _Flight, request: InferRequest) -> InferResponse | str:
+        """The flight's outcome, within `request`'s own deadline (the scheduler's error past it)."""
+        flight.waiters += 1
+        deadline_s = _deadline(request)
+        # shield: a waiter leaving must not cancel the flight the others wait for.
+        if deadline_s is None:
+            return await asyncio.shield(flight.future)
+        try:
+            return await asyncio.wait_for(asyncio.shield(flight.future), max(0.0, deadline_s - time.monotonic()))
+        except TimeoutError:
+            raise DeadlineUnreachableError(
+                f"model '{request.model_name}' did not answer within the request's deadline (an identical "
+                "request's answer was still being made)"
+            ) from None
+
+    def _keep(self, key: bytes, model: str, response: InferResponse, share: bool) -> InferResponse | None:
+        """Keep an answer in the local tier (returned: its read-only copy, None when it is not kept
+        there), and (`share`) write it to Redis's."""
+        kept = None
         try:
             if self.local is not None:
-                self.local.put(key, model, response)
+                kept = self.local.put(key, model, response)
             if share and self.redis is not None:
                 self.redis.put(key, response.outputs)
         except Exception:  # an answer the cache cannot keep is still its client's
             logger.exception("model %s: the response cache could not keep an answer", model)
+        return kept
 
     async def close(self) -> None:
         if self.redis is not None:
             await self.redis.close()
 
-    def _hit(self, kept: InferResponse, request: InferRequest, version: str, started_s: float) -> InferResponse:
-        if request.context.cache != "miss":  # a call of several requests: a miss if any missed
-            request.context.cache = "hit"
-        self._metrics.cache_answered(request.model_name, version, True, time.perf_counter() - started_s)
-        return replace(kept, request_id=request.context.request_id, id=request.id)
+    def _hit(self, kept: InferResponse, request: InferRequest, version: str, in_cache_s: float) -> InferResponse:
+        context = request.context
+        if context.cache != "miss":  # a call of several requests: a miss if any missed
+            context.cache = "hit"
+        context.timing.cache_hit = True
+        self._metrics.cache_answered(request.model_name, version, True, in_cache_s)
+        outputs = kept.outputs
+        if request.outputs:  # in the order this request asked them (the key does not hold the order)
+            by_name = {tensor.name: tensor for tensor in outputs}
+            outputs = tuple(by_name[o.name] for o in request.outputs if o.name in by_name)
+        return replace(kept, outputs=outputs, request_id=context.request_id, id=request.id)
 
-    def _missed(self, response: InferResponse, request: InferRequest, version: str, started_s: float) -> InferResponse:
+    def _missed(self, response: InferResponse, request: InferRequest, version: str, in_cache_s: float) -> InferResponse:
         request.context.cache = "miss"
-        self._metrics.cache_answered(request.model_name, version, False, time.perf_counter() - started_s)
+        self._metrics.cache_answered(request.model_name, version, False, in_cache_s)
         return response
+
+
+def _frozen(response: InferResponse) -> InferResponse:
+    return replace(response, outputs=tuple(_kept(tensor) for tensor in response.outputs))
+
+
+def _deadline(request: InferRequest) -> float | None:
+    """When the client stops waiting (time.monotonic()), its Triton `timeout` parameter included."""
+    deadline_s = request.context.deadline_s
+    timeout_us = request.parameters.get("timeout") if request.parameters else None
+    if isinstance(timeout_us, int) and not isinstance(timeout_us, bool) and timeout_us > 0:
+        timeout_deadline_s = time.monotonic() + timeout_us / 1e6
+        deadline_s = timeout_deadline_s if deadline_s is None else min(deadline_s, timeout_deadline_s)
+    return deadline_s

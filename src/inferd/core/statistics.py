@@ -177,6 +177,9 @@ class ServingStatistics:
         phases = stats.phases.get(protocol) or stats.phases_of(protocol)
         phases.duration.observe(duration_s)
         phases.decode.observe(timing.decode_s)
+        if timing.cache_hit:  # never queued nor computed: Triton counts those phases without hits
+            stats.last_inference_ms = int(time.time() * 1000)
+            return
         phases.queue.observe(timing.queue_s)
         phases.batch_wait.observe(timing.batch_wait_s)
         phases.compute.observe(timing.compute_s)
@@ -269,6 +272,7 @@ class ServingStatistics:
         # Triton's numbers have no door: every door's, added up.
         phases = stats.phases.values()
         successes = sum(door.duration.count for door in phases)
+        computed = successes - int(stats.cache_hits[0])  # the hits were never queued nor computed
         failures = sum(n for (_, outcome), n in stats.outcomes.items() if outcome != "success")
         return ModelStatistics(
             name=model,
@@ -278,10 +282,10 @@ class ServingStatistics:
             execution_count=stats.execution.count,
             success=_duration(successes, sum(door.duration.total for door in phases)),
             fail=_duration(failures, stats.failed_s),
-            queue=_duration(successes, sum(door.queue.total + door.batch_wait.total for door in phases)),
-            compute_input=_duration(successes, stats.compute_input_s),
-            compute_infer=_duration(successes, stats.compute_infer_s),
-            compute_output=_duration(successes, stats.compute_output_s),
+            queue=_duration(computed, sum(door.queue.total + door.batch_wait.total for door in phases)),
+            compute_input=_duration(computed, stats.compute_input_s),
+            compute_infer=_duration(computed, stats.compute_infer_s),
+            compute_output=_duration(computed, stats.compute_output_s),
             batches=tuple(
                 BatchStatistics(
                     batch_size=rows,

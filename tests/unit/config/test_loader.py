@@ -70,6 +70,7 @@ def test_reports_fields_outside_the_subset() -> None:
     [
         ("sequence_batching { }", "a sequence model's answers follow its state"),
         ("model_transaction_policy { decoupled: true }", "a decoupled model answers a request with any number"),
+        ('backend: "remote"', "a remote model's answers follow another server"),
     ],
 )
 def test_a_model_whose_answers_are_not_one_request_s_cannot_cache_them(text: str, said: str) -> None:

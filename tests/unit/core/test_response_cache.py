@@ -216,6 +216,7 @@ async def test_a_bypass_runs_the_model_and_keeps_its_fresh_answer() -> None:
         (("local,size=1048576",), CacheSettings(1 << 20)),
         (("local,size=256MiB,ttl_s=600",), CacheSettings(256 << 20, 600.0)),
         ((" local , size = 1KB ",), CacheSettings(1000)),
+        (("local,size=1KB", "local,ttl_s=5"), CacheSettings(1000, 5.0)),  # Triton's: one setting a flag
     ],
 )
 def test_cache_config_reads_triton_s_form(specs: tuple[str, ...], expected: CacheSettings | None) -> None:
@@ -233,7 +234,8 @@ def test_cache_config_reads_triton_s_form(specs: tuple[str, ...], expected: Cach
         (("local,size=1,ttl_s=nan",), "ttl_s must be a number of seconds above 0"),
         (("local,size=1,colour=red",), "'colour=red' is not one of size=, ttl_s="),
         (("local,size=1,size=2",), "(each once)"),
-        (("local,size=1", "local,size=2"), "configured twice"),
+        (("local,size=1", "local,size=2"), "(each once)"),
+        (("local,size=inf",), "size must be at least 1 byte, and finite"),
     ],
 )
 def test_cache_config_refusals_name_the_value(specs: tuple[str, ...], said: str) -> None:
@@ -310,3 +312,103 @@ async def test_a_redis_that_does_not_answer_is_a_miss_and_is_left_alone_a_while(
     assert runs == 3  # no local tier: each request ran the model
     assert statistics.cache_redis_errors == 1  # the first failed; the tier was then skipped
     await cache.close()
+
+
+async def test_when_the_first_request_s_client_leaves_one_waiter_runs_the_model_for_the_others() -> None:
+    cache = ResponseCache(CacheSettings(1 << 20), ServingStatistics())
+    runs = 0
+    release = asyncio.Event()
+
+    async def run() -> InferResponse:
+        nonlocal runs
+        runs += 1
+        await release.wait()
+        return answer(5.0)
+
+    first = asyncio.create_task(cache.answer(VERSION, "1", request(fp32("x", [1])), run))
+    await asyncio.sleep(0)
+    waiters = [asyncio.create_task(cache.answer(VERSION, "1", request(fp32("x", [1])), run)) for _ in range(20)]
+    await asyncio.sleep(0)
+    first.cancel()  # its client left
+    await asyncio.sleep(0)
+    release.set()
+    responses = await asyncio.gather(*waiters)
+    assert runs == 2 and all(r.outputs[0].data[0] == 5.0 for r in responses)
+    assert len(cache.local) == 1  # the second run's answer was kept
+
+
+async def test_a_waiter_keeps_its_own_deadline_and_background_requests_never_hold_real_time_ones() -> None:
+    import time
+
+    from inferd.errors import DeadlineUnreachableError
+
+    cache = ResponseCache(CacheSettings(1 << 20), ServingStatistics())
+    release = asyncio.Event()
+    runs = 0
+
+    async def run() -> InferResponse:
+        nonlocal runs
+        runs += 1
+        await release.wait()
+        return answer(1.0)
+
+    background = asyncio.create_task(cache.answer(VERSION, "1", request(fp32("x", [1])), run, admission="background"))
+    await asyncio.sleep(0)
+    # A real-time request does not wait for the background one: it runs the model itself.
+    realtime = asyncio.create_task(cache.answer(VERSION, "1", request(fp32("x", [1])), run, admission="real_time"))
+    await asyncio.sleep(0)
+    assert runs == 2
+    hurried = request(fp32("x", [1]))
+    hurried.context.deadline_s = time.monotonic() + 0.05
+    with pytest.raises(DeadlineUnreachableError):
+        await cache.answer(VERSION, "1", hurried, run, admission="real_time")
+    release.set()
+    await asyncio.gather(background, realtime)
+
+
+async def test_waiters_get_a_read_only_copy_and_hits_their_outputs_in_the_order_they_asked() -> None:
+    cache = ResponseCache(CacheSettings(1 << 20), ServingStatistics())
+    release = asyncio.Event()
+    leader_answer = InferResponse("m", "1", "r", (
+        Tensor("y", DataType.FP32, (1,), np.array([1.0], np.float32)),
+        Tensor("z", DataType.FP32, (1,), np.array([2.0], np.float32)),
+    ))  # fmt: skip
+
+    async def run() -> InferResponse:
+        await release.wait()
+        return leader_answer
+
+    leader = asyncio.create_task(cache.answer(VERSION, "1", request(fp32("x", [1]), outputs=("y", "z")), run))
+    await asyncio.sleep(0)
+    waiter = asyncio.create_task(cache.answer(VERSION, "1", request(fp32("x", [1]), outputs=("z", "y")), run))
+    await asyncio.sleep(0)
+    release.set()
+    mine, shared = await asyncio.gather(leader, waiter)
+    assert mine is leader_answer
+    assert [t.name for t in shared.outputs] == ["z", "y"]  # as the waiter asked
+    assert all(not t.data.flags.writeable and not np.shares_memory(t.data, leader_answer.outputs[0].data)
+               for t in shared.outputs)  # fmt: skip
+
+
+def test_hits_are_not_counted_as_queued_or_computed(tmp_path: Path) -> None:
+    from inferd.types import RequestTiming
+
+    statistics = ServingStatistics()
+    computed = RequestTiming(queue_s=0.5, compute_infer_s=1.0, rows=1)
+    statistics.request_finished("m", "1", "kserve_http", "success", 2.0, 1, computed)
+    statistics.request_finished("m", "1", "kserve_http", "success", 0.001, 0, RequestTiming(cache_hit=True))
+    statistics.cache_answered("m", "1", True, 0.00001)
+    stats = statistics.model_statistics("m", "1")
+    assert stats.success.count == 2 and stats.cache_hit.count == 1
+    assert stats.compute_infer.count == 1 and stats.queue.count == 1
+    assert statistics.snapshot()[("m", "1")].phases["kserve_http"].queue.count == 1
+
+
+def test_python_bytecode_does_not_change_a_fingerprint(tmp_path: Path) -> None:
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "1" / "model.py").write_text("class Model: ...\n")
+    config = ModelConfig(name="m")
+    before = version_fingerprint(config, tmp_path / "m" / "1", tmp_path / "m")
+    (tmp_path / "m" / "1" / "__pycache__").mkdir()
+    (tmp_path / "m" / "1" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"bytecode")
+    assert version_fingerprint(config, tmp_path / "m" / "1", tmp_path / "m") == before
