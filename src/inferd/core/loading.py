@@ -22,7 +22,7 @@ from inferd.core.classification import with_labels
 from inferd.core.executor import InstancePool, intra_op_threads_per_instance
 from inferd.core.handle import ModelHandle
 from inferd.core.metrics import Metrics
-from inferd.core.response_cache import file_identities, version_files, version_fingerprint, version_key
+from inferd.core.response_cache import Identity, file_identities, version_files, version_fingerprint, version_key
 from inferd.core.scheduler import DirectScheduler, Scheduler
 from inferd.core.sequence import SequenceBatcher
 from inferd.core.tracing import ExecutionTracer, RequestTracer
@@ -59,13 +59,18 @@ def load_version(
     pool: InstancePool | None = None
     started = time.perf_counter()
     content_key, identities = None, None
-    if caches_answers:  # its answers, and its ensembles', are kept under what it runs: its files (read first), config
+    # Its answers, and those of the ensembles it is a step of, are kept under what it runs: its
+    # files (read first) and config. A model whose answers are not a function of one request (its
+    # state's, another server's) has no key, so no ensemble of it caches either.
+    if caches_answers and not (config.sequence_batching is not None or config.decoupled or config.backend == "remote"):
         try:
             identities = file_identities(version_files(version_dir, model_dir))
             content_key = version_key(config.name, version, version_fingerprint(config, version_dir, model_dir))
         except OSError as exc:  # a file removed while it was read
-            raise ModelLoadError(f"model '{config.name}' version {version}: cannot read its files: {exc}") from exc
-    elif config.response_cache:
+            if config.response_cache:
+                raise ModelLoadError(f"model '{config.name}' version {version}: cannot read its files: {exc}") from exc
+            identities = None  # a model that does not cache itself loads as without a cache
+    elif config.response_cache and not caches_answers:
         logger.warning(
             "model %s enables response_cache, but the server has no cache (--cache-config): its answers are not kept",
             config.name, extra={"model": config.name, "version": version},
@@ -130,7 +135,7 @@ def load_version(
     return handle, timings
 
 
-def _changed(identities: list[tuple[str, int, int, int, int]], version_dir: Path, model_dir: Path) -> bool:
+def _changed(identities: list[Identity], version_dir: Path, model_dir: Path) -> bool:
     try:
         return file_identities(version_files(version_dir, model_dir)) != identities
     except OSError:

@@ -31,11 +31,14 @@ it ran.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import hashlib
 import logging
 import os
 import struct
 import sys
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -74,39 +77,65 @@ def version_files(version_dir: Path, model_dir: Path) -> list[Path]:
     return [*shared, *_files(version_dir)]
 
 
-def file_identities(paths: list[Path]) -> list[tuple[str, int, int, int, int]]:
-    """What tells a file's content changed without reading it: (path, inode, size, mtime, ctime)."""
+Identity = tuple[str, int, int, int, int, int]
+
+
+def file_identities(paths: list[Path]) -> list[Identity]:
+    """What tells a file's content changed without reading it: (path, device, inode, size, mtime, ctime)."""
     identities = []
     for path in paths:
         info = path.stat()
-        identities.append((str(path), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns))
+        identities.append((str(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns))
     return identities
 
 
 # A file's digest by its identity: a load (a cold start, another version of the same shared files)
-# reads only what changed. Bounded: the oldest half goes when it is full.
-_DIGESTS: dict[tuple[str, int, int, int, int], bytes] = {}
+# reads only what changed. A file changed in the last RECENT_CHANGE_S is read every time: within one
+# tick of a coarse clock a rewrite of the same size leaves its identity as it was. Bounded: the
+# oldest half goes when it is full. Loads run on threads: one lock.
+_DIGESTS: dict[Identity, bytes] = {}
 _DIGESTS_MAX = 65_536
+_DIGESTS_LOCK = threading.Lock()
+RECENT_CHANGE_S = 2.0
 
 
 def version_fingerprint(config: ModelConfig, version_dir: Path, model_dir: Path) -> bytes:
-    """A digest of what one loaded version answers from: `version_files` and its config."""
-    digest = hashlib.blake2b(_FINGERPRINT_VERSION, digest_size=_DIGEST_BYTES)
+    """A digest of what one loaded version answers from: `version_files`, its config, and the
+    versions of inferd and of the engines that compute its answers (`_software`)."""
+    digest = hashlib.blake2b(_FINGERPRINT_VERSION + _software(), digest_size=_DIGEST_BYTES)
     digest.update(repr(config).encode())
     paths = version_files(version_dir, model_dir)
     for path, identity in zip(paths, file_identities(paths), strict=True):
         relative = path.relative_to(model_dir).as_posix().encode()
         digest.update(struct.pack("<Q", len(relative)) + relative)
-        known = _DIGESTS.get(identity)
+        with _DIGESTS_LOCK:
+            known = _DIGESTS.get(identity)
         if known is None:
             with open(path, "rb") as file:
                 known = hashlib.file_digest(file, "blake2b").digest()
-            if len(_DIGESTS) >= _DIGESTS_MAX:
-                for old in list(_DIGESTS)[: _DIGESTS_MAX // 2]:
-                    del _DIGESTS[old]
-            _DIGESTS[identity] = known
+            if time.time() - max(identity[4], identity[5]) / 1e9 > RECENT_CHANGE_S:
+                with _DIGESTS_LOCK:
+                    if len(_DIGESTS) >= _DIGESTS_MAX:
+                        for old in list(_DIGESTS)[: _DIGESTS_MAX // 2]:
+                            _DIGESTS.pop(old, None)
+                    _DIGESTS[identity] = known
         digest.update(known)
     return digest.digest()
+
+
+@functools.cache
+def _software() -> bytes:
+    """inferd's version and the engines' that are installed: an upgrade computes answers anew (a
+    shared tier's entries of the old software are never read by the new)."""
+    from importlib import metadata
+
+    from inferd import __version__
+
+    parts = [f"inferd {__version__}"]
+    for name in ("onnxruntime", "onnxruntime-gpu", "torch", "tensorflow", "tensorflow-cpu", "tokenizers", "numpy"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            parts.append(f"{name} {metadata.version(name)}")
+    return "\n".join(parts).encode()
 
 
 def _files(folder: Path) -> list[Path]:

@@ -9,9 +9,12 @@ this module's, read back with every length checked: a value that does not read i
 code run or an error answered (nothing is unpickled).
 
 Redis going away turns the tier into misses, never errors: a command that fails or outlasts
-`timeout_ms` is a miss (counted: `inferd_cache_redis_errors_total`), and for a second after it the
-tier is not asked at all, so a dead Redis adds no wait to requests. Answers are written to Redis
-after they are given, by a bounded number of background writes (beyond it, an answer is not
+`timeout_ms` is a miss (counted: `inferd_cache_redis_errors_total`), and the tier is then left
+alone for a second, doubling while it keeps failing (up to 30 s); when that time is up one request
+alone tries it again (the others skip it), so a Redis that hangs costs one request a timeout now
+and then, not every request. Commands in flight are bounded below the connection pool's size: a
+lookup that finds them all taken is a plain miss (Redis is busy, not down), and answers are
+written after they are given, by at most a few dozen writes at once (beyond that, one is not
 shared).
 
 Redis is trusted as the model repository is: whoever can write to it can change the answers the
@@ -37,10 +40,14 @@ logger = logging.getLogger("inferd.response_cache")
 
 KEY_PREFIX = b"inferd:cache:"
 _MAGIC = b"IRC1"
-# After a failed command, the tier is skipped this long: a Redis that is down costs requests nothing.
+# After a failed command, the tier is skipped this long, doubled at each failure in a row up to the most.
 DOWN_FOR_S = 1.0
-# Answers being written to Redis at once; beyond this, an answer is not written (the tier is behind).
-MAX_WRITES_IN_FLIGHT = 64
+DOWN_FOR_MOST_S = 30.0
+# Commands at once: reads and writes together, below the pool's connections (a pool that runs out
+# fails commands at once); writes get at most part of them, so lookups always find room.
+MAX_COMMANDS = 96
+MAX_WRITES_IN_FLIGHT = 32
+POOL_CONNECTIONS = 128
 _DATATYPES = {datatype.value: datatype for datatype in DataType}
 
 
@@ -125,21 +132,49 @@ class RedisTier:
 
         # Connections are made on the first command (on the server's event loop), never here.
         self._client: Any = redis.asyncio.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry_on_timeout=False
-        )
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry_on_timeout=False,
+            max_connections=POOL_CONNECTIONS,
+        )  # fmt: skip
         self._ttl_ms = int(ttl_s * 1000) if ttl_s is not None else None
         self._timeout_s = timeout_s
         self._metrics = metrics
         self._clock = clock
+        self._commands = 0
+        self._failures = 0  # in a row
         self._down_until = float("-inf")
+        self._probing = False
         self._writes: set[asyncio.Task[None]] = set()
 
+    def _may_ask(self) -> bool | None:
+        """Whether a command may go now (None: no; True: it is the one probe after failures): Redis
+        not left alone, and room among the commands."""
+        if self._commands >= MAX_COMMANDS or self._clock() < self._down_until:
+            return None
+        if not self._failures:
+            return False
+        if self._probing:
+            return None
+        self._probing = True
+        return True
+
+    async def _command(self, make: Callable[[], Any], probe: bool) -> Any:
+        self._commands += 1
+        try:
+            result = await asyncio.wait_for(make(), self._timeout_s)
+        finally:
+            self._commands -= 1
+            if probe:
+                self._probing = False
+        self._failures = 0
+        return result
+
     async def get(self, key: bytes) -> tuple[Tensor, ...] | None:
-        """The outputs kept under `key`, or None (not there, unreadable, or Redis not answering)."""
-        if self._clock() < self._down_until:
+        """The outputs kept under `key`, or None (not there, unreadable, Redis busy or not answering)."""
+        probe = self._may_ask()
+        if probe is None:
             return None
         try:
-            value = await asyncio.wait_for(self._client.get(KEY_PREFIX + key.hex().encode()), self._timeout_s)
+            value = await self._command(lambda: self._client.get(KEY_PREFIX + key.hex().encode()), probe)
         except Exception as exc:  # any failure of Redis or the connection: a miss
             self._failed("read", exc)
             return None
@@ -147,32 +182,37 @@ class RedisTier:
             return None
         try:
             return decode_outputs(value)
-        except (ValueError, KeyError, TypeError) as exc:  # (someone else's value under the name)
+        except Exception as exc:  # (someone else's value under the name): a miss, never an error answered
             self._failed("read an entry that does not read", exc, down=False)
             return None
 
     def put(self, key: bytes, outputs: tuple[Tensor, ...]) -> None:
         """Write the outputs under `key` in the background (skipped while Redis is down or behind)."""
-        if self._clock() < self._down_until or len(self._writes) >= MAX_WRITES_IN_FLIGHT:
+        probe = self._may_ask() if len(self._writes) < MAX_WRITES_IN_FLIGHT else None
+        if probe is None:
             return
-        task = asyncio.get_running_loop().create_task(self._write(key, encode_outputs(outputs)))
+        task = asyncio.get_running_loop().create_task(self._write(key, encode_outputs(outputs), probe))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
-    async def _write(self, key: bytes, value: bytes) -> None:
+    async def _write(self, key: bytes, value: bytes, probe: bool) -> None:
         try:
-            command = self._client.set(KEY_PREFIX + key.hex().encode(), value, px=self._ttl_ms)
-            await asyncio.wait_for(command, self._timeout_s)
+            name = KEY_PREFIX + key.hex().encode()
+            await self._command(lambda: self._client.set(name, value, px=self._ttl_ms), probe)
         except Exception as exc:
             self._failed("write", exc)
 
     def _failed(self, what: str, exc: BaseException, down: bool = True) -> None:
         self._metrics.cache_redis_failed()
-        if self._clock() >= self._down_until:  # once per second at most: a dead Redis floods no log
-            logger.warning("response cache: Redis failed to %s (%s: %s)%s", what, type(exc).__name__, exc,
-                           f"; misses for {DOWN_FOR_S:g} s" if down else "")  # fmt: skip
-        if down:
-            self._down_until = self._clock() + DOWN_FOR_S
+        if not down:
+            logger.warning("response cache: Redis failed to %s (%s: %s)", what, type(exc).__name__, exc)
+            return
+        self._failures += 1
+        left_alone_s = min(DOWN_FOR_S * 2 ** (self._failures - 1), DOWN_FOR_MOST_S)
+        if self._clock() >= self._down_until:  # once a window at most: a dead Redis floods no log
+            logger.warning("response cache: Redis failed to %s (%s: %s); left alone for %g s", what,
+                           type(exc).__name__, exc, left_alone_s)  # fmt: skip
+        self._down_until = self._clock() + left_alone_s
 
     async def close(self) -> None:
         for task in list(self._writes):

@@ -95,6 +95,8 @@ class VersionStatistics:
     # The response cache's answers to this version's requests: [count, seconds] of hits and of misses.
     cache_hits: list[float] = field(default_factory=lambda: [0, 0.0])
     cache_misses: list[float] = field(default_factory=lambda: [0, 0.0])
+    # Hits that then succeeded (a hit may still fail after the cache: an answer over the limit).
+    hit_successes: int = 0
     # Executions of the model, by rows, and their durations: an execution may serve requests of
     # several doors, so these have no protocol.
     batch_size: Histogram = field(default_factory=lambda: Histogram.with_bounds(BATCH_SIZE_BUCKETS))
@@ -114,6 +116,7 @@ class VersionStatistics:
             last_inference_ms=self.last_inference_ms,
             cache_hits=list(self.cache_hits),
             cache_misses=list(self.cache_misses),
+            hit_successes=self.hit_successes,
             batch_size=self.batch_size.copy(),
             execution=self.execution.copy(),
             batches={rows: list(entry) for rows, entry in self.batches.items()},
@@ -177,7 +180,9 @@ class ServingStatistics:
         phases = stats.phases.get(protocol) or stats.phases_of(protocol)
         phases.duration.observe(duration_s)
         phases.decode.observe(timing.decode_s)
-        if timing.cache_hit:  # never queued nor computed: Triton counts those phases without hits
+        if timing.cache_hit:  # never computed: Triton counts the compute phases without hits (queue: 0 s)
+            stats.hit_successes += 1
+            phases.queue.observe(0.0)
             stats.last_inference_ms = int(time.time() * 1000)
             return
         phases.queue.observe(timing.queue_s)
@@ -272,7 +277,7 @@ class ServingStatistics:
         # Triton's numbers have no door: every door's, added up.
         phases = stats.phases.values()
         successes = sum(door.duration.count for door in phases)
-        computed = successes - int(stats.cache_hits[0])  # the hits were never queued nor computed
+        computed = successes - stats.hit_successes  # the hits were never computed
         failures = sum(n for (_, outcome), n in stats.outcomes.items() if outcome != "success")
         return ModelStatistics(
             name=model,
@@ -282,7 +287,7 @@ class ServingStatistics:
             execution_count=stats.execution.count,
             success=_duration(successes, sum(door.duration.total for door in phases)),
             fail=_duration(failures, stats.failed_s),
-            queue=_duration(computed, sum(door.queue.total + door.batch_wait.total for door in phases)),
+            queue=_duration(successes, sum(door.queue.total + door.batch_wait.total for door in phases)),
             compute_input=_duration(computed, stats.compute_input_s),
             compute_infer=_duration(computed, stats.compute_infer_s),
             compute_output=_duration(computed, stats.compute_output_s),

@@ -450,6 +450,10 @@ class InferenceCall:
             responses = await asyncio.gather(
                 *(self._dispatcher.infer(request, self._limits, self._admission) for request in requests)
             )
+            # A codec may give each request a context of its own (OpenAI's chunks): the call's answer
+            # says a miss if any missed.
+            said = {request.context.cache for request in requests}
+            context.cache = "miss" if "miss" in said else "hit" if "hit" in said else context.cache
         encode_started = time.perf_counter()
         answer = codec.encode(responses, decoded)
         context.timing.encode_s = encode_s = time.perf_counter() - encode_started

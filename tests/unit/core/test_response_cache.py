@@ -400,8 +400,13 @@ def test_hits_are_not_counted_as_queued_or_computed(tmp_path: Path) -> None:
     statistics.cache_answered("m", "1", True, 0.00001)
     stats = statistics.model_statistics("m", "1")
     assert stats.success.count == 2 and stats.cache_hit.count == 1
-    assert stats.compute_infer.count == 1 and stats.queue.count == 1
-    assert statistics.snapshot()[("m", "1")].phases["kserve_http"].queue.count == 1
+    # Triton's queue counts hits (at 0 ns); its compute counts do not.
+    assert stats.compute_infer.count == 1 and stats.queue.count == 2
+    assert statistics.snapshot()[("m", "1")].phases["kserve_http"].compute.count == 1
+    # A hit that then failed (an answer over the limit) counts as neither: no count goes below 0.
+    statistics.cache_answered("m", "1", True, 0.00001)
+    statistics.request_finished("m", "1", "kserve_http", "RESPONSE_TOO_LARGE", 0.001, 0, RequestTiming(cache_hit=True))
+    assert statistics.model_statistics("m", "1").compute_infer.count == 1
 
 
 def test_python_bytecode_does_not_change_a_fingerprint(tmp_path: Path) -> None:
@@ -412,3 +417,43 @@ def test_python_bytecode_does_not_change_a_fingerprint(tmp_path: Path) -> None:
     (tmp_path / "m" / "1" / "__pycache__").mkdir()
     (tmp_path / "m" / "1" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"bytecode")
     assert version_fingerprint(config, tmp_path / "m" / "1", tmp_path / "m") == before
+
+
+async def test_a_redis_that_hangs_is_left_alone_longer_each_time_and_tried_again_by_one_request() -> None:
+    """A listener that takes connections and never answers (a stopped Redis): a lookup waits its
+    timeout once; then the tier is skipped, and when the window is up one request alone probes."""
+    import socket
+
+    from inferd.core.response_cache_redis import RedisTier
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    listener.setblocking(False)
+
+    async def accept_and_say_nothing() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            connection, _ = await loop.sock_accept(listener)
+            held.append(connection)
+
+    acceptor = asyncio.create_task(accept_and_say_nothing())
+    now = [1000.0]
+    statistics = ServingStatistics()
+    url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    tier = RedisTier(url, None, 0.2, statistics, clock=lambda: now[0])
+    try:
+        assert await tier.get(b"k" * 32) is None
+        assert statistics.cache_redis_errors == 1
+        assert await tier.get(b"k" * 32) is None  # left alone: no command, no wait
+        assert statistics.cache_redis_errors == 1
+        now[0] += 1.01  # the window is up: one request probes, the others skip Redis meanwhile
+        lookups = await asyncio.gather(*(tier.get(b"k" * 32) for _ in range(5)))
+        assert lookups == [None] * 5 and statistics.cache_redis_errors == 2
+        now[0] += 1.5  # the second window is 2 s: still left alone
+        assert await tier.get(b"k" * 32) is None and statistics.cache_redis_errors == 2
+    finally:
+        acceptor.cancel()
+        await tier.close()
+        for connection in held:
+            connection.close()
+        listener.close()
