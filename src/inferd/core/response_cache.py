@@ -51,6 +51,7 @@ import numpy as np
 from inferd.config.model import ModelConfig
 from inferd.config.response_cache import CacheSettings
 from inferd.core.metrics import Metrics
+from inferd.core.scheduler import request_deadline
 from inferd.errors import DeadlineUnreachableError
 from inferd.types import DataType, InferRequest, InferResponse, Tensor
 
@@ -369,7 +370,7 @@ class ResponseCache:
     async def _wait(flight: _Flight, request: InferRequest) -> InferResponse | str:
         """The flight's outcome, within `request`'s own deadline (the scheduler's error past it)."""
         flight.waiters += 1
-        deadline_s = _deadline(request)
+        deadline_s = request_deadline(request)
         # shield: a waiter leaving must not cancel the flight the others wait for.
         if deadline_s is None:
             return await asyncio.shield(flight.future)
@@ -418,13 +419,3 @@ class ResponseCache:
 
 def _frozen(response: InferResponse) -> InferResponse:
     return replace(response, outputs=tuple(_kept(tensor) for tensor in response.outputs))
-
-
-def _deadline(request: InferRequest) -> float | None:
-    """When the client stops waiting (time.monotonic()), its Triton `timeout` parameter included."""
-    deadline_s = request.context.deadline_s
-    timeout_us = request.parameters.get("timeout") if request.parameters else None
-    if isinstance(timeout_us, int) and not isinstance(timeout_us, bool) and timeout_us > 0:
-        timeout_deadline_s = time.monotonic() + timeout_us / 1e6
-        deadline_s = timeout_deadline_s if deadline_s is None else min(deadline_s, timeout_deadline_s)
-    return deadline_s

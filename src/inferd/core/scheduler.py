@@ -91,15 +91,26 @@ def prepare_work(config: ModelConfig, request: InferRequest, admission: Admissio
     names = output_names(config, request)
     context = request.context
     context.timing.rows = rows
-    deadline_s = context.deadline_s
     if not request.parameters:
-        return Work(request, feeds, rows, names, deadline_s, 0, 0, admission)
+        return Work(request, feeds, rows, names, context.deadline_s, 0, 0, admission)
     timeout_us, priority = _int_parameter(request, "timeout"), _int_parameter(request, "priority")
-    if timeout_us:
-        # Triton's `timeout` parameter doubles as a deadline: it can only shorten the client's.
-        timeout_deadline_s = time.monotonic() + timeout_us / 1e6
-        deadline_s = timeout_deadline_s if deadline_s is None else min(deadline_s, timeout_deadline_s)
-    return Work(request, feeds, rows, names, deadline_s, priority, timeout_us, admission)
+    return Work(request, feeds, rows, names, _deadline(context.deadline_s, timeout_us), priority, timeout_us, admission)
+
+
+def request_deadline(request: InferRequest) -> float | None:
+    """When `request`'s client stops waiting (time.monotonic()): its deadline, shortened by Triton's
+    `timeout` parameter; None when neither says."""
+    if not request.parameters:
+        return request.context.deadline_s
+    return _deadline(request.context.deadline_s, _int_parameter(request, "timeout"))
+
+
+def _deadline(deadline_s: float | None, timeout_us: int) -> float | None:
+    if not timeout_us:
+        return deadline_s
+    # Triton's `timeout` parameter doubles as a deadline: it can only shorten the client's.
+    timeout_deadline_s = time.monotonic() + timeout_us / 1e6
+    return timeout_deadline_s if deadline_s is None else min(deadline_s, timeout_deadline_s)
 
 
 def _int_parameter(request: InferRequest, name: str) -> int:
