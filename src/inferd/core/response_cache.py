@@ -1,31 +1,35 @@
 """The response cache: a model's answer to the same inputs, kept and given again without running it.
 
 A model opts in with Triton's `response_cache { enable: true }`, and the server holds a cache
-(`--cache-config local,size=N[,ttl_s=S]`, config/response_cache.py); then every client request to
-one of its versions goes through `ResponseCache.answer` (core.dispatcher), before any queue.
+(`--cache-config local,size=N[,ttl_s=S]` and/or `redis,url=...`, config/response_cache.py); then
+every client request to one of its versions goes through `ResponseCache.answer` (core.dispatcher),
+before any queue.
 
 Correct first:
 
 * **The key** is a BLAKE2b digest of the version's *content* and the request: the model's name and
   version, a fingerprint of the files the version was loaded from (its version folder and the
-  model's shared files: config.pbtxt, labels, warm-up data) and of its completed config, then the
-  input tensors in name order (datatype, shape, bytes; BYTES elements length-prefixed) and the
-  outputs asked for. A reload, a hot swap or a config change makes another fingerprint, so no
-  request to the new files can find an answer of the old ones; files swapped back find their own
-  answers again, which are right for them. Classification is applied after the cache to the
-  outputs it keeps, so `class_count` needs no key of its own.
-* **One execution for identical requests**: the first request of a key runs the model; the ones
-  that come while it runs wait for its answer (a flight). When that first one fails or leaves,
-  each waiting request runs the model itself, as it would without a cache: errors are never kept
-  nor handed on.
+  model's shared files: config.pbtxt, labels, warm-up data; Python's bytecode left out), of its
+  config and of the software that computes its answers (inferd's and the engines' versions), then
+  the input tensors in name order (datatype, shape, bytes; BYTES elements length-prefixed) and the
+  outputs asked for. A reload, a hot swap, a config change or an upgrade makes another
+  fingerprint, so no request to the new files can find an answer of the old ones; files swapped
+  back find their own answers again, which are right for them. Classification is applied after
+  the cache to the outputs it keeps, so `class_count` needs no key of its own.
+* **One execution for identical requests** of one admission class: the first request of a key runs
+  the model; the ones that come while it runs wait for its answer (a flight), each within its own
+  deadline, and get a read-only copy. When that first one fails, each waiting request runs the
+  model itself, as it would without a cache (errors are never kept nor handed on); when its client
+  leaves, one waiting request runs it for the others.
 * **Bounded**: entries are kept least recently used first out, within a byte budget (each entry's
-  outputs, its key and a fixed overhead), and optionally for `ttl_s` seconds.
+  outputs, its key and a fixed overhead), and optionally for `ttl_s` seconds. A Redis tier
+  (core.response_cache_redis) may stand behind this one, shared by servers.
 
-Sequence and decoupled models cannot cache (their answers are not a function of one request):
-their config is refused (config.loader), as an ensemble's with such a step is (core.ensemble_loading).
-An ensemble caches as a whole: its key is its config's and, at each request, its steps' serving
-versions' (the dispatcher's `_content_key`); an answer is kept only if they did not change while
-it ran.
+Sequence, decoupled and remote models cannot cache (their answers are not a function of one
+request): their config is refused (config.loader), and they get no fingerprint at load
+(core.loading), so no ensemble of them caches either. An ensemble caches as a whole: its key is its
+config's and, at each request, its steps' serving versions' (the dispatcher's `_content_key`); an
+answer is kept only if they did not change while it ran.
 """
 
 from __future__ import annotations
