@@ -17,8 +17,10 @@ in this order, the same for all of them:
 5. the dispatcher (`core.dispatcher.Dispatcher.infer`, with the server's limits): the request's
    limits and classification, its handle, its scheduling, its count;
 6. encoding, timed and reported to the statistics;
-7. the answer: Server-Timing (HTTP header, gRPC trailer) when asked, the request id; errors are
-   answered by the transport from the one status table (`HttpApp` for HTTP, `grpc_calls.abort`).
+7. the answer: Server-Timing (HTTP header, gRPC trailer) when asked, the request id, and for a
+   model that caches `Inferd-Cache` (hit or miss; the request's `Cache-Control: no-cache`, read at
+   step 3, bypasses the cache); errors are answered by the transport from the one status table
+   (`HttpApp` for HTTP, `grpc_calls.abort`).
 
 When the server traces, the call's span begins before step 1 (continuing the client's W3C
 traceparent: HTTP headers, gRPC metadata, a stream's for each of its requests) and ends with the
