@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
 """What an endpoint costs over calling its model directly: the tiny model (dynamic batching, every
 feature on) on one server, called by name, through an endpoint of one variant (the model: what
-routing costs), and through an endpoint of two variants (90/10 over two versions of it: routing,
-and the batches the split makes smaller), in turns at each concurrency with wrk (serving.py's
-`in_turns`: the order reverses every round). Each ratio is the median of the rounds' ratios (each
-round's endpoint over the same round's model), with the lowest and highest round beside it: the
-machine's drift falls on both sides of a ratio alike. Beside each, the server's CPU a request
-(user + system, from /proc), whose ratio moves far less with the neighbours' load than the
-throughput's: at saturation the throughput is the cores over the CPU a request.
+routing costs), and through an endpoint of two variants (90/10 over two versions of it) beside the
+client sending the same 90/10 to the two versions itself (the same two batchers, so what is left is
+the routing), in turns at each concurrency with wrk (serving.py's `in_turns`: the order reverses
+every round; every path is driven by the same wrk script, so each costs the client alike). Each
+ratio is the median of the rounds' ratios (each round's endpoint over the same round's baseline),
+with the lowest and highest round beside it: the machine's drift falls on both sides of a ratio
+alike. Beside each, the server's CPU a request (user + system, from /proc), whose ratio moves far
+less with the neighbours' load than the throughput's: at saturation the throughput is the cores over
+the CPU a request.
 
     .venv/bin/python benchmarks/endpoints.py [--concurrency 1 8 32] [--rounds 5] [--seconds 3]
 
-Target (issue "Endpoints"): an endpoint within 3% of the bare model's throughput. The endpoint's
-work per request is a dict lookup, the round robin's pick, the variant header, and the count
-under its variant (one append to its window, which /metrics reads too). Needs wrk (apt-get install wrk).
+Target (issue "Endpoints"): an endpoint within 3% of the bare model's throughput (one variant over
+the model; 90/10 over the client's own 90/10). The endpoint's work per request is a dict lookup, the
+round robin's pick, the variant header, and the count under its variant (one append to its window,
+which /metrics reads too). Needs wrk (apt-get install wrk).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serving import Measurement, Setup, build_repository, in_turns, tiny_model, with_server_cpu, wrk
+from serving import Measurement, Setup, build_repository, in_turns, tiny_model, with_server_cpu, wrk_cycle
 
 from inferd.testing.server import run_server
 
@@ -61,11 +64,12 @@ def main() -> int:
         return 2
     model = tiny_model()
     body = model.v2_json()
-    table = Table(title=f"tiny model: by name and through an endpoint, in turns ({args.rounds} rounds of "
+    table = Table(title=f"tiny model: called directly and through an endpoint, in turns ({args.rounds} rounds of "
                         f"{args.seconds:g} s, medians)")  # fmt: skip
-    for column in ("concurrency", "model req/s", "one variant req/s", "one / model [range]", "90/10 req/s",
-                   "90/10 / model [range]", "CPU us a request: model, one, 90/10", "CPU: one / model [range]",
-                   "p50 us: model, one, 90/10"):  # fmt: skip
+    for column in ("concurrency", "model req/s", "one variant req/s", "one / model [range]", "90/10 by client req/s",
+                   "90/10 endpoint req/s", "endpoint / client 90/10 [range]", "90/10 endpoint / model",
+                   "CPU us a request: model, one, client 90/10, endpoint 90/10", "CPU: one / model [range]",
+                   "p50 us: model, one, client 90/10, endpoint 90/10"):  # fmt: skip
         table.add_column(column, justify="right")
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
@@ -84,34 +88,40 @@ def main() -> int:
                 document = json.dumps({"variants": variants}).encode()
                 url = f"http://{server.http_url}/v2/endpoints/{name}"
                 urllib.request.urlopen(urllib.request.Request(url, document, method="PUT"), timeout=30).close()
-            urls = {
-                "model": f"http://{server.http_url}/v2/models/{model.name}/versions/1/infer",
-                "one": f"http://{server.http_url}/v2/models/one/infer",
-                "split": f"http://{server.http_url}/v2/models/split/infer",
+            by_version = [f"/v2/models/{model.name}/versions/{version}/infer" for version in ("1", "2")]
+            # Every path is driven by one wrk script (`wrk_cycle`), so each costs the client alike.
+            paths = {
+                "model": [(by_version[0], 1)],
+                "one": [("/v2/models/one/infer", 1)],
+                "client split": [(by_version[0], 90), (by_version[1], 10)],
+                "split": [("/v2/models/split/infer", 1)],
             }
-            for url in urls.values():  # warm both
-                wrk(url, body, 8, 1.0, scratch)
+            base_url = f"http://{server.http_url}"
+            for cycle in paths.values():  # warm every path
+                wrk_cycle(base_url, cycle, body, 8, 1.0, scratch)
             for concurrency in args.concurrency:
                 with console.status(f"concurrency {concurrency}: {args.rounds} rounds, in turns"):
-                    paths = {
+                    measures = {
                         label: functools.partial(
                             with_server_cpu, server.process.pid, args.seconds,
-                            functools.partial(wrk, url, body, concurrency, args.seconds, scratch),
+                            functools.partial(wrk_cycle, base_url, cycle, body, concurrency, args.seconds, scratch),
                         )
-                        for label, url in urls.items()
+                        for label, cycle in paths.items()
                     }  # fmt: skip
-                    rounds = in_turns(paths, args.rounds)
-                bare, one, split = (rounds[label] for label in ("model", "one", "split"))
+                    rounds = in_turns(measures, args.rounds)
+                bare, one, by_client, split = (rounds[label] for label in paths)
                 table.add_row(
                     str(concurrency),
                     f"{median(m.throughput for m in bare):,.0f}",
                     f"{median(m.throughput for m in one):,.0f}",
                     ratios(one, bare),
+                    f"{median(m.throughput for m in by_client):,.0f}",
                     f"{median(m.throughput for m in split):,.0f}",
+                    ratios(split, by_client),
                     ratios(split, bare),
-                    ", ".join(f"{median(m.cpu_us for m in ms):.0f}" for ms in (bare, one, split)),
+                    ", ".join(f"{median(m.cpu_us for m in ms):.0f}" for ms in (bare, one, by_client, split)),
                     ratios(one, bare, "cpu_us"),
-                    ", ".join(f"{median(m.p50_us for m in ms):.0f}" for ms in (bare, one, split)),
+                    ", ".join(f"{median(m.p50_us for m in ms):.0f}" for ms in (bare, one, by_client, split)),
                 )
     console.print(table)
     return 0

@@ -88,6 +88,9 @@ _CACHE_CONTROL = CACHE_CONTROL_HEADER.encode()
 _CACHE = CACHE_HEADER.encode()
 _SAGEMAKER_TARGET_VARIANT = SAGEMAKER_TARGET_VARIANT_HEADER.encode()
 _SAGEMAKER_INVOKED_VARIANT = SAGEMAKER_INVOKED_VARIANT_HEADER.encode()
+# An enum member read from its class costs a lookup through the metaclass (~60 ns on 3.11) on
+# every request to an endpoint; a module global does not.
+_SAGEMAKER_DOOR = Door.SAGEMAKER
 # A request's header (HTTP) or metadata entry (gRPC) by its lower-case name, None when absent.
 Header = Callable[[str], bytes | str | None]
 _TIMEOUT = TIMEOUT_HEADER
@@ -199,7 +202,7 @@ class InferenceCall:
         route = context.route
         if route is not None:
             answered.append((_VARIANT, route.variant_header))
-            if codec.door is Door.SAGEMAKER:
+            if codec.door is _SAGEMAKER_DOOR:
                 answered.append((_SAGEMAKER_INVOKED_VARIANT, route.variant_header))
         if context.cache:
             answered.append((_CACHE, context.cache.encode()))

@@ -150,6 +150,21 @@ def test_a_window_reports_the_last_minute_only() -> None:
     assert window.summary().requests == 0 and window.summary().p99_ms is None
 
 
+def test_a_reader_between_a_requests_two_appends_sees_only_whole_requests() -> None:
+    """`observe` appends a request's time, then its seconds: /metrics' thread may read in between,
+    and must neither count the half-written request nor pair a time with the wrong seconds."""
+    clock = FakeClock()
+    window = RequestWindow(clock)
+    window.observe(0.002, "success")
+    window.observe(0.004, "INTERNAL")
+    window._append(clock())  # the next request's time, its seconds not yet appended
+    summary = window.summary()
+    assert (summary.requests, summary.errors, summary.p50_ms) == (2, 1, pytest.approx(3.0))
+    totals = window.totals()
+    assert totals.outcomes == {"success": 1, "INTERNAL": 1} and totals.seconds_total == pytest.approx(0.002)
+    assert window.requests_total == 2
+
+
 def test_a_changed_endpoint_keeps_the_windows_of_the_variants_it_keeps() -> None:
     endpoints = Endpoints()
     endpoints.set(spec(90, 10)).windows["blue"].observe(0.01, "success")
