@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXAMPLE_REPOSITORY := examples/model_repository
 
-.PHONY: serve test docs setup setup-example setup-ray setup-tensorflow perf-analyzer tfserving-client nginx redis chromium h2load example lint unit
+.PHONY: serve test docs setup setup-example setup-ray setup-tensorflow perf-analyzer tfserving-client nginx redis prometheus chromium h2load example lint unit
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,10 @@ nginx:
 redis:
 	scripts/install_redis.sh
 
+# Prometheus (Debian's), the judge's source in the fleet rollout tests.
+prometheus:
+	scripts/install_prometheus.sh
+
 # Chromium (Debian's), headless: the docs test opens every page of the built site in it.
 chromium:
 	scripts/install_chromium.sh
@@ -81,5 +85,5 @@ lint: setup
 	$(BIN)/lint-imports
 
 # The tests serve PyTorch models too: torch (CPU build) comes with the example's requirements.
-test: setup setup-example setup-ray setup-tensorflow perf-analyzer tfserving-client nginx redis chromium lint
+test: setup setup-example setup-ray setup-tensorflow perf-analyzer tfserving-client nginx redis prometheus chromium lint
 	$(BIN)/python -m pytest --durations=15

@@ -87,6 +87,13 @@ _DATATYPES_BY_WIRE_NAME = {dt.value: dt for dt in DataType}
 _DATATYPES_BY_NUMPY = {dtype.newbyteorder("="): dt for dt, dtype in _NUMPY_DTYPES.items() if dt is not DataType.BYTES}
 
 
+# How a request to an endpoint reached its variant, as /metrics' `routed` label says: by the
+# endpoint's weights (and sticky hash), or pinned by the client's header. Rollouts judge the first
+# only, on one server (core.rollout) as across a fleet (inferd.rollout_queries).
+ROUTED_BY_WEIGHT = "weight"
+ROUTED_PINNED = "pinned"
+
+
 class Door(enum.StrEnum):
     """The door a request comes in by, valued as the `protocol` label of the metrics names it."""
 

@@ -206,9 +206,12 @@ def test_endpoint_metrics_carry_the_endpoint_and_variant(server: ServerProcess, 
         caller.infer("counted")
     caller.infer("counted", {"Inferd-Target-Variant": "green"})
     text = scrape(server)
-    assert 'inferd_endpoint_requests_total{endpoint="counted",outcome="success",variant="blue"} 9.0' in text
-    assert 'inferd_endpoint_requests_total{endpoint="counted",outcome="success",variant="green"} 2.0' in text
-    assert 'inferd_endpoint_request_duration_seconds_count{endpoint="counted",variant="green"} 2.0' in text
+    series = 'inferd_endpoint_requests_total{endpoint="counted",outcome="success",routed="%s",variant="%s"} %s'
+    assert series % ("weight", "blue", "9.0") in text
+    assert series % ("weight", "green", "1.0") in text
+    assert series % ("pinned", "green", "1.0") in text  # counted apart: a rollout judges the routed ones
+    histogram = 'inferd_endpoint_request_duration_seconds_count{endpoint="counted",routed="%s",variant="green"} 1.0'
+    assert histogram % "weight" in text and histogram % "pinned" in text
 
 
 def test_sticky_keys_keep_their_variant_across_requests_and_a_restart_and_move_only_to_a_gaining_variant(

@@ -47,11 +47,39 @@ def rollout() -> None:
                    "of shadowed requests (the endpoint needs a shadow running the candidate's model).")  # fmt: skip
 @click.option("--webhook", default="", help="An outside alarm to ask at each step: a NAME the server was started "
               "with (--rollout-webhook NAME=URL).")  # fmt: skip
+@click.option("--controller", is_flag=True,
+              help="Run the rollout here, across a fleet: judged on every replica's traffic "
+                   "(--metrics-source), its weights written to the --endpoints file the replicas follow. "
+                   "Runs until the rollout ends.")  # fmt: skip
+@click.option("--endpoints", "endpoints_file", default=None, metavar="FILE",
+              help="With --controller: the endpoints file every replica serves (--endpoints), "
+                   "a path or s3://...")  # fmt: skip
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="With --controller: where the rollout is kept; a controller started again takes it up.")  # fmt: skip
+@click.option("--metrics-source", type=click.Choice(["prometheus", "scrape"]), default=None,
+              help="With --controller: judge from Prometheus' PromQL, or from the replicas' own /metrics.")  # fmt: skip
+@click.option("--prometheus-url", default=None, help="With --metrics-source prometheus: Prometheus' URL.")
+@click.option("--scrape-interval", default="15s", show_default=True,
+              help="With --metrics-source prometheus: how often it scrapes the replicas (PromQL ranges are at "
+                   "least 4 of them).")  # fmt: skip
+@click.option("--replicas", default=None, metavar="URL,URL,...",
+              help="With --metrics-source scrape: each replica's metrics address (host:port or URL).")  # fmt: skip
 @_server_options
 def start(endpoint: str, candidate: str, strategy: str, bake: str, min_requests: int, max_error_rate_delta: float,
-          max_p99_ratio: float, min_p99_delta: str, max_drift: float | None, webhook: str,
+          max_p99_ratio: float, min_p99_delta: str, max_drift: float | None, webhook: str, controller: bool,
+          endpoints_file: str | None, state_dir: Path | None, metrics_source: str | None,
+          prometheus_url: str | None, scrape_interval: str, replicas: str | None,
           **server: Any) -> None:  # fmt: skip
-    """Start a rollout of ENDPOINT's traffic to its variant --to."""
+    """Start a rollout of ENDPOINT's traffic to its variant --to: on the server at --url, or (with
+    --controller) across a fleet, run by this command until it ends."""
+    if controller:
+        from inferd.cli.fleet_rollout import run_controller
+
+        run_controller(
+            endpoint, candidate, strategy, bake, min_requests, max_error_rate_delta, max_p99_ratio, min_p99_delta,
+            max_drift, webhook, endpoints_file, state_dir, metrics_source, prometheus_url, scrape_interval, replicas,
+        )  # fmt: skip
+        return
     body = {
         "to": candidate, "strategy": strategy, "bake": bake, "min_requests": min_requests,
         "max_error_rate_delta": max_error_rate_delta, "max_p99_ratio": max_p99_ratio, "min_p99_delta": min_p99_delta,
@@ -60,11 +88,25 @@ def start(endpoint: str, candidate: str, strategy: str, bake: str, min_requests:
     _show(_call(server, "POST", f"/v2/endpoints/{endpoint}/rollout", body))
 
 
+_CONTROLLER_STATE = click.option(
+    "--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Read the rollout a fleet's controller (--controller) keeps there, not a server's.",
+)  # fmt: skip
+
+
 @rollout.command()
 @click.argument("endpoint")
+@_CONTROLLER_STATE
 @_server_options
-def status(endpoint: str, **server: Any) -> None:
+def status(endpoint: str, state_dir: Path | None, **server: Any) -> None:
     """The running rollout of ENDPOINT, else its last: its step, state and decisions."""
+    if state_dir is not None:
+        ended = _kept_rollouts(state_dir, endpoint)
+        if not ended:
+            raise click.ClickException(f"{state_dir} keeps no rollout of endpoint '{endpoint}'")
+        running = [r for r in ended if r["state"] in ("running", "paused")]
+        _show(running[-1] if running else ended[-1])
+        return
     _show(_call(server, "GET", f"/v2/endpoints/{endpoint}/rollout"))
 
 
@@ -86,11 +128,27 @@ def abort(endpoint: str, **server: Any) -> None:
 
 @rollout.command()
 @click.argument("endpoint")
+@_CONTROLLER_STATE
 @_server_options
-def history(endpoint: str, **server: Any) -> None:
+def history(endpoint: str, state_dir: Path | None, **server: Any) -> None:
     """ENDPOINT's ended rollouts, each with its decisions."""
+    if state_dir is not None:
+        for ended in _kept_rollouts(state_dir, endpoint):
+            if ended["state"] not in ("running", "paused"):
+                _show(ended)
+        return
     for ended in _call(server, "GET", f"/v2/endpoints/{endpoint}/rollout/history")["rollouts"]:
         _show(ended)
+
+
+def _kept_rollouts(state_dir: Path, endpoint: str) -> list[dict[str, Any]]:
+    from inferd.core.rollout import Rollout
+    from inferd.core.state_dir import StateDir
+    from inferd.server.endpoints import rollout_json
+    from inferd.server.fleet_rollout import ROLLOUTS_NAME
+
+    documents = (StateDir(state_dir).read(ROLLOUTS_NAME) or {}).get("rollouts", [])
+    return [rollout_json(Rollout.from_document(d)) for d in documents if d.get("endpoint") == endpoint]
 
 
 def _call(server: dict[str, Any], method: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -108,15 +166,23 @@ def _call(server: dict[str, Any], method: str, path: str, body: dict[str, Any] |
 
 def _show(rollout: dict[str, Any]) -> None:
     console = Console()
+    # A line a decision, whole: the numbers behind it are the point, and a line is greppable.
+    _headline(console, rollout)
+    for decision in rollout["decisions"]:
+        show_decision(console, decision)
+
+
+def _headline(console: Console, rollout: dict[str, Any]) -> None:
     share = f", '{rollout['candidate']}' at {rollout['share']:g}%" if rollout["share"] is not None else ""
     console.print(
         f"[bold]{rollout['endpoint']}[/bold]: {rollout['state']} — from '{rollout['baseline']}' to "
         f"'{rollout['candidate']}' by {rollout['strategy']}, step {rollout['step']} of {len(rollout['steps'])}{share}"
     )
-    # A line a decision, whole: the numbers behind it are the point, and a line is greppable.
-    for decision in rollout["decisions"]:
-        console.print(
-            f"  {decision['at']}  step {decision['step']}  {decision['action']:<11} {decision['message']}",
-            soft_wrap=True,
-            highlight=False,
-        )
+
+
+def show_decision(console: Console, decision: dict[str, Any]) -> None:
+    console.print(
+        f"  {decision['at']}  step {decision['step']}  {decision['action']:<11} {decision['message']}",
+        soft_wrap=True,
+        highlight=False,
+    )

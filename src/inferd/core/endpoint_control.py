@@ -79,10 +79,7 @@ class EndpointControl:
             )
         spec = self.get(name).spec
         variant = spec.variant(candidate)
-        others = [v for v in spec.variants if v.name != candidate]
-        if not others:
-            raise InvalidRequestError(f"endpoint '{name}' has no variant but '{candidate}' to roll out from")
-        baseline = max(others, key=lambda v: v.weight)
+        baseline = spec.rollout_baseline(candidate)
         try:
             self._dispatcher.ready_handle(variant.model, variant.version)
         except InferdError as exc:
@@ -98,10 +95,10 @@ class EndpointControl:
         self.endpoints.set(replace(spec, variants=variants))
         self._keep()
 
-    def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
+    async def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
         return self.get(endpoint).windows[variant].summary(window_s)
 
-    def unpinned_requests(self, endpoint: str, variant: str) -> int:
+    async def unpinned_requests(self, endpoint: str, variant: str) -> int:
         return self.get(endpoint).windows[variant].requests_total
 
     def compared_answers(self, endpoint: str, candidate: str, baseline: str) -> tuple[int, int] | None:

@@ -34,6 +34,7 @@ from typing import Any
 from inferd.core.request_window import RequestWindow, WindowTotals
 from inferd.core.shadow import ShadowState
 from inferd.errors import InvalidRequestError
+from inferd.types import ROUTED_BY_WEIGHT, ROUTED_PINNED
 
 # What an endpoint's and a variant's names may hold: they appear in URLs, headers and metric labels.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
@@ -104,6 +105,15 @@ class EndpointSpec:
                 return variant
         known = ", ".join(v.name for v in self.variants)
         raise InvalidRequestError(f"endpoint '{self.name}' has no variant '{name}' (its variants: {known})")
+
+    def rollout_baseline(self, candidate: str) -> Variant:
+        """The variant a rollout to `candidate` moves the traffic from: the heaviest other one
+        (the first of equals)."""
+        self.variant(candidate)
+        others = [v for v in self.variants if v.name != candidate]
+        if not others:
+            raise InvalidRequestError(f"endpoint '{self.name}' has no variant but '{candidate}' to roll out from")
+        return max(others, key=lambda v: v.weight)
 
 
 def spec_document(spec: EndpointSpec) -> dict[str, Any]:
@@ -274,12 +284,18 @@ class Endpoint:
     def name(self) -> str:
         return self.spec.name
 
-    def totals(self) -> list[tuple[str, WindowTotals]]:
-        """Each variant's requests since it was set (by weight and pinned alike): /metrics' series."""
-        return [
-            (name, WindowTotals.sum((window.totals(), self.pinned_windows[name].totals())))
-            for name, window in self.windows.items()
-        ]
+    def totals(self) -> list[tuple[str, str, WindowTotals]]:
+        """(variant, how routed, totals) of each variant's requests since it was set: /metrics'
+        series. Routed by weight (ROUTED_BY_WEIGHT, always there, from zero: a counter Prometheus
+        first sees at zero loses no request) and pinned by the client (ROUTED_PINNED, once one came),
+        apart: a rollout's judge counts the first only, as on one server."""
+        series = []
+        for name, window in self.windows.items():
+            series.append((name, ROUTED_BY_WEIGHT, window.totals()))
+            pinned = self.pinned_windows[name]
+            if pinned.requests_total:
+                series.append((name, ROUTED_PINNED, pinned.totals()))
+        return series
 
     def compared_answers(self, candidate: str, baseline: str) -> tuple[int, int] | None:
         """(compared, agreed) of the answers of `candidate`'s model that a shadow compared with
@@ -338,12 +354,12 @@ class Endpoints:
         for spec in wanted.values():
             self.set(spec)
 
-    def totals(self) -> list[tuple[str, str, WindowTotals]]:
-        """(endpoint, variant, totals) of every variant served (safe from /metrics' thread)."""
+    def totals(self) -> list[tuple[str, str, str, WindowTotals]]:
+        """(endpoint, variant, how routed, totals) of every variant served (safe from /metrics' thread)."""
         return [
-            (name, variant, totals)
+            (name, variant, routed, totals)
             for name, endpoint in sorted(list(self.by_name.items()))
-            for variant, totals in endpoint.totals()
+            for variant, routed, totals in endpoint.totals()
         ]
 
     def specs(self) -> list[EndpointSpec]:

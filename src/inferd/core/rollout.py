@@ -50,6 +50,10 @@ from inferd.errors import InvalidRequestError
 logger = logging.getLogger(__name__)
 
 TICK_S = 0.5
+# How long a rollout goes on without figures (its metrics source does not answer) before it rolls
+# back: a judge that cannot see must not leave traffic split (Argo Rollouts: 4 errors in a row,
+# 10 s apart, fail the analysis).
+FIGURES_OUTAGE_S = 40.0
 HISTORY = 50  # ended rollouts kept per endpoint
 # Compared answers a step needs before max_drift judges it (fewer say too little about a share).
 MIN_DRIFT_PAIRS = 30
@@ -86,6 +90,10 @@ def parse_duration(text: str | float) -> float:
     if not 0 <= seconds <= 7 * 24 * 3600:
         raise InvalidRequestError(f"duration {text!r} must be between 0 and 7 days")
     return seconds
+
+
+class FiguresUnavailable(RuntimeError):
+    """A rollout's figures cannot be read now (a fleet's metrics source does not answer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +223,7 @@ def _ms(value: float | None) -> str:
 class Decision:
     at: float  # wall clock, seconds since the epoch
     step: int  # 1-based; 0 before the first
-    action: str  # started, step, paused, passed, promoted, rolled-back, aborted
+    action: str  # started, step, paused, passed, promoted, rolled-back, aborted, resumed, no-figures
     message: str
 
 
@@ -262,9 +270,14 @@ class RolloutTarget(Protocol):
 
     async def set_weights(self, endpoint: str, weights: dict[str, float]) -> None: ...
 
-    def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary: ...
+    async def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
+        """The variant's requests by weight over the last `window_s` seconds (awaited: a fleet's
+        figures come from Prometheus or the replicas' /metrics)."""
+        ...
 
-    def unpinned_requests(self, endpoint: str, variant: str) -> int: ...
+    async def unpinned_requests(self, endpoint: str, variant: str) -> int:
+        """The variant's requests by weight so far (a counter: a step counts its own from it)."""
+        ...
 
     def compared_answers(self, endpoint: str, candidate: str, baseline: str) -> tuple[int, int] | None:
         """(compared, agreed) of the endpoint's shadow that runs `candidate`'s model and version, on
@@ -330,7 +343,7 @@ class RolloutController:
         rollout = Rollout(
             endpoint, candidate, baseline, strategy, steps, bake_s, guards, dict(weights), webhook=webhook
         )
-        rollout.baseline_reference = _summary_document(self._target.summary(endpoint, baseline, WINDOW_S))
+        rollout.baseline_reference = _summary_document(await self._target.summary(endpoint, baseline, WINDOW_S))
         self._decide(rollout, 0, "started", f"from '{baseline}' to '{candidate}' by {strategy}, {bake_s:g} s a step")
         await self._enter_step(rollout, 0, now)
         self._watch_in_background(endpoint)
@@ -367,7 +380,8 @@ class RolloutController:
         for document in documents:
             rollout = Rollout.from_document(document)
             if rollout.active:
-                self._decide(rollout, rollout.step + 1, "resumed", "the server restarted: the step's bake goes on")
+                message = "taken up again after a restart: the step's bake goes on"
+                self._decide(rollout, rollout.step + 1, "resumed", message)
                 await self._enter_step(rollout, rollout.step, rollout.step_started, resumed=True)
                 self._watch_in_background(rollout.endpoint)
             else:
@@ -383,7 +397,7 @@ class RolloutController:
 
     async def _enter_step(self, rollout: Rollout, step: int, started: float, *, resumed: bool = False) -> None:
         if step > 0 and not resumed:  # the baseline's figures while it still had traffic
-            reference = self._target.summary(rollout.endpoint, rollout.baseline, self._window(rollout))
+            reference = await self._target.summary(rollout.endpoint, rollout.baseline, self._window(rollout))
             if reference.requests:
                 rollout.baseline_reference = _summary_document(reference)
         rollout.step, rollout.step_started, rollout.state = step, started, "running"
@@ -391,7 +405,7 @@ class RolloutController:
         await self._target.set_weights(rollout.endpoint, _weights(rollout, share))
         if not resumed:
             self._decide(rollout, step + 1, "step", f"'{rollout.candidate}' at {share:g}% for {rollout.bake_s:g} s")
-        requests_now = self._target.unpinned_requests(rollout.endpoint, rollout.candidate)
+        requests_now = await self._target.unpinned_requests(rollout.endpoint, rollout.candidate)
         compared_now = self._target.compared_answers(rollout.endpoint, rollout.candidate, rollout.baseline) or (0, 0)
         self._running[rollout.endpoint] = _Running(rollout, requests_now, compared_now)
         self._save()
@@ -402,10 +416,15 @@ class RolloutController:
             self._tasks[endpoint] = asyncio.get_running_loop().create_task(self._watch(endpoint))
 
     async def _watch(self, endpoint: str) -> None:
+        failing_since: float | None = None
         try:
             while endpoint in self._running:
                 await self._sleep(TICK_S)
-                await self.tick(endpoint)
+                try:
+                    await self.tick(endpoint)
+                    failing_since = None
+                except FiguresUnavailable as exc:
+                    failing_since = await self._without_figures(endpoint, failing_since, str(exc))
         finally:
             if self._tasks.get(endpoint) is asyncio.current_task():
                 del self._tasks[endpoint]
@@ -418,11 +437,11 @@ class RolloutController:
         rollout = running.rollout
         now = self._clock()
         window = self._window(rollout)
-        candidate = self._target.summary(endpoint, rollout.candidate, window)
-        baseline = self._target.summary(endpoint, rollout.baseline, window)
+        candidate = await self._target.summary(endpoint, rollout.candidate, window)
+        baseline = await self._target.summary(endpoint, rollout.baseline, window)
         if baseline.requests == 0 and rollout.baseline_reference is not None:
             baseline = WindowSummary(**rollout.baseline_reference)
-        step_requests = self._target.unpinned_requests(endpoint, rollout.candidate) - running.step_requests_at
+        step_requests = await self._target.unpinned_requests(endpoint, rollout.candidate) - running.step_requests_at
         baked = now - rollout.step_started >= rollout.bake_s
         verdict = judge(candidate, baseline, step_requests, baked, rollout.guards, self._drift(running))
         if verdict.action == "fail":
@@ -444,6 +463,24 @@ class RolloutController:
                 await self._finish(rollout, "promoted", f"promoted: '{rollout.candidate}' takes all the traffic")
             else:
                 await self._enter_step(rollout, rollout.step + 1, now)
+
+    async def _without_figures(self, endpoint: str, since: float | None, why: str) -> float | None:
+        """A tick found no figures: said once an outage, and rolled back once it has lasted
+        FIGURES_OUTAGE_S. When the outage began (None once rolled back)."""
+        running = self._running.get(endpoint)
+        if running is None:
+            return None
+        rollout, now = running.rollout, self._clock()
+        if since is None:
+            message = f"cannot read the figures ({why}): rolls back if this lasts {FIGURES_OUTAGE_S:g} s"
+            self._decide(rollout, rollout.step + 1, "no-figures", message)
+            self._save()
+            return now
+        if now - since >= FIGURES_OUTAGE_S:
+            message = f"rolled back at step {rollout.step + 1}: no figures for {now - since:.0f} s ({why})"
+            await self._finish(rollout, "rolled-back", message)
+            return None
+        return since
 
     async def _finish(self, rollout: Rollout, state: str, message: str) -> None:
         weights = _weights(rollout, 100.0) if state == "promoted" else rollout.original_weights

@@ -15,6 +15,11 @@ DELETE, and rollouts, answer 409.
 Each endpoint is read as the API's PUT body is, strictly, and set with the same checks. A file
 that cannot be read or parsed leaves the endpoints as they were (and says why); an endpoint that
 cannot be set (a variant that does not serve yet) is left out until a later reading can set it.
+
+Replicas that serve the same file route with the same weights (and the same sticky hash: it
+depends on the key and the variants' names alone). A fleet's rollout controller (`inferd rollout
+start --controller --endpoints FILE`) changes the weights by writing the file
+(`write_endpoint_weights`): every replica follows within one poll.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -40,8 +47,46 @@ class EndpointFileError(ValueError):
 
 def read_endpoint_file(location: str) -> list[EndpointSpec]:
     """The endpoints the file declares, each read strictly (an error names the endpoint and field)."""
+    document = _read_document(location)
+    specs = []
+    for name, body in (document.get("endpoints") or {}).items():
+        try:
+            specs.append(decode_endpoint(str(name), json.dumps(body).encode()))
+        except InferdError as exc:
+            raise EndpointFileError(f"--endpoints {location}: {exc.message}") from None
+    return specs
+
+
+def write_endpoint_weights(location: str, endpoint: str, weights: dict[str, float]) -> None:
+    """Set `endpoint`'s variants' weights in the file (the rest of it as it was, though its
+    comments are not kept): a fleet's rollout controller, whose replicas follow the file. The new
+    file replaces the old at once (a local one by a rename; an object store's PUT is whole)."""
+    document = _read_document(location)
+    body = (document.get("endpoints") or {}).get(endpoint)
+    if not isinstance(body, dict) or not isinstance(body.get("variants"), list):
+        raise EndpointFileError(f"--endpoints {location}: declares no endpoint '{endpoint}' with variants")
+    for variant in body["variants"]:
+        if isinstance(variant, dict) and variant.get("name") in weights:
+            variant["weight"] = _plain_number(weights[variant["name"]])
+    text = yaml.safe_dump(document, sort_keys=False).encode()
     try:
-        if "://" in location and not location.startswith("file://"):
+        if _is_url(location):
+            import fsspec
+
+            with fsspec.open(location, "wb") as file:
+                file.write(text)
+        else:
+            path = Path(location.removeprefix("file://"))
+            partial = path.with_name(f".{path.name}.partial")
+            partial.write_bytes(text)
+            os.replace(partial, path)
+    except OSError as exc:
+        raise EndpointFileError(f"--endpoints {location}: cannot be written: {exc}") from None
+
+
+def _read_document(location: str) -> dict[str, Any]:
+    try:
+        if _is_url(location):
             import fsspec
 
             with fsspec.open(location, "rb") as file:
@@ -53,16 +98,19 @@ def read_endpoint_file(location: str) -> list[EndpointSpec]:
     except (OSError, yaml.YAMLError, ValueError) as exc:
         raise EndpointFileError(f"--endpoints {location}: cannot be read: {exc}") from None
     if document is None:
-        return []
-    if not isinstance(document, dict) or not isinstance(document.get("endpoints", {}), dict):
+        return {}
+    if not isinstance(document, dict) or not isinstance(document.get("endpoints") or {}, dict):
         raise EndpointFileError(f"--endpoints {location}: must hold `endpoints:`, a mapping of names to endpoints")
-    specs = []
-    for name, body in (document.get("endpoints") or {}).items():
-        try:
-            specs.append(decode_endpoint(str(name), json.dumps(body).encode()))
-        except InferdError as exc:
-            raise EndpointFileError(f"--endpoints {location}: {exc.message}") from None
-    return specs
+    return document
+
+
+def _is_url(location: str) -> bool:
+    return "://" in location and not location.startswith("file://")
+
+
+def _plain_number(weight: float) -> float | int:
+    """A weight as a person would write it: 90, not 90.0."""
+    return int(weight) if float(weight).is_integer() else weight
 
 
 async def apply_endpoint_file(control: EndpointControl, location: str) -> None:

@@ -11,6 +11,7 @@ number (a typo must not be a silently ignored setting).
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -19,7 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict
 from inferd.core.endpoint_control import EndpointControl
 from inferd.core.endpoints import Endpoint, EndpointSpec, Shadow, Variant, spec_document
 from inferd.core.request_window import WindowSummary, combined_summary
-from inferd.core.rollout import Guards, Rollout, parse_duration
+from inferd.core.rollout import Decision, Guards, Rollout, parse_duration
 from inferd.core.service import InferenceService
 from inferd.core.shadow import ShadowState
 from inferd.errors import NotFoundError
@@ -183,11 +184,15 @@ class _RolloutBody(BaseModel):
 def rollout_json(rollout: Rollout) -> dict[str, Any]:
     """A rollout as the API shows it: its decisions' times in UTC (ISO 8601)."""
     document = rollout.document()
-    for decision in document["decisions"]:
-        decision["at"] = datetime.fromtimestamp(decision["at"], UTC).isoformat(timespec="milliseconds")
+    document["decisions"] = [decision_json(decision) for decision in rollout.decisions]
     document["step"] += 1  # 1-based, as the decisions say it
     document["step_started"] = datetime.fromtimestamp(rollout.step_started, UTC).isoformat(timespec="milliseconds")
     return document
+
+
+def decision_json(decision: Decision) -> dict[str, Any]:
+    """A rollout's decision as the API shows it: its time in UTC (ISO 8601)."""
+    return {**asdict(decision), "at": datetime.fromtimestamp(decision.at, UTC).isoformat(timespec="milliseconds")}
 
 
 class RolloutsApi:

@@ -22,7 +22,7 @@ ModelStates = Callable[[], list[tuple[str, str, ModelState]]]
 Load = Callable[[], list[tuple[str, str, int, int]]]
 Memory = Callable[[], list[tuple[str, int]]]
 # (endpoint, variant, the variant's requests since it was set)
-EndpointTotals = Callable[[], list[tuple[str, str, WindowTotals]]]
+EndpointTotals = Callable[[], list[tuple[str, str, str, WindowTotals]]]
 AsyncBacklog = Callable[[], list[Backlog]]
 
 # metric name, help, the histogram of one door's requests it shows (labels: model, version, protocol)
@@ -295,23 +295,25 @@ class _Exposition(Collector):
         statistics = self._statistics
         requests = CounterMetricFamily(
             "inferd_endpoint_requests",
-            "Inference requests to endpoints, by the variant each was routed to and outcome (success or the "
-            "error code); each is also counted under its variant's model in inferd_requests_total.",
-            labels=["endpoint", "variant", "outcome"],
+            "Inference requests to endpoints, by the variant each was routed to, how (routed: weight, or pinned "
+            "by the client) and outcome (success or the error code); each is also counted under its variant's "
+            "model in inferd_requests_total.",
+            labels=["endpoint", "variant", "routed", "outcome"],
         )
         variants = self._endpoint_totals()
-        for endpoint, variant, totals in variants:
+        for endpoint, variant, routed, totals in variants:
             for outcome, count in sorted(totals.outcomes.items()):
-                requests.add_metric([endpoint, variant, outcome], count)
+                requests.add_metric([endpoint, variant, routed, outcome], count)
         yield requests
         durations = HistogramMetricFamily(
             "inferd_endpoint_request_duration_seconds",
-            "Successful requests to endpoints, by variant: from the start of decoding to a result, in seconds.",
-            labels=["endpoint", "variant"],
+            "Successful requests to endpoints, by variant and how routed: from the start of decoding to a result, "
+            "in seconds.",
+            labels=["endpoint", "variant", "routed"],
         )
-        for endpoint, variant, totals in variants:
+        for endpoint, variant, routed, totals in variants:
             histogram = Histogram(LATENCY_BUCKETS_S, totals.bucket_counts, totals.seconds_total)
-            durations.add_metric([endpoint, variant], _cumulative_buckets(histogram), histogram.total)
+            durations.add_metric([endpoint, variant, routed], _cumulative_buckets(histogram), histogram.total)
         yield durations
         for family_kind, name, documentation, labels, series_of in _SHADOW_SERIES:
             family = family_kind(name, documentation, labels=list(labels))

@@ -230,8 +230,14 @@ def test_a_windows_totals_count_every_request_it_was_told_of_as_a_histogram_woul
     endpoint = endpoints.set(spec(90, 10))
     endpoint.windows["blue"].observe(0.01, "success")
     endpoint.pinned_windows["blue"].observe(0.02, "INVALID_ARGUMENT")
-    (name, variant, totals), *_ = endpoints.totals()
-    assert (name, variant, totals.outcomes) == ("e", "blue", {"success": 1, "INVALID_ARGUMENT": 1})
+    series = {(name, variant, routed): totals.outcomes for name, variant, routed, totals in endpoints.totals()}
+    # By weight and pinned apart (a rollout judges the first); a variant nobody pinned has no pinned
+    # series, while every variant's by-weight series is there from zero.
+    assert series == {
+        ("e", "blue", "weight"): {"success": 1},
+        ("e", "blue", "pinned"): {"success": 0, "INVALID_ARGUMENT": 1},
+        ("e", "green", "weight"): {"success": 0},
+    }
 
 
 def test_a_rollouts_compared_answers_are_the_candidates_shadows_on_the_baselines_requests() -> None:

@@ -73,10 +73,10 @@ class FakeEndpoint:
         if self.shadow is not None:
             self.shadow = (0, 0)  # as the server does: the endpoint set again, its shadows anew
 
-    def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
+    async def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
         return self.figures[variant]
 
-    def unpinned_requests(self, endpoint: str, variant: str) -> int:
+    async def unpinned_requests(self, endpoint: str, variant: str) -> int:
         return self.requests[variant]
 
     def compared_answers(self, endpoint: str, candidate: str, baseline: str) -> tuple[int, int] | None:

@@ -1,0 +1,293 @@
+"""A fleet's figures for a rollout's judge: each variant's requests by weight, failures and latency
+over a window, summed across every replica, from one of two sources:
+
+- `PrometheusSource`: PromQL (`inferd.rollout_queries`) over the Prometheus that scrapes the
+  replicas. Its ranges are at least four scrape intervals long (as Grafana's `$__rate_interval`):
+  shorter ones may hold a single sample a series, from which `increase()` says nothing.
+- `ScrapeSource`: the replicas' own /metrics, read by the controller every `TICK_S` and kept for a
+  minute, so a window's figures are the differences between two readings, summed. A replica whose
+  counters went back restarted: its requests since then are its counters. It knows nothing from
+  before the controller started.
+
+Both give what one server's judge reads from its windows (`core.request_window.WindowSummary`),
+with two differences the docs state: percentiles come from the latency histogram's buckets
+(interpolated within one, as Prometheus' `histogram_quantile`), and they are of successful requests
+only (the histogram counts no failure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+import math
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from inferd import rollout_queries as queries
+from inferd.core.request_window import WINDOW_S, WindowSummary
+from inferd.core.rollout import FiguresUnavailable
+from inferd.types import ROUTED_BY_WEIGHT
+
+# How often the scrape source reads the replicas at most (the rollout controller's tick).
+SCRAPE_EVERY_S = 0.5
+SUCCESS = "success"
+
+
+class MetricsSourceError(FiguresUnavailable):
+    """The source could not be read (Prometheus or a replica does not answer, or answers nonsense)."""
+
+
+class MetricsSource(Protocol):
+    """Where a fleet's rollout reads its figures (`FleetTarget`)."""
+
+    def describe(self) -> str: ...
+
+    async def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary: ...
+
+    async def requests(self, endpoint: str, variant: str) -> int: ...
+
+
+# -- Prometheus ------------------------------------------------------------------------------------
+
+
+class PrometheusSource:
+    """The figures by PromQL over Prometheus' HTTP API (`/api/v1/query`)."""
+
+    def __init__(self, url: str, scrape_interval_s: float = 15.0, timeout_s: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.scrape_interval_s = scrape_interval_s
+        self.timeout_s = timeout_s
+
+    def describe(self) -> str:
+        return f"Prometheus at {self.url} (scraping every {self.scrape_interval_s:g} s)"
+
+    async def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
+        selected = queries.matchers(endpoint, variant)
+        range_s = max(window_s, 4 * self.scrape_interval_s)
+        requests, errors, p50_s, p99_s = await asyncio.gather(
+            self.value(queries.requests_in(selected, range_s)),
+            self.value(queries.errors_in(selected, range_s)),
+            self.value(queries.quantile_in(0.5, selected, range_s)),
+            self.value(queries.quantile_in(0.99, selected, range_s)),
+        )
+        return WindowSummary(
+            requests=round(requests or 0.0),
+            errors=round(errors or 0.0),
+            p50_ms=None if p50_s is None else p50_s * 1000,
+            p99_ms=None if p99_s is None else p99_s * 1000,
+        )
+
+    async def requests(self, endpoint: str, variant: str) -> int:
+        return round(await self.value(queries.requests_so_far(queries.matchers(endpoint, variant))) or 0.0)
+
+    async def value(self, expression: str) -> float | None:
+        """The expression's one value now; None when it has none (an empty vector) or it is NaN."""
+        return await asyncio.to_thread(self._value, expression)
+
+    def _value(self, expression: str) -> float | None:
+        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expression})
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout_s) as response:
+                document = json.loads(response.read())
+        except OSError as exc:
+            raise MetricsSourceError(f"Prometheus at {self.url} did not answer: {exc}") from None
+        except ValueError as exc:
+            raise MetricsSourceError(f"Prometheus at {self.url} answered no JSON: {exc}") from None
+        if document.get("status") != "success":
+            raise MetricsSourceError(f"Prometheus refused {expression!r}: {document.get('error', document)}")
+        data = document["data"]
+        if data["resultType"] == "scalar":
+            found = float(data["result"][1])
+        else:
+            results = data["result"]
+            if not results:
+                return None
+            if len(results) > 1:
+                raise MetricsSourceError(f"{expression!r} gave {len(results)} series, not one")
+            found = float(results[0]["value"][1])
+        return None if math.isnan(found) else found
+
+
+# -- the replicas' own /metrics --------------------------------------------------------------------
+
+
+@dataclass
+class VariantCounts:
+    """One variant's requests by weight as one replica counted them so far."""
+
+    requests: float = 0.0
+    errors: float = 0.0
+    # Cumulative counts of the successes' latency histogram, by upper bound (+Inf last).
+    buckets: dict[float, float] = field(default_factory=dict)
+
+    def minus(self, earlier: VariantCounts) -> VariantCounts:
+        """What was counted since `earlier`; all of it when the counters went back (a restart)."""
+        if self.requests < earlier.requests or any(
+            self.buckets.get(bound, 0.0) < count for bound, count in earlier.buckets.items()
+        ):
+            return self
+        return VariantCounts(
+            self.requests - earlier.requests,
+            self.errors - earlier.errors,
+            {bound: count - earlier.buckets.get(bound, 0.0) for bound, count in self.buckets.items()},
+        )
+
+    def plus(self, other: VariantCounts) -> VariantCounts:
+        bounds = set(self.buckets) | set(other.buckets)
+        return VariantCounts(
+            self.requests + other.requests,
+            self.errors + other.errors,
+            {bound: self.buckets.get(bound, 0.0) + other.buckets.get(bound, 0.0) for bound in bounds},
+        )
+
+
+Reading = dict[tuple[str, str], VariantCounts]  # (endpoint, variant) -> counts
+
+
+def parse_metrics(text: str) -> Reading:
+    """The endpoint series of one /metrics page (Prometheus' text format), requests by weight only."""
+    reading: Reading = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in ("inferd_endpoint_requests", "inferd_endpoint_request_duration_seconds"):
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if labels.get("routed") != ROUTED_BY_WEIGHT:
+                continue
+            counts = reading.setdefault((labels["endpoint"], labels["variant"]), VariantCounts())
+            if sample.name == "inferd_endpoint_requests_total":
+                counts.requests += sample.value
+                if labels.get("outcome") != SUCCESS:
+                    counts.errors += sample.value
+            elif sample.name == "inferd_endpoint_request_duration_seconds_bucket":
+                counts.buckets[float(labels["le"])] = sample.value
+    return reading
+
+
+def histogram_quantile(quantile: float, buckets: dict[float, float]) -> float | None:
+    """Prometheus' `histogram_quantile` over cumulative `buckets` (upper bound -> count): linear
+    within the bucket the rank falls in, from 0 for the first; the highest finite bound for one
+    in +Inf's bucket. None without observations."""
+    bounds = sorted(buckets)
+    if not bounds or bounds[-1] != math.inf:
+        return None
+    total = buckets[math.inf]
+    if total <= 0:
+        return None
+    rank = quantile * total
+    counts = [buckets[bound] for bound in bounds]
+    index = bisect.bisect_left(counts, rank)
+    if bounds[index] == math.inf:
+        return bounds[-2] if len(bounds) > 1 else None
+    lower_bound = bounds[index - 1] if index > 0 else 0.0
+    lower_count = counts[index - 1] if index > 0 else 0.0
+    in_bucket = counts[index] - lower_count
+    if in_bucket <= 0:
+        return bounds[index]
+    return lower_bound + (bounds[index] - lower_bound) * (rank - lower_count) / in_bucket
+
+
+class ScrapeSource:
+    """The figures from the replicas' own /metrics pages, summed."""
+
+    def __init__(
+        self, replicas: Sequence[str], timeout_s: float = 5.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if not replicas:
+            raise ValueError("--replicas: name at least one replica's metrics URL")
+        self.replicas = [_metrics_url(replica) for replica in replicas]
+        self.timeout_s = timeout_s
+        self._clock = clock
+        # Each replica's readings of the last minute (and one before it), oldest first.
+        self._readings: dict[str, list[tuple[float, Reading]]] = {replica: [] for replica in self.replicas}
+        self._read_at = -math.inf
+        self._lock = asyncio.Lock()
+        # The replicas that did not answer at the last reading, with why.
+        self.unanswered: dict[str, str] = {}
+
+    def describe(self) -> str:
+        return f"the /metrics of {len(self.replicas)} replicas ({', '.join(self.replicas)})"
+
+    async def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
+        await self.refresh()
+        since = VariantCounts()
+        start = self._clock() - min(window_s, WINDOW_S)
+        for readings in self._readings.values():
+            if not readings:
+                continue
+            latest = readings[-1][1].get((endpoint, variant), VariantCounts())
+            earlier = _reading_at(readings, start).get((endpoint, variant), VariantCounts())
+            since = since.plus(latest.minus(earlier))
+        p50, p99 = (histogram_quantile(q, since.buckets) for q in (0.5, 0.99))
+        return WindowSummary(
+            requests=round(since.requests),
+            errors=round(since.errors),
+            p50_ms=None if p50 is None else p50 * 1000,
+            p99_ms=None if p99 is None else p99 * 1000,
+        )
+
+    async def requests(self, endpoint: str, variant: str) -> int:
+        await self.refresh()
+        total = 0.0
+        for readings in self._readings.values():
+            if readings:
+                total += readings[-1][1].get((endpoint, variant), VariantCounts()).requests
+        return round(total)
+
+    async def refresh(self) -> None:
+        """Read every replica, unless they were read less than SCRAPE_EVERY_S ago."""
+        async with self._lock:
+            now = self._clock()
+            if now - self._read_at < SCRAPE_EVERY_S:
+                return
+            self._read_at = now
+            pages = await asyncio.gather(
+                *(asyncio.to_thread(self._page, replica) for replica in self.replicas), return_exceptions=True
+            )
+            self.unanswered = {}
+            for replica, page in zip(self.replicas, pages, strict=True):
+                if isinstance(page, BaseException):
+                    # Its last reading stands in for it: what it counted is not lost, and a
+                    # replica that is gone counts nothing new.
+                    self.unanswered[replica] = str(page)
+                    continue
+                readings = self._readings[replica]
+                readings.append((now, parse_metrics(page)))
+                # Keep one reading at or before the window's start, and the ones after it.
+                while len(readings) > 2 and readings[1][0] <= now - WINDOW_S:
+                    del readings[0]
+            if len(self.unanswered) == len(self.replicas):
+                raise MetricsSourceError(f"no replica answered: {self.unanswered}")
+
+    def _page(self, url: str) -> str:
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout_s) as response:
+                return str(response.read().decode("utf-8"))
+        except OSError as exc:
+            raise MetricsSourceError(f"{url} did not answer: {exc}") from None
+
+
+def _reading_at(readings: list[tuple[float, Reading]], start: float) -> Reading:
+    """The newest reading taken at or before `start`, else the oldest there is."""
+    chosen = readings[0][1]
+    for taken, reading in readings:
+        if taken > start:
+            break
+        chosen = reading
+    return chosen
+
+
+def _metrics_url(replica: str) -> str:
+    """A replica's metrics URL: `host:port` or a URL; /metrics when it names no path."""
+    url = replica if "://" in replica else f"http://{replica}"
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError(f"--replicas: {replica!r} is not host:port or an http(s) URL")
+    return url if parsed.path not in ("", "/") else url.rstrip("/") + "/metrics"

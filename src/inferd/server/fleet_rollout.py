@@ -1,0 +1,130 @@
+"""A rollout across a fleet: one controller (`inferd rollout start --controller`) judges an
+endpoint's rollout on every replica's traffic together and writes the weights every replica
+follows, with the same steps, guards, minimum sample and recorded decisions as one server's
+rollout (`core.rollout.RolloutController`, on a `FleetTarget` instead of one server's windows).
+
+- The weights are the endpoints file's (`--endpoints`, a local path or an fsspec URL such as
+  s3://): the controller rewrites it at each step, and each replica reads it every
+  `--repository-poll-secs`.
+- The figures come from a `MetricsSource` (Prometheus, or the replicas' own /metrics).
+- The rollout is kept in the controller's `--state-dir` after each decision: a controller killed
+  mid-bake and started again with the same command resumes the step (the time already baked
+  counts), so traffic is never left split with nobody judging. A controller asked to stop (Ctrl-C,
+  SIGTERM) rolls back first, for the same reason.
+
+One controller per endpoint: nothing elects one, so run one (the docs say where).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from inferd.core.endpoints import EndpointSpec
+from inferd.core.request_window import WindowSummary
+from inferd.core.rollout import Decision, Guards, Rollout, RolloutController
+from inferd.core.state_dir import StateDir
+from inferd.errors import InvalidRequestError
+from inferd.server.endpoint_file import read_endpoint_file, write_endpoint_weights
+from inferd.server.fleet_metrics import MetricsSource
+
+ROLLOUTS_NAME = "rollouts"  # the controller's document in its state directory (a server's is the same name)
+
+
+class FleetTarget:
+    """What a fleet's rollout acts on (`core.rollout.RolloutTarget`): the endpoints file's weights,
+    and the figures of a metrics source."""
+
+    def __init__(self, endpoints_file: str, metrics: MetricsSource) -> None:
+        self.endpoints_file = endpoints_file
+        self.metrics = metrics
+
+    def spec(self, endpoint: str) -> EndpointSpec:
+        for spec in read_endpoint_file(self.endpoints_file):
+            if spec.name == endpoint:
+                return spec
+        raise InvalidRequestError(f"--endpoints {self.endpoints_file} declares no endpoint '{endpoint}'")
+
+    async def set_weights(self, endpoint: str, weights: dict[str, float]) -> None:
+        await asyncio.to_thread(write_endpoint_weights, self.endpoints_file, endpoint, weights)
+
+    async def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
+        return await self.metrics.summary(endpoint, variant, window_s)
+
+    async def unpinned_requests(self, endpoint: str, variant: str) -> int:
+        return await self.metrics.requests(endpoint, variant)
+
+    def compared_answers(self, endpoint: str, candidate: str, baseline: str) -> tuple[int, int] | None:
+        return None  # shadows compare answers on one server; a fleet's are not summed
+
+    def same_servable(self, endpoint: str, candidate: str, baseline: str) -> bool:
+        spec = self.spec(endpoint)
+        a, b = spec.variant(candidate), spec.variant(baseline)
+        return (a.model, a.version) == (b.model, b.version)
+
+
+class FleetRollout:
+    """One endpoint's rollout, run by this process until it ends."""
+
+    def __init__(self, target: FleetTarget, state: StateDir, endpoint: str) -> None:
+        self.target = target
+        self.endpoint = endpoint
+        self._state = state
+        # The state directory may keep other endpoints' rollouts (other controllers'): kept as they are.
+        kept = (state.read(ROLLOUTS_NAME) or {}).get("rollouts", [])
+        self._others = [document for document in kept if document.get("endpoint") != endpoint]
+        self._mine = [document for document in kept if document.get("endpoint") == endpoint]
+        self.controller = RolloutController(target, self._keep)
+
+    def running_document(self) -> dict[str, Any] | None:
+        """The endpoint's rollout the state directory keeps as running (its controller stopped
+        without ending it), if any."""
+        return next((d for d in self._mine if d.get("state") in ("running", "paused")), None)
+
+    async def begin(self, candidate: str, strategy: str, bake_s: float, guards: Guards) -> tuple[Rollout, bool]:
+        """Resume the endpoint's running rollout if one is kept (it must be to `candidate`), else
+        start one. The rollout, and whether it resumed."""
+        running = self.running_document()
+        if running is not None:
+            if running["candidate"] != candidate:
+                raise InvalidRequestError(
+                    f"endpoint '{self.endpoint}' has a rollout to '{running['candidate']}' whose controller stopped "
+                    f"mid-way: start the controller with --to {running['candidate']} to take it up"
+                )
+            await self.controller.restore(self._mine)
+            rollout = self.controller.current(self.endpoint)
+            assert rollout is not None
+            return rollout, True
+        await self.controller.restore(self._mine)  # the ended ones: its history
+        spec = self.target.spec(self.endpoint)
+        spec.variant(candidate)
+        baseline = spec.rollout_baseline(candidate)
+        weights = {v.name: v.weight for v in spec.variants}
+        rollout = await self.controller.start(
+            self.endpoint, candidate, baseline.name, weights, strategy, bake_s, guards
+        )
+        return rollout, False
+
+    async def follow(self, stop: asyncio.Event, on_decision: Callable[[Decision], None]) -> Rollout:
+        """Wait for the rollout to end, telling each decision as it is made; when `stop` is set
+        first, roll back (abort) and end."""
+        told = 0
+        while True:
+            rollout = self.controller.current(self.endpoint)
+            assert rollout is not None
+            for decision in rollout.decisions[told:]:
+                on_decision(decision)
+            told = len(rollout.decisions)
+            if not self.controller.is_running(self.endpoint):
+                await self.controller.close()
+                return rollout
+            if stop.is_set():
+                await self.controller.abort(self.endpoint)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=0.25)
+
+    def _keep(self, documents: list[dict[str, Any]]) -> None:
+        self._state.write(ROLLOUTS_NAME, {"rollouts": [*self._others, *documents]})

@@ -1,0 +1,293 @@
+"""A rollout across a fleet, end to end: two inferd servers that serve one endpoints file, nginx in
+front of them, Debian's Prometheus scraping both every second, and `inferd rollout start
+--controller` judging from Prometheus (or from the replicas' own /metrics) and writing the file.
+
+The candidate `flaky` fails every second request on replica A only (a Python model built to fail,
+whatever the machine's speed), so neither replica alone tells the truth: A's traffic alone would
+say 50%, B's 0%; the sum says about 25%."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from inferd import rollout_queries as queries
+from inferd.server.fleet_metrics import parse_metrics
+from inferd.testing.models import misbehaving_model
+from inferd.testing.prometheus import query, run_prometheus, wait_for_targets
+from inferd.testing.server import ServerProcess, run_server
+from inferd.tools.ports import free_ports
+from tests.e2e.conftest import http_request
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+BODY = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}).encode()
+PACE_S = 0.004  # between a driver's requests: the test's rate has a ceiling, whatever the machine
+VARIANTS = (("blue", "stable", 100), ("green", "flaky", 0), ("teal", "good", 0))
+
+
+def declared(weights: dict[str, float]) -> str:
+    variants = [{"name": name, "model": model, "weight": weights[name]} for name, model, _ in VARIANTS]
+    return yaml.safe_dump({"endpoints": {"shop": {"variants": variants}}}, sort_keys=False)
+
+
+ORIGINAL = {name: float(weight) for name, _, weight in VARIANTS}
+
+
+@dataclass
+class Fleet:
+    replicas: list[ServerProcess]
+    front: str  # nginx, host:port
+    prometheus: str
+    endpoints: Path
+
+    def reset(self) -> None:
+        """The file as declared at first, followed by both replicas. Written whole, then renamed:
+        a replica reading a half-written file would serve what it says."""
+        partial = self.endpoints.with_name("endpoints.partial")
+        partial.write_text(declared(ORIGINAL))
+        partial.replace(self.endpoints)
+        wait_for_weights(self, ORIGINAL)
+
+
+def replica_weights(server: ServerProcess) -> dict[str, float]:
+    body = json.loads(http_request(server, "GET", "/v2/endpoints/shop").body)
+    return {v["name"]: v["weight"] for v in body["variants"]}
+
+
+def wait_for_weights(fleet: Fleet, weights: dict[str, float], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(replica_weights(server) != weights for server in fleet.replicas):
+        assert time.monotonic() < deadline, [replica_weights(server) for server in fleet.replicas]
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    root = tmp_path_factory.mktemp("fleet-rollout")
+    endpoints = root / "endpoints.yaml"
+    endpoints.write_text(declared(ORIGINAL))
+    with ExitStack() as stack:
+        replicas = []
+        for replica, fail_every in (("a", 2), ("b", 0)):
+            repository = root / replica / "repository"
+            misbehaving_model(repository / "stable")
+            misbehaving_model(repository / "good")
+            misbehaving_model(repository / "flaky", fail_every=fail_every)
+            arguments = ("--endpoints", str(endpoints), "--repository-poll-secs", "0.2")
+            replicas.append(stack.enter_context(run_server(repository, root / f"{replica}.log", *arguments)))
+        front = stack.enter_context(run_nginx(root / "nginx", [server.http_port for server in replicas]))
+        targets = [f"127.0.0.1:{server.metrics_port}" for server in replicas]
+        prometheus = stack.enter_context(run_prometheus(root / "prometheus", targets))
+        wait_for_targets(prometheus, len(targets))
+        yield Fleet(replicas, front, prometheus, endpoints)
+
+
+class Traffic:
+    """Paced requests to the endpoint through nginx, from a thread, until stopped: what they were
+    answered, by (status, variant)."""
+
+    def __init__(self, front: str) -> None:
+        self.answers: Counter[tuple[int, str]] = Counter()
+        self._front = front
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._drive, daemon=True)
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _drive(self) -> None:
+        host, port = self._front.split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        deadline = time.monotonic() + 240  # bounded, whatever happens to the test
+        try:
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                connection.request("POST", "/v2/models/shop/infer", BODY)
+                response = connection.getresponse()
+                response.read()
+                self.answers[(response.status, response.getheader("inferd-variant") or "")] += 1
+                time.sleep(PACE_S)
+        finally:
+            connection.close()
+
+
+def controller(fleet: Fleet, state: Path, candidate: str, source: list[str], *settings: str) -> list[str]:
+    return [
+        sys.executable, "-m", "inferd", "rollout", "start", "shop", "--to", candidate, "--controller",
+        "--endpoints", str(fleet.endpoints), "--state-dir", str(state), *source, *settings,
+    ]  # fmt: skip
+
+
+def prometheus_source(fleet: Fleet) -> list[str]:
+    return ["--metrics-source", "prometheus", "--prometheus-url", fleet.prometheus, "--scrape-interval", "1s"]
+
+
+def scrape_source(fleet: Fleet) -> list[str]:
+    replicas = ",".join(f"127.0.0.1:{server.metrics_port}" for server in fleet.replicas)
+    return ["--metrics-source", "scrape", "--replicas", replicas]
+
+
+def run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, timeout=200, env=_env())
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "COLUMNS": "400"}  # a decision a line
+
+
+@pytest.mark.parametrize("source", [prometheus_source, scrape_source], ids=["prometheus", "scrape"])
+def test_a_candidate_failing_on_one_replica_only_is_rolled_back_on_both_replicas_traffic(
+    fleet: Fleet, tmp_path: Path, source: Any
+) -> None:
+    fleet.reset()
+    command = controller(fleet, tmp_path / "state", "green", source(fleet), "--strategy", "canary:50",
+                         "--bake", "1h", "--min-requests", "60")  # fmt: skip
+    with Traffic(fleet.front) as traffic:
+        ended = run(command)
+    assert ended.returncode == 1, ended.stdout + ended.stderr
+    # Replica A's candidate fails half its requests, B's none: the sum, about a quarter, is judged.
+    judged = re.search(r"rolled back at step 1: candidate error rate ([\d.]+)% vs baseline 0\.0% over (\d+) requests",
+                       ended.stdout)  # fmt: skip
+    assert judged is not None, ended.stdout
+    assert 12 <= float(judged.group(1)) <= 38 and int(judged.group(2)) >= 60, ended.stdout
+    # Both replicas are back on the baseline, as the file says.
+    assert yaml.safe_load(fleet.endpoints.read_text())["endpoints"]["shop"]["variants"][1]["weight"] == 0
+    wait_for_weights(fleet, ORIGINAL)
+    # The baseline failed nothing: only the candidate's requests did.
+    assert {status for (status, variant) in traffic.answers if variant == "blue"} == {200}, traffic.answers
+    # The controller's rollout is kept, with the numbers behind its decision.
+    status = run([sys.executable, "-m", "inferd", "rollout", "status", "shop", "--state-dir", str(tmp_path / "state")])
+    assert "rolled-back" in status.stdout and "candidate error rate" in status.stdout, status.stdout
+
+
+def test_a_healthy_candidate_is_promoted_and_a_controller_killed_mid_bake_is_taken_up(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """No request fails because of the shift; both replicas end with the same weights; a
+    controller killed (-9) in the middle of a bake, started again with the same command, takes the
+    rollout up where it was and finishes it."""
+    fleet.reset()
+    state = tmp_path / "state"
+    command = controller(fleet, state, "teal", prometheus_source(fleet), "--strategy", "linear:2", "--bake", "4s",
+                         "--min-requests", "30")  # fmt: skip
+    with Traffic(fleet.front) as traffic:
+        first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+        try:
+            wait_for_weights(fleet, {"blue": 50.0, "green": 0.0, "teal": 50.0}, timeout_s=60)
+        finally:
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=30)
+        kept = json.loads((state / "rollouts.json").read_text())["rollouts"][0]
+        assert kept["state"] == "running" and kept["step"] == 0, kept
+        # Nobody judges now, and the traffic stays split as it was: the next controller takes it up.
+        again = run(command)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "takes up the rollout" in again.stdout and "resumed" in again.stdout, again.stdout
+    assert "promoted: 'teal' takes all the traffic" in again.stdout, again.stdout
+    promoted = {"blue": 0.0, "green": 0.0, "teal": 100.0}
+    wait_for_weights(fleet, promoted)
+    assert set(traffic.answers) <= {(200, "blue"), (200, "teal")}, traffic.answers
+    assert traffic.answers[(200, "teal")] > 0 and traffic.answers[(200, "blue")] > 0
+
+
+def test_the_controllers_promql_is_what_prometheus_evaluates_over_both_replicas(fleet: Fleet) -> None:
+    """The expressions the controller (and an Argo AnalysisTemplate) evaluate, run against the
+    test's Prometheus: the requests one sees are the sum of both replicas' own counts."""
+    fleet.reset()
+    for server in fleet.replicas:
+        for _ in range(10):
+            http_request(server, "POST", "/v2/models/shop/infer", BODY)
+    counted = sum(_own_count(server) for server in fleet.replicas)
+    selected = queries.matchers("shop", "blue")
+    deadline = time.monotonic() + 30
+    while True:
+        found = query(fleet.prometheus, queries.requests_so_far(selected))
+        if found and float(found[0]["value"][1]) == counted:
+            break
+        assert time.monotonic() < deadline, (found, counted)
+        time.sleep(0.2)
+    errors = query(fleet.prometheus, queries.errors_in(selected, 10))
+    assert float(errors[0]["value"][1]) == 0.0
+    p99 = query(fleet.prometheus, queries.quantile_in(0.99, selected, 60))
+    assert 0 < float(p99[0]["value"][1]) <= 10
+
+
+def _own_count(server: ServerProcess) -> float:
+    """The replica's own count of blue's requests by weight, from its /metrics page."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=30)
+    connection.request("GET", "/metrics")
+    text = connection.getresponse().read().decode()
+    connection.close()
+    return parse_metrics(text)[("shop", "blue")].requests
+
+
+# -- nginx ---------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def run_nginx(folder: Path, ports: list[int]) -> Iterator[str]:
+    """nginx on 127.0.0.1 in front of `ports`, round robin: the fleet's one address (host:port)."""
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    (port,) = free_ports(1)
+    folder.mkdir(parents=True, exist_ok=True)
+    servers = "\n".join(f"        server 127.0.0.1:{p};" for p in ports)
+    kinds = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    temporary = "\n".join(f"    {kind}_temp_path {folder / kind};" for kind in kinds)
+    config = folder / "nginx.conf"
+    config.write_text(
+        f"daemon off;\npid {folder / 'nginx.pid'};\nerror_log {folder / 'error.log'} warn;\n"
+        "worker_processes 1;\nevents { worker_connections 256; }\n"
+        f"http {{\n    access_log off;\n{temporary}\n"
+        f"    upstream replicas {{\n{servers}\n        keepalive 8;\n    }}\n"
+        f"    server {{\n        listen 127.0.0.1:{port};\n        location / {{\n"
+        "            proxy_pass http://replicas;\n            proxy_http_version 1.1;\n"
+        '            proxy_set_header Connection "";\n        }\n    }\n}\n'
+    )
+    process = subprocess.Popen([binary, "-c", str(config), "-p", str(folder)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not _answers(port):
+            assert process.poll() is None and time.monotonic() < deadline, (folder / "error.log").read_text()
+            time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGQUIT)  # nginx's graceful stop
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def _answers(port: int) -> bool:
+    with contextlib.suppress(OSError, http.client.HTTPException):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+        try:
+            connection.request("GET", "/v2/health/ready")
+            return connection.getresponse().status == 200
+        finally:
+            connection.close()
+    return False
