@@ -4,10 +4,10 @@ over a window, summed across every replica, from one of two sources:
 - `PrometheusSource`: PromQL (`inferd.rollout_queries`) over the Prometheus that scrapes the
   replicas. Its ranges are at least four scrape intervals long (as Grafana's `$__rate_interval`):
   shorter ones may hold a single sample a series, from which `increase()` says nothing.
-- `ScrapeSource`: the replicas' own /metrics, read by the controller every `TICK_S` and kept for a
-  minute, so a window's figures are the differences between two readings, summed. A replica whose
-  counters went back restarted: its requests since then are its counters. It knows nothing from
-  before the controller started.
+- `ScrapeSource`: the replicas' own /metrics, read by the controller every `SCRAPE_EVERY_S` and
+  kept for a minute, so a window's figures are the differences between successive readings,
+  summed. A replica whose counters went back restarted: its requests since then are its counters
+  (as Prometheus' `increase()` counts). It knows nothing from before the controller started.
 
 Both give what one server's judge reads from its windows (`core.request_window.WindowSummary`),
 with two differences the docs state: percentiles come from the latency histogram's buckets
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import itertools
 import json
 import math
 import time
@@ -220,11 +221,13 @@ class ScrapeSource:
         since = VariantCounts()
         start = self._clock() - min(window_s, WINDOW_S)
         for readings in self._readings.values():
-            if not readings:
-                continue
-            latest = readings[-1][1].get((endpoint, variant), VariantCounts())
-            earlier = _reading_at(readings, start).get((endpoint, variant), VariantCounts())
-            since = since.plus(latest.minus(earlier))
+            # From the newest reading at or before the window's start (else the oldest), reading
+            # by reading, as Prometheus' increase(): a replica's restart in the window loses only
+            # what it counted between its last reading and the restart.
+            first = max((i for i, (taken, _) in enumerate(readings) if taken <= start), default=0)
+            for (_, earlier), (_, later) in itertools.pairwise(readings[first:]):
+                key = (endpoint, variant)
+                since = since.plus(later.get(key, VariantCounts()).minus(earlier.get(key, VariantCounts())))
         p50, p99 = (histogram_quantile(q, since.buckets) for q in (0.5, 0.99))
         return WindowSummary(
             requests=round(since.requests),
@@ -272,16 +275,6 @@ class ScrapeSource:
                 return str(response.read().decode("utf-8"))
         except OSError as exc:
             raise MetricsSourceError(f"{url} did not answer: {exc}") from None
-
-
-def _reading_at(readings: list[tuple[float, Reading]], start: float) -> Reading:
-    """The newest reading taken at or before `start`, else the oldest there is."""
-    chosen = readings[0][1]
-    for taken, reading in readings:
-        if taken > start:
-            break
-        chosen = reading
-    return chosen
 
 
 def _metrics_url(replica: str) -> str:

@@ -11,8 +11,10 @@ import pytest
 
 from inferd.core.request_window import WindowSummary
 from inferd.core.rollout import (
+    FIGURES_OUTAGE_S,
     MIN_DRIFT_PAIRS,
     Drift,
+    FiguresUnavailable,
     Guards,
     RolloutController,
     judge,
@@ -271,5 +273,58 @@ def test_a_drifting_candidate_rolls_back_counting_only_its_steps_answers() -> No
         rollout = rollouts.current("e")
         assert rollout is not None and rollout.state == "rolled-back"
         assert "disagreed with the baseline's on 10 of 50 shadowed requests" in rollout.decisions[-1].message
+
+    asyncio.run(scenario())
+
+
+class Blind(FakeEndpoint):
+    """An endpoint whose figures cannot be read while `blind` (a fleet's metrics source down)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blind = False
+
+    async def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
+        if self.blind:
+            raise FiguresUnavailable("Prometheus at http://127.0.0.1:9 did not answer")
+        return await super().summary(endpoint, variant, window_s)
+
+
+async def watched(rollouts: RolloutController, clock: FakeClock, seconds: float) -> None:
+    """Let the controller's own task tick for `seconds` of the fake clock (its sleep moves it)."""
+    until = clock() + seconds
+    for _ in range(100_000):
+        if clock() >= until or not rollouts.is_running("e"):
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the controller's task did not tick")
+
+
+def ticking(clock: FakeClock) -> Callable[[float], Awaitable[None]]:
+    async def sleep(seconds: float) -> None:
+        clock.advance(seconds)
+        await asyncio.sleep(0)
+
+    return sleep
+
+
+def test_a_rollout_without_figures_says_so_once_and_rolls_back_when_the_outage_lasts() -> None:
+    async def scenario() -> None:
+        clock, endpoint = FakeClock(), Blind()
+        rollouts = RolloutController(endpoint, lambda documents: None, clock=clock, sleep=ticking(clock))
+        await rollouts.start("e", "green", "blue", dict(endpoint.weights), "canary:10", 3600, GUARDS)
+        endpoint.blind = True
+        await watched(rollouts, clock, FIGURES_OUTAGE_S / 2)
+        endpoint.blind = False  # back before the limit: the rollout goes on, said once
+        await watched(rollouts, clock, 5)
+        rollout = rollouts.current("e")
+        assert rollout is not None and rollout.state == "running"
+        assert [d.action for d in rollout.decisions] == ["started", "step", "no-figures"]
+        assert "did not answer" in rollout.decisions[-1].message
+        endpoint.blind = True
+        await watched(rollouts, clock, FIGURES_OUTAGE_S + 5)
+        assert rollout.state == "rolled-back" and endpoint.weights == {"blue": 100.0, "green": 0.0}
+        assert rollout.decisions[-1].message.startswith("rolled back at step 1: no figures for 40 s")
+        await rollouts.close()
 
     asyncio.run(scenario())
