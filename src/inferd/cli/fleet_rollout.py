@@ -64,7 +64,9 @@ def run_controller(
         console.print(
             f"[bold]{endpoint}[/bold]: this controller {verb} the rollout from '{rollout.baseline}' to "
             f"'{rollout.candidate}' by {rollout.strategy}, judged from {source.describe()}; weights in "
-            f"{endpoints_file} (Ctrl-C rolls back)"
+            f"{endpoints_file} (Ctrl-C rolls back)",
+            soft_wrap=True,
+            highlight=False,
         )
         ended = await fleet.follow(stop, lambda decision: show_decision(console, decision_json(decision)))
         return ended.state

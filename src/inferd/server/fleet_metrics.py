@@ -214,7 +214,8 @@ class ScrapeSource:
         self.unanswered: dict[str, str] = {}
 
     def describe(self) -> str:
-        return f"the /metrics of {len(self.replicas)} replicas ({', '.join(self.replicas)})"
+        count = len(self.replicas)
+        return f"the /metrics of {count} replica{'' if count == 1 else 's'} ({', '.join(self.replicas)})"
 
     async def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
         await self.refresh()
