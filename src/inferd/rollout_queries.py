@@ -31,8 +31,9 @@ def matchers(endpoint: str, variant: str, extra: Mapping[str, str] | None = None
 
 
 def duration(seconds: float) -> str:
-    """A PromQL range of `seconds` (to the millisecond)."""
-    return f"{max(1, round(seconds * 1000))}ms"
+    """A PromQL range of `seconds` (to the millisecond): 60s, 2500ms."""
+    milliseconds = max(1, round(seconds * 1000))
+    return f"{milliseconds // 1000}s" if milliseconds % 1000 == 0 else f"{milliseconds}ms"
 
 
 def requests_in(selected: str, range_s: float) -> str:

@@ -31,6 +31,15 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 KSERVE_SCHEMAS = ROOT / "tests" / "data" / "kserve"
 KEDA_SCHEMAS = ROOT / "tests" / "data" / "keda"
+GATEWAY_SCHEMAS = ROOT / "tests" / "data" / "gateway-api"
+ARGO_SCHEMAS = ROOT / "tests" / "data" / "argo-rollouts"
+MONITORING_SCHEMAS = ROOT / "tests" / "data" / "prometheus-operator"
+# The fields the Gateway API traffic router plugin reads from its block of a Rollout
+# (GatewayAPITrafficRouting, argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi v0.15.0): the
+# Rollout's schema leaves the block free-form.
+PLUGIN_FIELDS = {"httpRoute", "httpRoutes", "grpcRoute", "grpcRoutes", "tcpRoute", "tcpRoutes", "tlsRoute",
+                 "tlsRoutes", "httpRouteSelector", "namespace", "disableInProgressLabel", "inProgressLabelKey",
+                 "inProgressLabelValue"}  # fmt: skip
 KUBERNETES_VERSION = "1.33.0"
 
 
@@ -59,7 +68,8 @@ def strict(schema: Any) -> Any:
 
 
 def crd_validator(folder: Path, kind: str, version: str) -> jsonschema.Draft7Validator:
-    """A custom resource's vendored schema (KServe's, KEDA's), strict."""
+    """A custom resource's vendored schema (KServe's, KEDA's, the Gateway API's, Argo Rollouts', the
+    Prometheus Operator's), strict."""
     record = json.loads(gzip.decompress((folder / f"{kind}.schema.json.gz").read_bytes()))
     schema = strict(record["versions"][version])
     schema["properties"]["metadata"] = {"type": "object"}  # what the API server checks for every kind
@@ -68,7 +78,13 @@ def crd_validator(folder: Path, kind: str, version: str) -> jsonschema.Draft7Val
 
 def validate(document: dict[str, Any]) -> None:
     group, _, version = document["apiVersion"].rpartition("/")
-    custom = {"serving.kserve.io": KSERVE_SCHEMAS, "keda.sh": KEDA_SCHEMAS}
+    custom = {
+        "serving.kserve.io": KSERVE_SCHEMAS,
+        "keda.sh": KEDA_SCHEMAS,
+        "gateway.networking.k8s.io": GATEWAY_SCHEMAS,
+        "argoproj.io": ARGO_SCHEMAS,
+        "monitoring.coreos.com": MONITORING_SCHEMAS,
+    }
     if group in custom:
         errors = list(crd_validator(custom[group], document["kind"], version).iter_errors(document))
         assert not errors, f"{document['kind']}: {[(list(e.absolute_path), e.message) for e in errors[:3]]}"
@@ -185,6 +201,136 @@ def test_the_schema_checks_can_fail(plan_path: Path, tmp_path: Path) -> None:
         validate({"apiVersion": "example.com/v1", "kind": "Unknown", "metadata": {"name": "x"}})
 
 
+ENDPOINTS = """
+endpoints:
+  shop:
+    variants:
+      - {name: blue, model: model-00, version: 1, weight: 90}
+      - {name: green, model: model-01, version: 2, weight: 10}
+      - {name: teal, model: model-02, weight: 0}
+"""
+
+
+@pytest.mark.timeout(300)
+def test_an_endpoint_renders_as_variants_an_httproute_and_an_argo_rollout_judged_by_inferds_promql(
+    plan_path: Path, tmp_path: Path
+) -> None:
+    from inferd.tools.deploy.endpoints import RolloutSettings, guard_queries
+
+    (tmp_path / "endpoints.yaml").write_text(ENDPOINTS)
+    output = tmp_path / "k8s"
+    result = inferd("deploy", "k8s", str(plan_path), "-o", str(output), "--model-repository", "s3://models/fleet",
+                    "--endpoints", str(tmp_path / "endpoints.yaml"), "--gateway", "infra/public",
+                    "--prometheus-url", "http://prometheus.monitoring:9090", "--rollout-strategy", "linear:4",
+                    "--rollout-bake", "2m", "--min-requests", "200", "--scrape-interval", "10s")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"kubectl apply -k {output / 'endpoints'}" in result.stdout
+    documents = render(output / "endpoints")
+    cluster = render(output / "endpoints" / "argo-rollouts")
+    for document in [*documents, *cluster]:
+        validate(document)
+    objects = {(d["kind"], d["metadata"]["name"]): d for d in documents}
+    assert all(d["metadata"]["namespace"] == "inferd" for d in documents)
+
+    # Each variant's pods serve its model and count their requests as the endpoint's and the variant's.
+    files = objects[("ConfigMap", "inferd-shop-endpoints")]["data"]
+    assert yaml.safe_load(files["green.yaml"]) == {
+        "endpoints": {"shop": {"variants": [{"name": "green", "model": "model-01", "version": "2"}]}}
+    }
+    for kind, name, model in (("Rollout", "inferd-shop-blue", "model-00"), ("Deployment", "inferd-shop-green",
+                                                                          "model-01")):  # fmt: skip
+        pod = objects[(kind, name)]["spec"]["template"]
+        args = pod["spec"]["containers"][0]["args"]
+        assert args[args.index("--load-model") + 1] == model
+        variant = name.rpartition("-")[2]
+        assert args[args.index("--endpoints") + 1] == f"/etc/inferd/endpoints/{variant}.yaml"
+        assert objects[(kind, name)]["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+
+    # The split is the HTTPRoute's: the primary's stable and canary add up to 100 (the plugin keeps
+    # them so), the others relative to the primary's weight.
+    route = objects[("HTTPRoute", "inferd-shop")]["spec"]
+    assert route["parentRefs"] == [{"name": "public", "namespace": "infra"}]
+    (rule,) = route["rules"]
+    assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/v2/models/shop"}}]
+    weights = {b["name"]: b["weight"] for b in rule["backendRefs"]}
+    assert weights == {"inferd-shop-blue-stable": 100, "inferd-shop-blue-canary": 0, "inferd-shop-green": 11,
+                       "inferd-shop-teal": 0}  # fmt: skip
+    # The CEL rule the schema check cannot run: a Service backend names its port.
+    assert all(b["port"] == 8000 and ("Service", b["name"]) in objects for b in rule["backendRefs"])
+
+    # The Rollout: the Gateway API plugin on that route, Argo's own checks, the steps of linear:4.
+    rollout = objects[("Rollout", "inferd-shop-blue")]["spec"]
+    canary = rollout["strategy"]["canary"]
+    (plugin,) = canary["trafficRouting"]["plugins"].items()
+    assert plugin[0] == "argoproj-labs/gatewayAPI" and set(plugin[1]) <= PLUGIN_FIELDS
+    assert plugin[1] == {"httpRoute": "inferd-shop", "namespace": "inferd"}
+    assert canary["canaryService"] != canary["stableService"]
+    assert {canary["canaryService"], canary["stableService"]} <= set(weights)
+    assert rollout["selector"]["matchLabels"]
+    steps = canary["steps"]
+    assert [s["setWeight"] for s in steps if "setWeight" in s] == [25, 50, 75]
+    assert all(s["pause"] == {"duration": "120s"} for s in steps if "pause" in s)
+    judged = [s["analysis"]["templates"][0]["templateName"] for s in steps if "analysis" in s]
+    assert (
+        judged == ["inferd-shop-judge"] * 3
+        and canary["analysis"]["templates"][0]["templateName"] == "inferd-shop-watch"
+    )
+
+    # The guards are inferd's PromQL, over the canary's pods against the stable's (Argo's hash).
+    settings = RolloutSettings("public", "infra", "http://prometheus.monitoring:9090", (25.0, 50.0, 75.0, 100.0),
+                               120.0, min_requests=200, scrape_interval_s=10.0)  # fmt: skip
+    expected = guard_queries("shop", "blue", settings, "{{args.canary-hash}}", "{{args.stable-hash}}")
+    for name, strict_judge in (("inferd-shop-judge", True), ("inferd-shop-watch", False)):
+        template = objects[("AnalysisTemplate", name)]["spec"]
+        metrics = {m["name"]: m for m in template["metrics"]}
+        assert {m: metrics[m]["provider"]["prometheus"]["query"] for m in metrics} == expected
+        assert all(
+            m["provider"]["prometheus"]["address"] == "http://prometheus.monitoring:9090" for m in metrics.values()
+        )
+        error = metrics["error-rate-delta"]
+        assert error["failureCondition"] == "len(result) > 0 && result[0] > 0.05"
+        if strict_judge:  # too few requests at the bake's end: inconclusive, and the Rollout pauses
+            assert error["count"] == 1 and error["successCondition"] == "len(result) > 0 && result[0] <= 0.05"
+        else:  # in the background: fails at once, says nothing without data
+            assert "successCondition" not in error and error["failureLimit"] == 0
+    assert ">= 200" in expected["error-rate-delta"] and "[60s]" in expected["error-rate-delta"]
+
+    # Scraped once a pod (not through the stable and canary Services too), Argo's hash kept.
+    (monitor,) = [d for d in documents if d["kind"] == "ServiceMonitor"]
+    scraped = {name for (kind, name), d in objects.items() if kind == "Service"
+               and monitor["spec"]["selector"]["matchLabels"].items() <= d["metadata"]["labels"].items()}  # fmt: skip
+    assert scraped == {"inferd-shop-blue-metrics", "inferd-shop-green", "inferd-shop-teal"}
+    assert monitor["spec"]["podTargetLabels"] == ["rollouts-pod-template-hash"]
+    plugin_config = next(d for d in cluster if d["kind"] == "ConfigMap")
+    assert plugin_config["metadata"] == {"name": "argo-rollouts-config", "namespace": "argo-rollouts"}
+    assert "argoproj-labs/gatewayAPI" in plugin_config["data"]["trafficRouterPlugins"]
+
+
+def test_the_custom_resources_schema_checks_can_fail(plan_path: Path, tmp_path: Path) -> None:
+    (tmp_path / "endpoints.yaml").write_text(ENDPOINTS)
+    output = tmp_path / "k8s"
+    result = inferd("deploy", "k8s", str(plan_path), "-o", str(output), "--model-repository", "s3://m",
+                    "--endpoints", str(tmp_path / "endpoints.yaml"), "--gateway", "public",
+                    "--prometheus-url", "http://prometheus:9090")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    documents = {d["kind"]: d for d in yaml.safe_load_all((output / "endpoints" / "shop.yaml").read_text())}
+    for kind, mend in (
+        ("HTTPRoute", lambda d: d["spec"]["rules"][0]["backendRefs"][0].update(weigth=1)),
+        ("HTTPRoute", lambda d: d["spec"]["rules"][0]["backendRefs"][0].update(weight=-1)),
+        ("Rollout", lambda d: d["spec"]["strategy"]["canary"]["steps"].append({"setWieght": 5})),
+        ("Rollout", lambda d: d["spec"]["template"]["metadata"].update(name="x")),
+        ("AnalysisTemplate", lambda d: d["spec"]["metrics"][0]["provider"]["prometheus"].update(timeout="10s")),
+    ):
+        broken = json.loads(json.dumps(documents[kind]))
+        mend(broken)
+        with pytest.raises(AssertionError, match=kind):
+            validate(broken)
+    monitor = yaml.safe_load((output / "endpoints" / "servicemonitor.yaml").read_text())
+    monitor["spec"]["endpoints"][0]["intervall"] = "1s"
+    with pytest.raises(AssertionError, match="ServiceMonitor"):
+        validate(monitor)
+
+
 def test_bad_deploy_arguments_are_one_line_errors(plan_path: Path, tmp_path: Path) -> None:
     out = str(tmp_path / "k8s")
     result = inferd("deploy", "k8s", str(plan_path), "-o", out, "--model-repository", "s3://m",
@@ -193,6 +339,19 @@ def test_bad_deploy_arguments_are_one_line_errors(plan_path: Path, tmp_path: Pat
     (tmp_path / "other.json").write_text('{"schema": "inferd.profile/1"}')
     result = inferd("deploy", "k8s", str(tmp_path / "other.json"), "-o", out, "--model-repository", "s3://m")
     assert result.returncode == 1 and "not an inferd plan" in result.stderr and "Traceback" not in result.stderr
+    declared = tmp_path / "endpoints.yaml"
+    declared.write_text(ENDPOINTS)
+    result = inferd("deploy", "k8s", str(plan_path), "-o", out, "--model-repository", "s3://m", "--endpoints",
+                    str(declared), "--prometheus-url", "http://p:9090")  # fmt: skip
+    assert result.returncode == 1 and "--endpoints needs --gateway" in result.stderr
+    declared.write_text(ENDPOINTS.replace("model: model-02", "model: not-planned"))
+    result = inferd("deploy", "k8s", str(plan_path), "-o", out, "--model-repository", "s3://m", "--endpoints",
+                    str(declared), "--gateway", "g", "--prometheus-url", "http://p:9090")  # fmt: skip
+    assert result.returncode == 1 and "model 'not-planned' is not in the plan" in result.stderr
+    declared.write_text(ENDPOINTS.replace("shop:", "Shop_1:"))
+    result = inferd("deploy", "k8s", str(plan_path), "-o", out, "--model-repository", "s3://m", "--endpoints",
+                    str(declared), "--gateway", "g", "--prometheus-url", "http://p:9090")  # fmt: skip
+    assert result.returncode == 1 and "is not a Kubernetes name" in result.stderr and "Traceback" not in result.stderr
 
 
 def dockerfile_instructions() -> list[tuple[str, str]]:

@@ -34,6 +34,7 @@ from inferd.server.fleet_metrics import parse_metrics
 from inferd.testing.models import misbehaving_model
 from inferd.testing.prometheus import query, run_prometheus, wait_for_targets
 from inferd.testing.server import ServerProcess, run_server
+from inferd.tools.deploy.endpoints import HASH_LABEL, RolloutSettings, guard_queries
 from inferd.tools.ports import free_ports
 from tests.e2e.conftest import http_request
 
@@ -42,6 +43,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 BODY = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}).encode()
 PACE_S = 0.004  # between a driver's requests: the test's rate has a ceiling, whatever the machine
 VARIANTS = (("blue", "stable", 100), ("green", "flaky", 0), ("teal", "good", 0))
+HASHES = ("hash-a", "hash-b")  # replica A's and B's "pod template hash"
 
 
 def declared(weights: dict[str, float]) -> str:
@@ -96,7 +98,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             replicas.append(stack.enter_context(run_server(repository, root / f"{replica}.log", *arguments)))
         front = stack.enter_context(run_nginx(root / "nginx", [server.http_port for server in replicas]))
         targets = [f"127.0.0.1:{server.metrics_port}" for server in replicas]
-        prometheus = stack.enter_context(run_prometheus(root / "prometheus", targets))
+        # Each replica's series carry a pod template hash, as Argo's pods do on Kubernetes: A's
+        # stand for a canary's pods, B's for the stable's.
+        hashes = {target: {HASH_LABEL: name} for target, name in zip(targets, HASHES, strict=True)}
+        prometheus = stack.enter_context(run_prometheus(root / "prometheus", targets, hashes))
         wait_for_targets(prometheus, len(targets))
         yield Fleet(replicas, front, prometheus, endpoints)
 
@@ -233,6 +238,48 @@ def test_the_controllers_promql_is_what_prometheus_evaluates_over_both_replicas(
     assert float(errors[0]["value"][1]) == 0.0
     p99 = query(fleet.prometheus, queries.quantile_in(0.99, selected, 60))
     assert 0 < float(p99[0]["value"][1]) <= 10
+
+
+def test_argos_guards_are_the_controllers_expressions_and_judge_as_it_does(fleet: Fleet) -> None:
+    """The queries `inferd deploy k8s` puts in the AnalysisTemplate, run by the test's Prometheus
+    with replica A as Argo's canary and B as its stable: the candidate fails half of A's requests
+    and none of B's, so the error-rate delta is about 0.5 (Argo aborts above 0.05), and at one
+    instant it is what the controller's own expressions (rollout_queries) give."""
+    fleet.reset()
+    partial = fleet.endpoints.with_name("endpoints.partial")
+    partial.write_text(declared({"blue": 0.0, "green": 100.0, "teal": 0.0}))
+    partial.replace(fleet.endpoints)
+    wait_for_weights(fleet, {"blue": 0.0, "green": 100.0, "teal": 0.0})
+    settings = RolloutSettings("gateway", "", "http://unused", (50.0, 100.0), bake_s=10.0, min_requests=20,
+                               scrape_interval_s=1.0)  # fmt: skip
+    selected = {name: queries.matchers("shop", "green", {HASH_LABEL: name}) for name in HASHES}
+    with Traffic(fleet.front):
+        deadline = time.monotonic() + 120
+        while True:  # until each side has enough requests in the guards' window
+            counts = [query(fleet.prometheus, queries.requests_in(selected[name], settings.range_s)) for name in HASHES]
+            if all(found and float(found[0]["value"][1]) >= 60 for found in counts):
+                break
+            assert time.monotonic() < deadline, counts
+            time.sleep(0.5)
+        at = time.time()
+    guards = guard_queries("shop", "green", settings, *HASHES)
+
+    def value(expression: str) -> float:
+        (found,) = query(fleet.prometheus, expression, at)
+        return float(found["value"][1])
+
+    rate = {
+        name: value(queries.errors_in(selected[name], settings.range_s))
+        / value(queries.requests_in(selected[name], settings.range_s))
+        for name in HASHES
+    }
+    delta = value(guards["error-rate-delta"])
+    assert delta == pytest.approx(rate["hash-a"] - rate["hash-b"]) and 0.3 < delta < 0.7, rate
+    assert value(guards["p99-slower"]) == 0  # as fast as each other: the latency guard holds
+    # Too few requests in the window: no value, which Argo's conditions read as inconclusive.
+    strict = RolloutSettings("gateway", "", "http://unused", (50.0, 100.0), bake_s=10.0, min_requests=10**6,
+                             scrape_interval_s=1.0)  # fmt: skip
+    assert query(fleet.prometheus, guard_queries("shop", "green", strict, *HASHES)["error-rate-delta"], at) == []
 
 
 def _own_count(server: ServerProcess) -> float:

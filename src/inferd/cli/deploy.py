@@ -10,6 +10,7 @@ import click
 from inferd import __version__
 
 if TYPE_CHECKING:
+    from inferd.tools.deploy.endpoints import DeployedEndpoint, RolloutSettings
     from inferd.tools.deploy.serverless import ServerlessSettings
 
 
@@ -60,6 +61,28 @@ def deploy() -> None:
               help="With --async-queue: jobs a worker runs at once, and KEDA's target of jobs per worker.")  # fmt: skip
 @click.option("--async-priorities", default="0", show_default=True,
               help="With --async-queue: the job priorities clients use, comma-separated (a stream each).")  # fmt: skip
+@click.option("--endpoints", "endpoints_file", default="", metavar="FILE",
+              help="endpoints/: the endpoints FILE declares (inferd serve --endpoints), each variant its own "
+                   "pods, the split a Gateway API HTTPRoute's, new revisions of its heaviest variant an Argo "
+                   "Rollout's.")  # fmt: skip
+@click.option("--gateway", default="", metavar="[NAMESPACE/]NAME",
+              help="With --endpoints: the Gateway the HTTPRoutes attach to.")  # fmt: skip
+@click.option("--prometheus-url", default="",
+              help="With --endpoints: the Prometheus Argo's analysis queries (it scrapes the pods).")  # fmt: skip
+@click.option("--rollout-strategy", default="canary:10", show_default=True,
+              help="With --endpoints: the Rollout's steps (canary:P, linear:K; the last is Argo's "
+                   "promotion).")  # fmt: skip
+@click.option("--rollout-bake", default="5m", show_default=True, help="With --endpoints: each step's bake.")
+@click.option("--min-requests", type=click.IntRange(min=1), default=100, show_default=True,
+              help="With --endpoints: the canary's requests in the window before a guard judges it.")  # fmt: skip
+@click.option("--max-error-rate-delta", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+              help="With --endpoints: abort when the canary's error rate is this much above the stable's.")  # fmt: skip
+@click.option("--max-p99-ratio", type=click.FloatRange(min=1), default=1.5, show_default=True,
+              help="With --endpoints: abort when the canary's p99 is this many times the stable's ...")  # fmt: skip
+@click.option("--min-p99-delta", default="20ms", show_default=True, help="... and this much above it.")
+@click.option("--scrape-interval", default="15s", show_default=True,
+              help="With --endpoints: the ServiceMonitor's interval (the guards' windows are at least 4 "
+                   "of it).")  # fmt: skip
 def k8s(
     plan_path: Path,
     output: Path,
@@ -87,6 +110,16 @@ def k8s(
     async_output_path: str,
     async_concurrency: int,
     async_priorities: str,
+    endpoints_file: str,
+    gateway: str,
+    prometheus_url: str,
+    rollout_strategy: str,
+    rollout_bake: str,
+    min_requests: int,
+    max_error_rate_delta: float,
+    max_p99_ratio: float,
+    min_p99_delta: str,
+    scrape_interval: str,
 ) -> None:
     """Write PLAN as Kubernetes manifests: a Deployment, Service, HPA and PDB per bin, a Service per
     set of bins sharing models, an Ingress routing /v2/models/{m} to the bins that hold m, and a
@@ -131,7 +164,20 @@ def k8s(
         )  # fmt: skip
     elif async_queue:
         raise click.ClickException("--async-queue goes with --scale-to-zero")
+    endpoints = None
+    if endpoints_file:
+        endpoints = _endpoints(
+            endpoints_file, gateway, prometheus_url, rollout_strategy, rollout_bake, min_requests,
+            max_error_rate_delta, max_p99_ratio, min_p99_delta, scrape_interval,
+        )  # fmt: skip
     folders = write_k8s(plan, settings, output, serverless)
+    if endpoints is not None:
+        from inferd.tools.deploy.kustomize import write_endpoints
+
+        try:
+            folders += write_endpoints(endpoints[0], plan, settings, endpoints[1], output)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
     click.echo(f"{len(plan.instances)} bins, {len(plan.models)} models: {output}")
     for folder in folders:
         click.echo(f"  kubectl apply -k {folder}")
@@ -166,3 +212,42 @@ def _serverless(
     return ServerlessSettings(
         scale_target, max_load_s, scale_down_delay_s, queue, payloads, outputs, levels or (0,), concurrency
     )
+
+
+def _endpoints(
+    location: str, gateway: str, prometheus_url: str, strategy: str, bake: str, min_requests: int,
+    max_error_rate_delta: float, max_p99_ratio: float, min_p99_delta: str, scrape_interval: str,
+) -> tuple[list[DeployedEndpoint], RolloutSettings]:  # fmt: skip
+    """The file's endpoints as the deploy tool takes them, and the rollouts' settings."""
+    from inferd.core.rollout import parse_duration, parse_strategy
+    from inferd.errors import InferdError
+    from inferd.server.endpoint_file import EndpointFileError, read_endpoint_file
+    from inferd.tools.deploy.endpoints import DeployedEndpoint, DeployedVariant, RolloutSettings
+
+    if not gateway:
+        raise click.ClickException("--endpoints needs --gateway [NAMESPACE/]NAME: the Gateway its HTTPRoutes attach to")
+    if not prometheus_url:
+        raise click.ClickException("--endpoints needs --prometheus-url: the Prometheus Argo's analysis queries")
+    try:
+        specs = read_endpoint_file(location)
+        rollout = RolloutSettings(
+            gateway=gateway.rpartition("/")[2],
+            gateway_namespace=gateway.rpartition("/")[0],
+            prometheus_url=prometheus_url,
+            shares=parse_strategy(strategy),
+            bake_s=parse_duration(bake),
+            min_requests=min_requests,
+            max_error_rate_delta=max_error_rate_delta,
+            max_p99_ratio=max_p99_ratio,
+            min_p99_delta_s=parse_duration(min_p99_delta),
+            scrape_interval_s=parse_duration(scrape_interval),
+        )
+    except (EndpointFileError, InferdError) as exc:
+        raise click.ClickException(getattr(exc, "message", str(exc))) from None
+    if not specs:
+        raise click.ClickException(f"--endpoints {location} declares no endpoint")
+    endpoints = [
+        DeployedEndpoint(spec.name, tuple(DeployedVariant(v.name, v.model, v.version, v.weight) for v in spec.variants))
+        for spec in specs
+    ]
+    return endpoints, rollout

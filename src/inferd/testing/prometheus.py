@@ -11,7 +11,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,11 @@ SCRAPE_INTERVAL_S = 1.0
 
 
 @contextlib.contextmanager
-def run_prometheus(folder: Path, targets: Sequence[str]) -> Iterator[str]:
-    """A running Prometheus scraping `targets` (host:port of /metrics pages) every second; yields
+def run_prometheus(
+    folder: Path, targets: Sequence[str], labels: Mapping[str, Mapping[str, str]] | None = None
+) -> Iterator[str]:
+    """A running Prometheus scraping `targets` (host:port of /metrics pages) every second, each
+    target's series with its `labels` added (as Kubernetes' service discovery adds a pod's); yields
     its URL once it is ready."""
     binary = shutil.which("prometheus") or "/usr/bin/prometheus"
     (port,) = free_ports(1)
@@ -33,7 +36,14 @@ def run_prometheus(folder: Path, targets: Sequence[str]) -> Iterator[str]:
         json.dumps(
             {
                 "global": {"scrape_interval": f"{SCRAPE_INTERVAL_S:g}s", "evaluation_interval": "1s"},
-                "scrape_configs": [{"job_name": "inferd", "static_configs": [{"targets": list(targets)}]}],
+                "scrape_configs": [
+                    {
+                        "job_name": "inferd",
+                        "static_configs": [
+                            {"targets": [target], "labels": dict((labels or {}).get(target, {}))} for target in targets
+                        ],
+                    }
+                ],
             }
         )
     )
@@ -61,9 +71,11 @@ def run_prometheus(folder: Path, targets: Sequence[str]) -> Iterator[str]:
             process.wait(timeout=10)
 
 
-def query(url: str, expression: str) -> list[dict[str, Any]]:
-    """An instant query's result (a vector's series, each with `metric` and `value`)."""
-    address = f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expression})
+def query(url: str, expression: str, at: float | None = None) -> list[dict[str, Any]]:
+    """An instant query's result (a vector's series, each with `metric` and `value`), evaluated now
+    or `at` (seconds since the epoch: several queries at one instant see the same samples)."""
+    parameters = {"query": expression, **({"time": f"{at:.3f}"} if at is not None else {})}
+    address = f"{url}/api/v1/query?" + urllib.parse.urlencode(parameters)
     with urllib.request.urlopen(address, timeout=10) as response:
         document = json.loads(response.read())
     assert document["status"] == "success", document

@@ -97,7 +97,7 @@ def _namespace(settings: DeploySettings) -> Manifest:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": settings.namespace}}
 
 
-def _serve_args(repository: str, models: tuple[str, ...], settings: DeploySettings) -> list[str]:
+def serve_args(repository: str, models: tuple[str, ...], settings: DeploySettings) -> list[str]:
     args = ["serve", "--model-repository", repository, "--model-control-mode", "explicit"]
     for model in models:
         args += ["--load-model", model]
@@ -185,7 +185,7 @@ def _deployment(
     pod_labels |= {_route_label(route): "member" for route in routes_of}
     container = server_container(
         "inferd",
-        _serve_args(settings.model_repository, instance.models, settings),
+        serve_args(settings.model_repository, instance.models, settings),
         settings,
         resources_of(instance, server_mb),
     )
@@ -320,12 +320,12 @@ def _pipeline(settings: DeploySettings) -> list[Manifest]:
     model side over loopback (its remote model's url 127.0.0.1:9000)."""
     front = server_container(
         "front",
-        _serve_args(settings.pipeline_front, ("*",), settings),
+        serve_args(settings.pipeline_front, ("*",), settings),
         settings,
         {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
     )
     model_args = [
-        *_serve_args(settings.pipeline_model, ("*",), settings),
+        *serve_args(settings.pipeline_model, ("*",), settings),
         "--host",
         "127.0.0.1",
         "--http-port",

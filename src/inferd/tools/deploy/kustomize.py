@@ -9,6 +9,10 @@
                                  --scale-to-zero, one such InferenceService per bin of the plan
     OUTPUT/async/                with --scale-to-zero and an async queue: the async workers and
                                  the KEDA ScaledObject that scales them (serverless.py)
+    OUTPUT/endpoints/            with --endpoints: each endpoint's variants, HTTPRoute, Argo Rollout
+                                 and AnalysisTemplates, and the ServiceMonitor (endpoints.py);
+                                 argo-rollouts/ in it: the Gateway API plugin's registration, for
+                                 the cluster's operator
 
 `kubectl apply -k OUTPUT/overlays/production` deploys the fleet."""
 
@@ -19,6 +23,13 @@ from typing import Any
 
 import yaml
 
+from inferd.tools.deploy.endpoints import (
+    DeployedEndpoint,
+    RolloutSettings,
+    endpoint_objects,
+    plugin_objects,
+    service_monitor,
+)
 from inferd.tools.deploy.k8s import METRICS, USER_ID, DeploySettings, Manifest, objects
 from inferd.tools.deploy.serverless import ServerlessSettings, async_workers, inference_services
 from inferd.tools.plan.plan_file import Plan
@@ -87,6 +98,27 @@ def write_k8s(
         _dump(workers / "kustomization.yaml", [_kustomization(["async.yaml"], namespace=settings.namespace)])
         folders.append(workers)
     return folders
+
+
+def write_endpoints(
+    endpoints: list[DeployedEndpoint], plan: Plan, settings: DeploySettings, rollout: RolloutSettings, output: Path
+) -> list[Path]:
+    """OUT/endpoints/: each endpoint's objects (in the base's namespace: apply the base first) and
+    the ServiceMonitor; OUT/endpoints/argo-rollouts/: the Gateway API plugin's registration and
+    rights, for the cluster's operator (Argo Rollouts' namespace). The folders a user applies."""
+    folder = output / "endpoints"
+    files = []
+    for endpoint in endpoints:
+        _dump(folder / f"{endpoint.name}.yaml", endpoint_objects(endpoint, plan, settings, rollout))
+        files.append(f"{endpoint.name}.yaml")
+    _dump(folder / "servicemonitor.yaml", [service_monitor(settings, rollout)])
+    _dump(
+        folder / "kustomization.yaml", [_kustomization([*files, "servicemonitor.yaml"], namespace=settings.namespace)]
+    )
+    cluster = folder / "argo-rollouts"
+    _dump(cluster / "gatewayapi-plugin.yaml", plugin_objects())
+    _dump(cluster / "kustomization.yaml", [_kustomization(["gatewayapi-plugin.yaml"])])
+    return [folder, cluster]
 
 
 def serving_runtime(settings: DeploySettings) -> Manifest:
