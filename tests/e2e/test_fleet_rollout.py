@@ -107,12 +107,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 class Traffic:
-    """Paced requests to the endpoint through nginx, from a thread, until stopped: what they were
-    answered, by (status, variant)."""
+    """Paced requests to the endpoint through nginx (or to each of `front`'s addresses in turn),
+    from a thread, until stopped: what they were answered, by (status, variant)."""
 
-    def __init__(self, front: str) -> None:
+    def __init__(self, front: str | list[str]) -> None:
         self.answers: Counter[tuple[int, str]] = Counter()
-        self._front = front
+        self._fronts = [front] if isinstance(front, str) else front
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._drive, daemon=True)
 
@@ -125,18 +125,26 @@ class Traffic:
         self._thread.join(timeout=30)
 
     def _drive(self) -> None:
-        host, port = self._front.split(":")
-        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        connections = [http.client.HTTPConnection(*_address(front), timeout=30) for front in self._fronts]
         deadline = time.monotonic() + 240  # bounded, whatever happens to the test
         try:
+            sent = 0
             while not self._stop.is_set() and time.monotonic() < deadline:
+                connection = connections[sent % len(connections)]
+                sent += 1
                 connection.request("POST", "/v2/models/shop/infer", BODY)
                 response = connection.getresponse()
                 response.read()
                 self.answers[(response.status, response.getheader("inferd-variant") or "")] += 1
                 time.sleep(PACE_S)
         finally:
-            connection.close()
+            for connection in connections:
+                connection.close()
+
+
+def _address(front: str) -> tuple[str, int]:
+    host, _, port = front.rpartition(":")
+    return host, int(port)
 
 
 def controller(fleet: Fleet, state: Path, candidate: str, source: list[str], *settings: str) -> list[str]:
@@ -205,7 +213,7 @@ def test_a_healthy_candidate_is_promoted_and_a_controller_killed_mid_bake_is_tak
         finally:
             first.send_signal(signal.SIGKILL)
             first.wait(timeout=30)
-        kept = json.loads((state / "rollouts.json").read_text())["rollouts"][0]
+        kept = json.loads((state / "fleet-rollouts.json").read_text())["rollouts"][0]
         assert kept["state"] == "running" and kept["step"] == 0, kept
         # Nobody judges now, and the traffic stays split as it was: the next controller takes it up.
         again = run(command)
@@ -216,6 +224,58 @@ def test_a_healthy_candidate_is_promoted_and_a_controller_killed_mid_bake_is_tak
     wait_for_weights(fleet, promoted)
     assert set(traffic.answers) <= {(200, "blue"), (200, "teal")}, traffic.answers
     assert traffic.answers[(200, "teal")] > 0 and traffic.answers[(200, "blue")] > 0
+
+
+def test_replicas_sharing_a_state_directory_follow_each_other_and_a_controller(tmp_path: Path) -> None:
+    """A PUT to either replica reaches the other within a poll; a controller writing the shared
+    directory's weights (no endpoints file) rolls a candidate out over both, and meanwhile neither
+    replica lets the endpoint be changed through its API."""
+    repository = tmp_path / "repository"
+    misbehaving_model(repository / "stable")
+    misbehaving_model(repository / "good")
+    shared = tmp_path / "shared-state"
+    arguments = ("--state-dir", str(shared), "--repository-poll-secs", "0.2")
+    with ExitStack() as stack:
+        a, b = (stack.enter_context(run_server(repository, tmp_path / f"{n}.log", *arguments)) for n in "ab")
+        document = {"variants": [{"name": "blue", "model": "stable", "weight": 100},
+                                 {"name": "teal", "model": "good", "weight": 0}]}  # fmt: skip
+        assert http_request(a, "PUT", "/v2/endpoints/shop", json.dumps(document).encode()).status == 201
+        wait_until(lambda: http_request(b, "GET", "/v2/endpoints/shop").status == 200)
+        document["variants"][0]["weight"] = 90
+        document["variants"][1]["weight"] = 10
+        assert http_request(b, "PUT", "/v2/endpoints/shop", json.dumps(document).encode()).status == 200
+        wait_until(lambda: replica_weights(a) == {"blue": 90.0, "teal": 10.0})
+
+        replicas = ",".join(f"127.0.0.1:{server.metrics_port}" for server in (a, b))
+        command = [sys.executable, "-m", "inferd", "rollout", "start", "shop", "--to", "teal", "--controller",
+                   "--state-dir", str(shared), "--metrics-source", "scrape", "--replicas", replicas,
+                   "--strategy", "linear:2", "--bake", "3s", "--min-requests", "20"]  # fmt: skip
+        with Traffic([a.http_url, b.http_url]) as traffic:
+            controller_process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                  text=True, env=_env())  # fmt: skip
+            try:
+                wait_until(lambda: replica_weights(b) == {"blue": 50.0, "teal": 50.0})
+                refused = http_request(a, "PUT", "/v2/endpoints/shop", json.dumps(document).encode())
+                assert refused.status == 409 and b"rolled out across the fleet" in refused.body, refused.body
+                output, _ = controller_process.communicate(timeout=120)
+            finally:
+                if controller_process.poll() is None:
+                    controller_process.kill()
+                    controller_process.communicate()
+        assert controller_process.returncode == 0, output
+        assert "promoted: 'teal' takes all the traffic" in output, output
+        for server in (a, b):
+            wait_until(lambda server=server: replica_weights(server) == {"blue": 0.0, "teal": 100.0})
+        assert set(traffic.answers) <= {(200, "blue"), (200, "teal")}, traffic.answers
+        # Ended: the endpoint is the API's again.
+        assert http_request(a, "PUT", "/v2/endpoints/shop", json.dumps(document).encode()).status == 200
+
+
+def wait_until(condition: Any, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "never happened"
+        time.sleep(0.05)
 
 
 def test_the_controllers_promql_is_what_prometheus_evaluates_over_both_replicas(fleet: Fleet) -> None:

@@ -26,14 +26,17 @@ def run_controller(
     from inferd.server.endpoint_file import EndpointFileError
     from inferd.server.endpoints import decision_json
     from inferd.server.fleet_metrics import MetricsSource, MetricsSourceError, PrometheusSource, ScrapeSource
-    from inferd.server.fleet_rollout import FleetRollout, FleetTarget
+    from inferd.server.fleet_rollout import FileWeights, FleetRollout, FleetTarget, StateDirWeights, WeightStore
 
     if max_drift is not None:
         raise click.UsageError("--max-drift is judged from one server's shadows: a fleet's controller cannot judge it")
     if webhook:
         raise click.UsageError("--webhook names a server's --rollout-webhook: a fleet's controller has none")
-    if endpoints_file is None or state_dir is None:
-        raise click.UsageError("--controller needs --endpoints FILE (the weights the replicas follow) and --state-dir")
+    if state_dir is None:
+        raise click.UsageError(
+            "--controller needs --state-dir (where it keeps the rollout; the replicas' shared one when they follow "
+            "it), and --endpoints FILE when they serve a file"
+        )
     source: MetricsSource
     try:
         if metrics_source == "prometheus":
@@ -58,13 +61,15 @@ def run_controller(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        fleet = FleetRollout(FleetTarget(endpoints_file, source), StateDir(state_dir), endpoint)
+        state = StateDir(state_dir)
+        weights: WeightStore = FileWeights(endpoints_file) if endpoints_file else StateDirWeights(state)
+        fleet = FleetRollout(FleetTarget(weights, source), state, endpoint)
         rollout, resumed = await fleet.begin(candidate, strategy, bake_s, guards)
         verb = "takes up" if resumed else "runs"
         console.print(
             f"[bold]{endpoint}[/bold]: this controller {verb} the rollout from '{rollout.baseline}' to "
             f"'{rollout.candidate}' by {rollout.strategy}, judged from {source.describe()}; weights in "
-            f"{endpoints_file} (Ctrl-C rolls back)",
+            f"{weights.describe()} (Ctrl-C rolls back)",
             soft_wrap=True,
             highlight=False,
         )

@@ -53,9 +53,11 @@ def rollout() -> None:
                    "Runs until the rollout ends.")  # fmt: skip
 @click.option("--endpoints", "endpoints_file", default=None, metavar="FILE",
               help="With --controller: the endpoints file every replica serves (--endpoints), "
-                   "a path or s3://...")  # fmt: skip
+                   "a path or s3://...; without it, the weights are the --state-dir's, shared by the "
+                   "replicas.")  # fmt: skip
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="With --controller: where the rollout is kept; a controller started again takes it up.")  # fmt: skip
+              help="With --controller: where the rollout is kept (a controller started again takes it up); "
+                   "the replicas' own, shared, when they follow it rather than a file.")  # fmt: skip
 @click.option("--metrics-source", type=click.Choice(["prometheus", "scrape"]), default=None,
               help="With --controller: judge from Prometheus' PromQL, or from the replicas' own /metrics.")  # fmt: skip
 @click.option("--prometheus-url", default=None, help="With --metrics-source prometheus: Prometheus' URL.")
@@ -142,12 +144,12 @@ def history(endpoint: str, state_dir: Path | None, **server: Any) -> None:
 
 
 def _kept_rollouts(state_dir: Path, endpoint: str) -> list[dict[str, Any]]:
+    from inferd.core.endpoint_control import FLEET_ROLLOUTS_NAME
     from inferd.core.rollout import Rollout
     from inferd.core.state_dir import StateDir
     from inferd.server.endpoints import rollout_json
-    from inferd.server.fleet_rollout import ROLLOUTS_NAME
 
-    documents = (StateDir(state_dir).read(ROLLOUTS_NAME) or {}).get("rollouts", [])
+    documents = (StateDir(state_dir).read(FLEET_ROLLOUTS_NAME) or {}).get("rollouts", [])
     return [rollout_json(Rollout.from_document(d)) for d in documents if d.get("endpoint") == endpoint]
 
 

@@ -25,6 +25,9 @@ from inferd.errors import AlreadyExistsError, InferdError, InvalidRequestError, 
 
 STATE_NAME = "endpoints"
 ROLLOUTS_NAME = "rollouts"
+# A fleet's controller's rollouts (`inferd rollout start --controller`), kept apart from a server's
+# own: a server refuses to change an endpoint one of them is rolling out.
+FLEET_ROLLOUTS_NAME = "fleet-rollouts"
 
 
 class EndpointControl:
@@ -46,16 +49,48 @@ class EndpointControl:
         self._state = state
         # Set when a file declares the endpoints (--endpoints): the API then changes none.
         self.declared_by = ""
+        # The state directory's endpoints document as this server last read or wrote it: another
+        # process (a replica sharing the directory, a fleet's controller) may replace it.
+        self._seen: tuple[int, int] | None = None
 
     def restore(self) -> list[str]:
         """Serve the endpoints the state directory keeps (at startup, before the first request:
         their variants may still be loading, so they are not checked again). Their names."""
         if self._state is None:
             return []
+        self._seen = self._state.stamp(STATE_NAME)
         document = self._state.read(STATE_NAME)
         specs = [spec_from_document(entry) for entry in (document or {}).get("endpoints", [])]
         self.endpoints.replace_all(specs)
         return [spec.name for spec in specs]
+
+    async def follow_state(self) -> dict[str, str]:
+        """Serve what the state directory's endpoints document says, when another process replaced
+        it since this server last read or wrote it (replicas sharing the directory: a PUT to any
+        of them, or a fleet's controller, reaches all). Changed endpoints are set again (the
+        windows of the variants they keep stay), those it no longer names go; an endpoint this
+        server is rolling out is its rollout's. What could not be set, by name, with why."""
+        if self._state is None or self.declared_by:
+            return {}
+        stamp = self._state.stamp(STATE_NAME)
+        if stamp is None or stamp == self._seen:
+            return {}
+        self._seen = stamp
+        document = self._state.read(STATE_NAME) or {}
+        specs = {spec.name: spec for spec in map(spec_from_document, document.get("endpoints", []))}
+        for name in set(self.endpoints.by_name) - set(specs):
+            if not self.rollouts.is_running(name):
+                self.endpoints.delete(name)
+        problems = {}
+        for spec in specs.values():
+            current = self.endpoints.get(spec.name)
+            if self.rollouts.is_running(spec.name) or (current is not None and current.spec == spec):
+                continue
+            try:
+                await self._set(spec, keep=False)
+            except InferdError as exc:
+                problems[spec.name] = exc.message
+        return problems
 
     async def restore_rollouts(self) -> list[str]:
         """Take up the rollouts the state directory keeps (once the models serve): running ones go
@@ -77,6 +112,7 @@ class EndpointControl:
             raise AlreadyExistsError(
                 f"the endpoints are declared by {self.declared_by}: their weights are the file's, not a rollout's"
             )
+        self._check_no_fleet_rollout(name)
         spec = self.get(name).spec
         variant = spec.variant(candidate)
         baseline = spec.rollout_baseline(candidate)
@@ -125,6 +161,7 @@ class EndpointControl:
     async def set(self, spec: EndpointSpec) -> tuple[Endpoint, bool]:
         """Serve `spec` (a new endpoint, or new variants and weights for one); whether it is new."""
         self._check_changeable(spec.name)
+        await self.follow_state()  # what another replica set stays: this server writes every endpoint
         return await self._set(spec)
 
     async def declare(self, specs: list[EndpointSpec]) -> dict[str, str]:
@@ -145,7 +182,7 @@ class EndpointControl:
                 problems[spec.name] = exc.message
         return problems
 
-    async def _set(self, spec: EndpointSpec) -> tuple[Endpoint, bool]:
+    async def _set(self, spec: EndpointSpec, keep: bool = True) -> tuple[Endpoint, bool]:
         if self._is_model(spec.name):
             raise AlreadyExistsError(f"'{spec.name}' is a model's name: an endpoint must have a name of its own")
         if any(shadow.log for shadow in spec.shadows) and self._state is None:
@@ -159,12 +196,15 @@ class EndpointControl:
             _check_same_signature(everything[0], configs[0], variant, config)
         created = spec.name not in self.endpoints.by_name
         endpoint = self.endpoints.set(spec)
-        self._keep()
+        if keep:
+            self._keep()
         return endpoint, created
 
-    def delete(self, name: str) -> None:
+    async def delete(self, name: str) -> None:
         self.get(name)
         self._check_changeable(name)
+        await self.follow_state()
+        self.get(name)
         self.endpoints.delete(name)
         self._keep()
 
@@ -184,11 +224,24 @@ class EndpointControl:
             raise AlreadyExistsError(
                 f"the endpoints are declared by {self.declared_by}: change it there, not through the API"
             )
+        self._check_no_fleet_rollout(name)
         if self.rollouts.is_running(name):
             raise AlreadyExistsError(
                 f"endpoint '{name}' has a rollout running: it sets the weights until it ends "
                 f"(POST /v2/endpoints/{name}/rollout/promote or /abort)"
             )
+
+    def _check_no_fleet_rollout(self, name: str) -> None:
+        """A fleet's controller rolling `name` out (kept in this state directory: it is shared)
+        sets its weights until it ends."""
+        if self._state is None:
+            return
+        for document in (self._state.read(FLEET_ROLLOUTS_NAME) or {}).get("rollouts", []):
+            if document.get("endpoint") == name and document.get("state") in ("running", "paused"):
+                raise AlreadyExistsError(
+                    f"endpoint '{name}' is being rolled out across the fleet by a controller: it sets the weights "
+                    f"until the rollout ends (inferd rollout status {name} --state-dir {self._state.path})"
+                )
 
     def _is_model(self, name: str) -> bool:
         return self._registry.repository.has_model(name) or any(r.name == name for r in self._registry.records())
@@ -211,6 +264,7 @@ class EndpointControl:
     def _keep(self) -> None:
         if self._state is not None and not self.declared_by:  # a file's endpoints are the file's to keep
             self._state.write(STATE_NAME, {"endpoints": [spec_document(spec) for spec in self.endpoints.specs()]})
+            self._seen = self._state.stamp(STATE_NAME)
 
 
 def _check_same_signature(

@@ -34,6 +34,15 @@ class StateDir:
             return None
         return json.loads(text)
 
+    def stamp(self, name: str) -> tuple[int, int] | None:
+        """When the document kept as `name` was last replaced, and its size (None when none is):
+        what a reader compares to know, without reading it, whether it changed."""
+        try:
+            found = (self.path / f"{name}.json").stat()
+        except FileNotFoundError:
+            return None
+        return found.st_mtime_ns, found.st_size
+
     def write(self, name: str, document: Any) -> None:
         final = self.path / f"{name}.json"
         partial = self.path / f".{name}.json.partial"

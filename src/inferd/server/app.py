@@ -23,6 +23,7 @@ from inferd.config.served_models import DEFAULT_MODEL_NAME, ServedModel
 from inferd.config.server import HttpServerKind, IntraOpPools, ModelControlMode, ServerSettings
 from inferd.config.tracing import EXTRA, TracingSettings
 from inferd.core.async_inference import AsyncInference
+from inferd.core.endpoint_control import EndpointControl
 from inferd.core.model_files import UPLOAD_FLAG
 from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import LinkedModels, ServedModels, open_repositories
@@ -313,6 +314,8 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         endpoint_follower = loop.create_task(
             follow_endpoint_file(service.endpoints, settings.endpoints_file, settings.repository_poll_s)
         )
+    elif settings.state_dir:  # replicas sharing the directory follow what any of them (or a controller) sets
+        endpoint_follower = loop.create_task(_follow_state(service.endpoints, settings.repository_poll_s))
     await stop.wait()
     for task in (poller, endpoint_follower, idle_unloader, config_follower):
         if task is not None:
@@ -337,6 +340,20 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     if registry.dispatcher.response_cache is not None:
         await registry.dispatcher.response_cache.close()
     logger.info("stopped")
+
+
+async def _follow_state(control: EndpointControl, interval_s: float) -> None:
+    """The state directory's endpoints, read again every `interval_s` when they changed (a stat
+    a poll otherwise), until cancelled."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            problems = await control.follow_state()
+        except (OSError, ValueError) as exc:  # a document being replaced by a slow shared store
+            logger.warning("the state directory's endpoints cannot be read now: %s", exc)
+            continue
+        for name, problem in problems.items():
+            logger.warning("endpoint '%s' from the state directory is not served: %s", name, problem)
 
 
 def access_policy(settings: ServerSettings) -> AccessPolicy | None:

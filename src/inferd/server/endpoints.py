@@ -159,7 +159,7 @@ class EndpointsApi:
             document["rollout"] = rollout_json(rollout) if rollout is not None else None
             return json_response(document)
         if request.method == "DELETE":
-            self._control.delete(name)
+            await self._control.delete(name)
             return HttpResponse(200)
         endpoint, created = await self._control.set(decode_endpoint(name, request.body))
         return json_response(endpoint_json(endpoint), status=201 if created else 200)

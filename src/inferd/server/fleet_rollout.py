@@ -3,14 +3,16 @@ endpoint's rollout on every replica's traffic together and writes the weights ev
 follows, with the same steps, guards, minimum sample and recorded decisions as one server's
 rollout (`core.rollout.RolloutController`, on a `FleetTarget` instead of one server's windows).
 
-- The weights are the endpoints file's (`--endpoints`, a local path or an fsspec URL such as
-  s3://): the controller rewrites it at each step, and each replica reads it every
-  `--repository-poll-secs`.
+- The weights are where the replicas read theirs: the endpoints file they serve (`--endpoints`, a
+  local path or an fsspec URL such as s3://), which each reads every `--repository-poll-secs`; or
+  the state directory they share (`--state-dir` on shared storage), whose endpoints document each
+  follows as often. The controller rewrites it at each step.
 - The figures come from a `MetricsSource` (Prometheus, or the replicas' own /metrics).
-- The rollout is kept in the controller's `--state-dir` after each decision: a controller killed
-  mid-bake and started again with the same command resumes the step (the time already baked
-  counts), so traffic is never left split with nobody judging. A controller asked to stop (Ctrl-C,
-  SIGTERM) rolls back first, for the same reason.
+- The rollout is kept in the controller's `--state-dir` (`fleet-rollouts.json`, apart from a
+  server's own rollouts) after each decision: a controller killed mid-bake and started again with
+  the same command resumes the step (the time already baked counts), so traffic is never left
+  split with nobody judging. A controller asked to stop (Ctrl-C, SIGTERM) rolls back first, for
+  the same reason. Servers sharing that directory refuse to change the endpoint meanwhile.
 
 One controller per endpoint: nothing elects one, so run one (the docs say where).
 """
@@ -20,9 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
-from inferd.core.endpoints import EndpointSpec
+from inferd.core.endpoint_control import FLEET_ROLLOUTS_NAME, STATE_NAME
+from inferd.core.endpoints import EndpointSpec, spec_document, spec_from_document
 from inferd.core.request_window import WindowSummary
 from inferd.core.rollout import Decision, Guards, Rollout, RolloutController
 from inferd.core.state_dir import StateDir
@@ -30,25 +34,81 @@ from inferd.errors import InvalidRequestError
 from inferd.server.endpoint_file import read_endpoint_file, write_endpoint_weights
 from inferd.server.fleet_metrics import MetricsSource
 
-ROLLOUTS_NAME = "rollouts"  # the controller's document in its state directory (a server's is the same name)
+
+class WeightStore(Protocol):
+    """Where a fleet's replicas read their endpoints' weights."""
+
+    def describe(self) -> str: ...
+
+    def spec(self, endpoint: str) -> EndpointSpec: ...
+
+    def write(self, endpoint: str, weights: dict[str, float]) -> None: ...
+
+
+class FileWeights:
+    """The endpoints file the replicas serve (`inferd serve --endpoints FILE`)."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+
+    def describe(self) -> str:
+        return self.location
+
+    def spec(self, endpoint: str) -> EndpointSpec:
+        for spec in read_endpoint_file(self.location):
+            if spec.name == endpoint:
+                return spec
+        raise InvalidRequestError(f"--endpoints {self.location} declares no endpoint '{endpoint}'")
+
+    def write(self, endpoint: str, weights: dict[str, float]) -> None:
+        write_endpoint_weights(self.location, endpoint, weights)
+
+
+class StateDirWeights:
+    """The state directory the replicas share (`inferd serve --state-dir DIR`): its endpoints
+    document, which every replica follows."""
+
+    def __init__(self, state: StateDir) -> None:
+        self.state = state
+
+    def describe(self) -> str:
+        return f"{self.state.path / STATE_NAME}.json"
+
+    def spec(self, endpoint: str) -> EndpointSpec:
+        for spec in self._specs():
+            if spec.name == endpoint:
+                return spec
+        raise InvalidRequestError(
+            f"the state directory {self.state.path} keeps no endpoint '{endpoint}' (PUT it to a replica first)"
+        )
+
+    def write(self, endpoint: str, weights: dict[str, float]) -> None:
+        specs = [
+            replace(spec, variants=tuple(replace(v, weight=weights.get(v.name, v.weight)) for v in spec.variants))
+            if spec.name == endpoint
+            else spec
+            for spec in self._specs()
+        ]
+        self.state.write(STATE_NAME, {"endpoints": [spec_document(spec) for spec in specs]})
+
+    def _specs(self) -> list[EndpointSpec]:
+        document = self.state.read(STATE_NAME) or {}
+        return [spec_from_document(entry) for entry in document.get("endpoints", [])]
 
 
 class FleetTarget:
-    """What a fleet's rollout acts on (`core.rollout.RolloutTarget`): the endpoints file's weights,
-    and the figures of a metrics source."""
+    """What a fleet's rollout acts on (`core.rollout.RolloutTarget`): the replicas' weights, and
+    the figures of a metrics source."""
 
-    def __init__(self, endpoints_file: str, metrics: MetricsSource) -> None:
-        self.endpoints_file = endpoints_file
+    def __init__(self, weights: WeightStore, metrics: MetricsSource) -> None:
+        self.weights = weights
         self.metrics = metrics
 
     def spec(self, endpoint: str) -> EndpointSpec:
-        for spec in read_endpoint_file(self.endpoints_file):
-            if spec.name == endpoint:
-                return spec
-        raise InvalidRequestError(f"--endpoints {self.endpoints_file} declares no endpoint '{endpoint}'")
+        return self.weights.spec(endpoint)
 
     async def set_weights(self, endpoint: str, weights: dict[str, float]) -> None:
-        await asyncio.to_thread(write_endpoint_weights, self.endpoints_file, endpoint, weights)
+        await asyncio.to_thread(self.weights.write, endpoint, weights)
 
     async def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
         return await self.metrics.summary(endpoint, variant, window_s)
@@ -73,7 +133,7 @@ class FleetRollout:
         self.endpoint = endpoint
         self._state = state
         # The state directory may keep other endpoints' rollouts (other controllers'): kept as they are.
-        kept = (state.read(ROLLOUTS_NAME) or {}).get("rollouts", [])
+        kept = (state.read(FLEET_ROLLOUTS_NAME) or {}).get("rollouts", [])
         self._others = [document for document in kept if document.get("endpoint") != endpoint]
         self._mine = [document for document in kept if document.get("endpoint") == endpoint]
         self.controller = RolloutController(target, self._keep)
@@ -127,4 +187,4 @@ class FleetRollout:
                 await asyncio.wait_for(stop.wait(), timeout=0.25)
 
     def _keep(self, documents: list[dict[str, Any]]) -> None:
-        self._state.write(ROLLOUTS_NAME, {"rollouts": [*self._others, *documents]})
+        self._state.write(FLEET_ROLLOUTS_NAME, {"rollouts": [*self._others, *documents]})
