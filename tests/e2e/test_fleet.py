@@ -4,6 +4,7 @@ getting answers while a bin restarts; `down` stops exactly what `up` started."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import sys
@@ -57,9 +58,19 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int,
     assert planned.returncode == 0, planned.stderr
     plan = json.loads((folder / "plan" / "plan.json").read_text())
     assert len(plan["instances"]) == 3
+    # An endpoint over two models the plan put on the same bins: those bins serve it.
+    by_bins: dict[tuple[str, ...], list[str]] = {}
+    for name, planned in sorted(plan["models"].items()):
+        by_bins.setdefault(tuple(sorted(planned["instances"])), []).append(name)
+    blue, green = next(models for models in by_bins.values() if len(models) >= 2)[:2]
+    (folder / "endpoints.yaml").write_text(
+        f"endpoints:\n  shop:\n    variants:\n      - {{name: blue, model: {blue}, weight: 100}}\n"
+        f"      - {{name: green, model: {green}, weight: 0}}\n"
+    )
     state, port = folder / "state", free_port()
     result = inferd("fleet", "up", str(folder / "plan" / "plan.json"), "--model-repository", str(repository),
-                    "--port", str(port), "--state", str(state))  # fmt: skip
+                    "--port", str(port), "--state", str(state),
+                    "--endpoints", str(folder / "endpoints.yaml"))  # fmt: skip
     assert result.returncode == 0, result.stderr
     try:
         yield state, port, plan
@@ -112,6 +123,52 @@ def test_models_keep_answering_while_a_bin_restarts(fleet: tuple[Path, int, dict
     assert restarted.returncode == 0, restarted.stderr
     assert outcomes["ok"] > 0 and set(outcomes) == {"ok"}, outcomes
     assert json.loads((state / "fleet.json").read_text())["bins"][0]["process"]["pid"] != before  # a new process
+
+
+@pytest.mark.timeout(300)
+def test_an_endpoint_is_served_through_nginx_and_rolled_out_across_its_bins(
+    fleet: tuple[Path, int, dict[str, object]],
+) -> None:
+    """The bins holding both variants' models serve the endpoint behind nginx; `inferd fleet
+    rollout` judges on all their traffic, writes the file they follow, and `fleet status` shows
+    its decision."""
+    state, port, _ = fleet
+    endpoints = Path(json.loads((state / "fleet.json").read_text())["endpoints"])
+    body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16], "data": [0.5] * 16}]})
+    answers: Counter[tuple[int, str]] = Counter()
+    stop = threading.Event()
+
+    def traffic() -> None:  # bounded: at most 20,000 requests and 120 s
+        deadline = time.monotonic() + 120
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            for _ in range(20_000):
+                if stop.is_set() or time.monotonic() > deadline:
+                    break
+                connection.request("POST", "/v2/models/shop/infer", body)
+                response = connection.getresponse()
+                response.read()
+                answers[(response.status, response.getheader("inferd-variant") or "")] += 1
+                time.sleep(0.004)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=traffic)
+    worker.start()
+    try:
+        rolled = inferd("fleet", "rollout", "shop", "--to", "green", "--strategy", "linear:2", "--bake", "2s",
+                        "--min-requests", "20", "--state", str(state))  # fmt: skip
+    finally:
+        stop.set()
+        worker.join(timeout=150)
+    assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+    assert "promoted: 'green' takes all the traffic" in rolled.stdout, rolled.stdout
+    assert set(answers) <= {(200, "blue"), (200, "green")} and answers[(200, "green")] > 0, answers
+    assert "weight: 100" in endpoints.read_text()
+    status = inferd("fleet", "status", "--state", str(state))
+    assert "shop: promoted" in status.stdout and "promoted: 'green' takes all the traffic" in status.stdout, (
+        status.stdout
+    )
 
 
 def test_down_stops_exactly_what_up_started(tmp_path: Path) -> None:

@@ -20,6 +20,28 @@ def _server_options(command: Command) -> Command:
     return click.option("--url", default="http://localhost:8000", show_default=True, help="The server.")(command)
 
 
+def step_and_guard_options(command: Command) -> Command:
+    """--to, the steps and the guards: a rollout's options, on a server or across a fleet."""
+    options = [
+        click.option("--to", "candidate", required=True, help="The variant that takes the traffic."),
+        click.option("--strategy", default="canary:10", show_default=True,
+                     help="all-at-once, canary:P (P% first) or linear:K."),
+        click.option("--bake", default="5m", show_default=True, help="Each step's bake time: 90s, 5m, 1h."),
+        click.option("--min-requests", type=click.IntRange(min=1), default=100, show_default=True,
+                     help="The candidate's requests a step needs before it is judged."),
+        click.option("--max-error-rate-delta", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+                     help="Roll back when the candidate's error rate is this much above the baseline's."),
+        click.option("--max-p99-ratio", type=click.FloatRange(min=1), default=1.5, show_default=True,
+                     help="Roll back when the candidate's p99 is this many times the baseline's "
+                          "and --min-p99-delta above it."),
+        click.option("--min-p99-delta", default="20ms", show_default=True,
+                     help="See --max-p99-ratio: so that noise cannot fail an A/A rollout."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @click.group()
 def rollout() -> None:
     """Move an endpoint's traffic to a candidate variant step by step, judged against the baseline
@@ -28,20 +50,7 @@ def rollout() -> None:
 
 @rollout.command()
 @click.argument("endpoint")
-@click.option("--to", "candidate", required=True, help="The variant that takes the traffic.")
-@click.option(
-    "--strategy", default="canary:10", show_default=True, help="all-at-once, canary:P (P% first) or linear:K."
-)
-@click.option("--bake", default="5m", show_default=True, help="Each step's bake time: 90s, 5m, 1h.")
-@click.option("--min-requests", type=click.IntRange(min=1), default=100, show_default=True,
-              help="The candidate's requests a step needs before it is judged.")  # fmt: skip
-@click.option("--max-error-rate-delta", type=click.FloatRange(0, 1), default=0.05, show_default=True,
-              help="Roll back when the candidate's error rate is this much above the baseline's.")  # fmt: skip
-@click.option("--max-p99-ratio", type=click.FloatRange(min=1), default=1.5, show_default=True,
-              help="Roll back when the candidate's p99 is this many times the baseline's "
-                   "and --min-p99-delta above it.")  # fmt: skip
-@click.option("--min-p99-delta", default="20ms", show_default=True,
-              help="See --max-p99-ratio: so that noise cannot fail an A/A rollout.")  # fmt: skip
+@step_and_guard_options
 @click.option("--max-drift", type=click.FloatRange(0, 1), default=None,
               help="Roll back when the candidate's answers disagree with the baseline's on more than this share "
                    "of shadowed requests (the endpoint needs a shadow running the candidate's model).")  # fmt: skip
@@ -103,7 +112,7 @@ _CONTROLLER_STATE = click.option(
 def status(endpoint: str, state_dir: Path | None, **server: Any) -> None:
     """The running rollout of ENDPOINT, else its last: its step, state and decisions."""
     if state_dir is not None:
-        ended = _kept_rollouts(state_dir, endpoint)
+        ended = kept_rollouts(state_dir, endpoint)
         if not ended:
             raise click.ClickException(f"{state_dir} keeps no rollout of endpoint '{endpoint}'")
         running = [r for r in ended if r["state"] in ("running", "paused")]
@@ -135,7 +144,7 @@ def abort(endpoint: str, **server: Any) -> None:
 def history(endpoint: str, state_dir: Path | None, **server: Any) -> None:
     """ENDPOINT's ended rollouts, each with its decisions."""
     if state_dir is not None:
-        for ended in _kept_rollouts(state_dir, endpoint):
+        for ended in kept_rollouts(state_dir, endpoint):
             if ended["state"] not in ("running", "paused"):
                 _show(ended)
         return
@@ -143,14 +152,18 @@ def history(endpoint: str, state_dir: Path | None, **server: Any) -> None:
         _show(ended)
 
 
-def _kept_rollouts(state_dir: Path, endpoint: str) -> list[dict[str, Any]]:
+def kept_rollouts(state_dir: Path, endpoint: str | None = None) -> list[dict[str, Any]]:
+    """The rollouts a fleet's controller keeps in `state_dir` (of `endpoint`, or all), as the API
+    shows a rollout."""
     from inferd.core.endpoint_control import FLEET_ROLLOUTS_NAME
     from inferd.core.rollout import Rollout
     from inferd.core.state_dir import StateDir
     from inferd.server.endpoints import rollout_json
 
+    if not (state_dir / f"{FLEET_ROLLOUTS_NAME}.json").is_file():
+        return []
     documents = (StateDir(state_dir).read(FLEET_ROLLOUTS_NAME) or {}).get("rollouts", [])
-    return [rollout_json(Rollout.from_document(d)) for d in documents if d.get("endpoint") == endpoint]
+    return [rollout_json(Rollout.from_document(d)) for d in documents if endpoint in (None, d.get("endpoint"))]
 
 
 def _call(server: dict[str, Any], method: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -169,12 +182,12 @@ def _call(server: dict[str, Any], method: str, path: str, body: dict[str, Any] |
 def _show(rollout: dict[str, Any]) -> None:
     console = Console()
     # A line a decision, whole: the numbers behind it are the point, and a line is greppable.
-    _headline(console, rollout)
+    rollout_headline(console, rollout)
     for decision in rollout["decisions"]:
         show_decision(console, decision)
 
 
-def _headline(console: Console, rollout: dict[str, Any]) -> None:
+def rollout_headline(console: Console, rollout: dict[str, Any]) -> None:
     share = f", '{rollout['candidate']}' at {rollout['share']:g}%" if rollout["share"] is not None else ""
     console.print(
         f"[bold]{rollout['endpoint']}[/bold]: {rollout['state']} — from '{rollout['baseline']}' to "

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,6 +23,8 @@ from inferd.tools.plan.plan_file import Plan, routes
 from inferd.tools.ports import free_ports
 
 STATE_FILE = "fleet.json"
+ROLLOUTS = "rollouts"
+"""The state folder's folder where `inferd fleet rollout` keeps its controller's rollouts."""
 READY_TIMEOUT_S = 120.0
 
 
@@ -62,6 +64,8 @@ class Fleet:
     port: int
     bins: list[Bin]
     nginx: Process | None = None
+    endpoints: str = ""
+    """The endpoints file every bin serves (--endpoints), as an absolute path; "" when none."""
 
     @property
     def url(self) -> str:
@@ -75,7 +79,7 @@ def load(state: Path) -> Fleet:
     document = orjson.loads(path.read_bytes())
     bins = [Bin(**{**b, "process": Process(**b["process"]) if b["process"] else None}) for b in document["bins"]]
     nginx = Process(**document["nginx"]) if document["nginx"] else None
-    return Fleet(document["plan"], document["port"], bins, nginx)
+    return Fleet(document["plan"], document["port"], bins, nginx, document.get("endpoints", ""))
 
 
 def _save(fleet: Fleet, state: Path) -> None:
@@ -93,8 +97,13 @@ def up(
     nginx_binary: str = "nginx",
     on_ready: Callable[[str], None] = lambda name: None,
     extra_args: tuple[str, ...] = (),
+    endpoints: str = "",
+    endpoint_models: Mapping[str, tuple[str, ...]] | None = None,
 ) -> Fleet:
-    """Start every bin and nginx; wait until every bin is ready. A failure stops what was started."""
+    """Start every bin and nginx; wait until every bin is ready. A failure stops what was started.
+    `endpoints`: an endpoints file every bin serves (followed every second), whose endpoints'
+    variants name `endpoint_models`: nginx sends an endpoint to the bins that hold all of them."""
+    serving = _endpoint_bins(plan, endpoint_models or {})
     if (state / STATE_FILE).is_file() and any(b.process and b.process.alive() for b in load(state).bins):
         raise FleetError(f"a fleet is already running from {state}: inferd fleet down first")
     # Debian puts nginx in /usr/sbin, which is not on every user's PATH.
@@ -111,10 +120,12 @@ def up(
         command = [sys.executable, "-m", "inferd", "serve", "--model-repository", repository, "--host", "127.0.0.1",
                    "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
                    "--model-control-mode", "explicit", "--log-format", "json", *extra_args]  # fmt: skip
+        if endpoints:
+            command += ["--endpoints", endpoints, "--repository-poll-secs", "1"]
         for model in instance.models:
             command += ["--load-model", model]
         bins.append(Bin(instance.name, list(instance.models), http, grpc, metrics, command))
-    fleet = Fleet(str(plan_path.resolve()), port, bins)
+    fleet = Fleet(str(plan_path.resolve()), port, bins, endpoints=endpoints)
     try:
         for fleet_bin in bins:
             fleet_bin.process = _spawn(fleet_bin, state)
@@ -123,7 +134,8 @@ def up(
             _wait_ready(fleet_bin, state)
             on_ready(fleet_bin.name)
         config = state / "nginx.conf"
-        config.write_text(nginx_config(routes(plan), {b.name: b.http_port for b in bins}, port, state))
+        ports = {b.name: b.http_port for b in bins}
+        config.write_text(nginx_config(routes(plan), ports, port, state, serving))
         started = subprocess.run([nginx_path, "-c", str(config), "-p", str(state)], capture_output=True, text=True)
         if started.returncode != 0:
             raise FleetError(f"nginx did not start: {started.stderr.strip()}")
@@ -134,6 +146,24 @@ def up(
         down(state)
         raise
     return fleet
+
+
+def _endpoint_bins(plan: Plan, endpoint_models: Mapping[str, tuple[str, ...]]) -> dict[str, list[str]]:
+    """The bins that serve each endpoint: those holding every one of its variants' models (a bin
+    routes an endpoint's requests among its variants in-process)."""
+    serving = {}
+    for endpoint, models in endpoint_models.items():
+        if endpoint in plan.models:
+            raise FleetError(f"endpoint '{endpoint}' has a model's name: an endpoint must have a name of its own")
+        holders = [i.name for i in plan.instances if set(models) <= set(i.models)]
+        if not holders:
+            where = "; ".join(f"{m} on {', '.join(plan.models[m].instances) or 'none'}" if m in plan.models
+                              else f"{m} in no bin" for m in models)  # fmt: skip
+            raise FleetError(
+                f"endpoint '{endpoint}': no bin holds all its variants' models ({where}): plan them on the same bins"
+            )
+        serving[endpoint] = holders
+    return serving
 
 
 def status(state: Path) -> tuple[Fleet, dict[str, bool], bool]:

@@ -14,13 +14,22 @@ ALL_BINS = "fleet_all"
 UNKNOWN = '{"error": "Request for unknown model: $fleet_model is in no bin of this fleet", "code": "model_not_found"}'
 
 
-def nginx_config(plan_routes: list[Route], ports: Mapping[str, int], listen: int, state: Path) -> str:
-    """`ports`: each bin's HTTP port on 127.0.0.1; `state`: where nginx keeps its pid, logs, temp files."""
+def nginx_config(
+    plan_routes: list[Route], ports: Mapping[str, int], listen: int, state: Path,
+    endpoints: Mapping[str, list[str]] | None = None,
+) -> str:  # fmt: skip
+    """`ports`: each bin's HTTP port on 127.0.0.1; `state`: where nginx keeps its pid, logs, temp
+    files; `endpoints`: each endpoint's bins (those holding all its variants' models)."""
     upstreams = []
     for route in plan_routes:
         upstreams.append(_upstream(_name(route.name), [ports[b] for b in route.instances]))
     upstreams.append(_upstream(ALL_BINS, sorted(ports.values())))
-    models = "\n".join(f"        {_quote(m)} {_name(r.name)};" for r in plan_routes for m in r.models)
+    entries = [f"        {_quote(m)} {_name(r.name)};" for r in plan_routes for m in r.models]
+    for index, (endpoint, holders) in enumerate(sorted((endpoints or {}).items())):
+        upstream = f"fleet_endpoint_{index}"  # endpoint names may hold dots, which upstream names should not
+        upstreams.append(_upstream(upstream, sorted(ports[b] for b in holders)))
+        entries.append(f"        {_quote(endpoint)} {upstream};")
+    models = "\n".join(entries)
     logs = state / "logs"
     return f"""# Written by inferd fleet up from the plan; nginx -c this file.
 daemon on;
