@@ -3,10 +3,12 @@ the replicas from the series every inferd server exposes (`inferd_endpoint_reque
 `inferd_endpoint_request_duration_seconds`, requests routed by weight only, as one server's judge
 counts them).
 
-One module writes them for both judges, so they cannot drift apart: `inferd rollout --controller
---metrics-source prometheus` evaluates the figures one by one and judges them as one server does
-(`core.rollout.judge`); `inferd deploy k8s` puts the guards, built from the same expressions, in an
-Argo Rollouts AnalysisTemplate. Label values may be Argo's `{{args.NAME}}` placeholders.
+One module writes them for both judges: `inferd rollout --controller --metrics-source prometheus`
+evaluates a variant's figures (`requests_in`, `errors_in`, `quantile_in`) and judges them in Python
+as one server does (`core.rollout.judge`); `inferd deploy k8s` puts the guards in an Argo Rollouts
+AnalysisTemplate as single expressions built from the same ones (`error_rate_delta`,
+`p99_slower`), whose values the tests check against the controller's figures at one instant. Label
+values may be Argo's `{{args.NAME}}` placeholders.
 
 A counter series that first appears after a variant's first failure (each error code is a series
 of its own) is counted by Prometheus from its first sample, not from zero: the failures before the
@@ -34,6 +36,13 @@ def duration(seconds: float) -> str:
     """A PromQL range of `seconds` (to the millisecond): 60s, 2500ms."""
     milliseconds = max(1, round(seconds * 1000))
     return f"{milliseconds // 1000}s" if milliseconds % 1000 == 0 else f"{milliseconds}ms"
+
+
+def judged_range_s(window_s: float, scrape_interval_s: float) -> float:
+    """The range a window of `window_s` is judged over: at least four scrape intervals (as
+    Grafana's `$__rate_interval`), since a shorter one may hold a single sample a series, from
+    which `increase()` says nothing."""
+    return max(window_s, 4 * scrape_interval_s)
 
 
 def requests_in(selected: str, range_s: float) -> str:
@@ -76,7 +85,9 @@ def p99_slower(
 ) -> str:  # fmt: skip
     """1 when the candidate's p99 is over `max_ratio` times the baseline's *and* more than
     `min_delta_s` above it (the latency guard fails), else 0; no value while the candidate has
-    fewer than `min_requests` requests in the range, NaN while either has no successful one."""
+    fewer than `min_requests` requests in the range. Where either has no successful request the
+    quantile is NaN, and a `bool` comparison with NaN is 0: the latency guard holds (the error
+    guard is the one that fails a candidate that answers nothing)."""
     p99_candidate = quantile_in(0.99, candidate, range_s)
     p99_baseline = quantile_in(0.99, baseline, range_s)
     return (

@@ -92,6 +92,8 @@ _DATATYPES_BY_NUMPY = {dtype.newbyteorder("="): dt for dt, dtype in _NUMPY_DTYPE
 # only, on one server (core.rollout) as across a fleet (inferd.rollout_queries).
 ROUTED_BY_WEIGHT = "weight"
 ROUTED_PINNED = "pinned"
+# How far back a rollout's judge looks at most: the last minute of a step.
+WINDOW_S = 60.0
 
 
 class Door(enum.StrEnum):

@@ -301,9 +301,14 @@ def test_an_endpoint_renders_as_variants_an_httproute_and_an_argo_rollout_judged
                and monitor["spec"]["selector"]["matchLabels"].items() <= d["metadata"]["labels"].items()}  # fmt: skip
     assert scraped == {"inferd-shop-blue-metrics", "inferd-shop-green", "inferd-shop-teal"}
     assert monitor["spec"]["podTargetLabels"] == ["rollouts-pod-template-hash"]
-    plugin_config = next(d for d in cluster if d["kind"] == "ConfigMap")
+    (plugin_config,) = cluster
     assert plugin_config["metadata"] == {"name": "argo-rollouts-config", "namespace": "argo-rollouts"}
     assert "argoproj-labs/gatewayAPI" in plugin_config["data"]["trafficRouterPlugins"]
+    # The plugin's rights are the endpoints' namespace's only, for Argo's controller.
+    role = objects[("Role", "inferd-argo-rollouts-gatewayapi")]
+    assert {tuple(rule["resources"]) for rule in role["rules"]} == {("services",), ("httproutes",)}
+    binding = objects[("RoleBinding", "inferd-argo-rollouts-gatewayapi")]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "argo-rollouts", "namespace": "argo-rollouts"}]
 
 
 def test_the_custom_resources_schema_checks_can_fail(plan_path: Path, tmp_path: Path) -> None:
@@ -348,6 +353,11 @@ def test_bad_deploy_arguments_are_one_line_errors(plan_path: Path, tmp_path: Pat
     result = inferd("deploy", "k8s", str(plan_path), "-o", out, "--model-repository", "s3://m", "--endpoints",
                     str(declared), "--gateway", "g", "--prometheus-url", "http://p:9090")  # fmt: skip
     assert result.returncode == 1 and "model 'not-planned' is not in the plan" in result.stderr
+    declared.write_text(ENDPOINTS)
+    result = inferd("deploy", "k8s", str(plan_path), "-o", out, "--model-repository", "s3://m", "--endpoints",
+                    str(declared), "--gateway", "g", "--prometheus-url", "http://p:9090",
+                    "--rollout-strategy", "all-at-once")  # fmt: skip
+    assert result.returncode == 1 and "needs a step below 100%" in result.stderr
     declared.write_text(ENDPOINTS.replace("shop:", "Shop_1:"))
     result = inferd("deploy", "k8s", str(plan_path), "-o", out, "--model-repository", "s3://m", "--endpoints",
                     str(declared), "--gateway", "g", "--prometheus-url", "http://p:9090")  # fmt: skip

@@ -271,6 +271,93 @@ def test_replicas_sharing_a_state_directory_follow_each_other_and_a_controller(t
         assert http_request(a, "PUT", "/v2/endpoints/shop", json.dumps(document).encode()).status == 200
 
 
+def test_a_server_started_as_the_fleets_rollout_controller_judges_its_api_rollouts_on_every_replica(
+    tmp_path: Path,
+) -> None:
+    """Two replicas share a state directory; one is started with --rollout-controller over both
+    replicas' /metrics. The candidate fails half its requests on the other replica only: the
+    controller's own traffic alone would promote it, the fleet's rolls it back. The other replica
+    refuses to change the endpoint meanwhile."""
+    shared = tmp_path / "shared-state"
+    ports = {name: free_ports(3) for name in ("controller", "replica")}
+    scraped = ",".join(f"127.0.0.1:{found[2]}" for found in ports.values())
+    with ExitStack() as stack:
+        servers = {}
+        for name, fail_every in (("controller", 0), ("replica", 2)):
+            repository = tmp_path / name / "repository"
+            misbehaving_model(repository / "stable")
+            misbehaving_model(repository / "flaky", fail_every=fail_every)
+            arguments = ["--state-dir", str(shared), "--repository-poll-secs", "0.2"]
+            if name == "controller":
+                arguments += ["--rollout-controller", f"scrape={scraped}"]
+            servers[name] = stack.enter_context(
+                run_server(repository, tmp_path / f"{name}.log", *arguments, ports=ports[name])
+            )
+        controller_server, replica = servers["controller"], servers["replica"]
+        document = {"variants": [{"name": "blue", "model": "stable", "weight": 100},
+                                 {"name": "green", "model": "flaky", "weight": 0}]}  # fmt: skip
+        assert http_request(controller_server, "PUT", "/v2/endpoints/shop", json.dumps(document).encode()).status == 201
+        wait_until(lambda: http_request(replica, "GET", "/v2/endpoints/shop").status == 200)
+        settings = {"to": "green", "strategy": "canary:50", "bake": "1h", "min_requests": 60}
+        started = http_request(controller_server, "POST", "/v2/endpoints/shop/rollout", json.dumps(settings).encode())
+        assert started.status == 200, started.body
+
+        def rollout() -> dict[str, Any]:
+            reply = http_request(controller_server, "GET", "/v2/endpoints/shop/rollout")
+            return json.loads(reply.body)  # type: ignore[no-any-return]
+
+        with Traffic([controller_server.http_url, replica.http_url]):
+            wait_until(lambda: replica_weights(replica) == {"blue": 50.0, "green": 50.0})
+            refused = http_request(replica, "PUT", "/v2/endpoints/shop", json.dumps(document).encode())
+            assert refused.status == 409 and b"rolled out across the fleet" in refused.body, refused.body
+            wait_until(lambda: rollout()["state"] != "running", timeout_s=120)
+        ended = rollout()
+        assert ended["state"] == "rolled-back", ended
+        message = ended["decisions"][-1]["message"]
+        judged = re.match(
+            r"rolled back at step 1: candidate error rate ([\d.]+)% vs baseline 0\.0% over (\d+)", message
+        )
+        assert judged is not None and 12 <= float(judged.group(1)) <= 38, message
+        for server in (controller_server, replica):
+            wait_until(lambda server=server: replica_weights(server) == {"blue": 100.0, "green": 0.0})
+
+
+def test_a_replicas_rollout_is_its_own_and_taken_up_by_another_when_it_dies(tmp_path: Path) -> None:
+    """Replicas sharing a state directory: a rollout started through one replica's API is refused
+    to the other's changes while its replica lives; killed (-9), the other takes it up within a
+    poll, so its split is never left with nobody judging."""
+    repository = tmp_path / "repository"
+    misbehaving_model(repository / "stable")
+    misbehaving_model(repository / "good")
+    shared = tmp_path / "shared-state"
+    arguments = ("--state-dir", str(shared), "--repository-poll-secs", "0.2")
+    with ExitStack() as stack:
+        a, b = (stack.enter_context(run_server(repository, tmp_path / f"{n}.log", *arguments)) for n in "ab")
+        document = {"variants": [{"name": "blue", "model": "stable", "weight": 100},
+                                 {"name": "teal", "model": "good", "weight": 0}]}  # fmt: skip
+        assert http_request(a, "PUT", "/v2/endpoints/shop", json.dumps(document).encode()).status == 201
+        wait_until(lambda: http_request(b, "GET", "/v2/endpoints/shop").status == 200)
+        settings = {"to": "teal", "strategy": "canary:20", "bake": "1h", "min_requests": 10}
+        assert http_request(a, "POST", "/v2/endpoints/shop/rollout", json.dumps(settings).encode()).status == 200
+        wait_until(lambda: replica_weights(b) == {"blue": 80.0, "teal": 20.0})
+        refused = http_request(b, "PUT", "/v2/endpoints/shop", json.dumps(document).encode())
+        assert refused.status == 409 and b"rolled out by a replica" in refused.body, refused.body
+        a.process.send_signal(signal.SIGKILL)
+        a.process.wait(timeout=30)
+
+        def taken_up() -> bool:
+            reply = http_request(b, "GET", "/v2/endpoints/shop/rollout")
+            return reply.status == 200 and json.loads(reply.body)["state"] == "running"
+
+        wait_until(taken_up)
+        kept = json.loads(http_request(b, "GET", "/v2/endpoints/shop/rollout").body)
+        assert "resumed" in [d["action"] for d in kept["decisions"]], kept
+        assert "rollouts of a server sharing the state directory that is gone, taken up" in b.log()
+        aborted = http_request(b, "POST", "/v2/endpoints/shop/rollout/abort", b"")
+        assert aborted.status == 200, aborted.body
+        assert replica_weights(b) == {"blue": 100.0, "teal": 0.0}
+
+
 def wait_until(condition: Any, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():

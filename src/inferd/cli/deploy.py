@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from inferd import __version__
+from inferd.cli.rollout import guard_options
 
 if TYPE_CHECKING:
     from inferd.tools.deploy.endpoints import DeployedEndpoint, RolloutSettings
@@ -73,13 +74,7 @@ def deploy() -> None:
               help="With --endpoints: the Rollout's steps (canary:P, linear:K; the last is Argo's "
                    "promotion).")  # fmt: skip
 @click.option("--rollout-bake", default="5m", show_default=True, help="With --endpoints: each step's bake.")
-@click.option("--min-requests", type=click.IntRange(min=1), default=100, show_default=True,
-              help="With --endpoints: the canary's requests in the window before a guard judges it.")  # fmt: skip
-@click.option("--max-error-rate-delta", type=click.FloatRange(0, 1), default=0.05, show_default=True,
-              help="With --endpoints: abort when the canary's error rate is this much above the stable's.")  # fmt: skip
-@click.option("--max-p99-ratio", type=click.FloatRange(min=1), default=1.5, show_default=True,
-              help="With --endpoints: abort when the canary's p99 is this many times the stable's ...")  # fmt: skip
-@click.option("--min-p99-delta", default="20ms", show_default=True, help="... and this much above it.")
+@guard_options
 @click.option("--scrape-interval", default="15s", show_default=True,
               help="With --endpoints: the ServiceMonitor's interval (the guards' windows are at least 4 "
                    "of it).")  # fmt: skip
@@ -247,7 +242,18 @@ def _endpoints(
     if not specs:
         raise click.ClickException(f"--endpoints {location} declares no endpoint")
     endpoints = [
-        DeployedEndpoint(spec.name, tuple(DeployedVariant(v.name, v.model, v.version, v.weight) for v in spec.variants))
+        DeployedEndpoint(
+            spec.name,
+            tuple(DeployedVariant(v.name, v.model, v.version, v.weight) for v in spec.variants),
+            spec.primary.name,
+        )
         for spec in specs
     ]
+    for spec in specs:
+        if spec.sticky or spec.shadows:  # one server's routing: a Gateway's split knows neither
+            click.echo(
+                f"endpoint '{spec.name}': its sticky header and shadows are one server's, not written for Kubernetes "
+                "(each variant's pods serve it alone)",
+                err=True,
+            )
     return endpoints, rollout

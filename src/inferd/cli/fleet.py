@@ -141,23 +141,29 @@ def down(state: Path) -> None:
 
 
 def _endpoint_models(location: Path) -> dict[str, tuple[str, ...]]:
-    """Each endpoint the file declares, with its variants' models (the file read as a server reads it)."""
+    """Each endpoint the file declares, with its variants' and shadows' models (the file read as a
+    server reads it)."""
     from inferd.server.endpoint_file import EndpointFileError, read_endpoint_file
 
     try:
         specs = read_endpoint_file(str(location))
     except EndpointFileError as exc:
         raise click.ClickException(str(exc)) from None
-    return {spec.name: tuple(dict.fromkeys(v.model for v in spec.variants)) for spec in specs}
+    # Its shadows' models too: a bin sets an endpoint only when it serves every one of them.
+    return {
+        spec.name: tuple(dict.fromkeys([*(v.model for v in spec.variants), *(s.model for s in spec.shadows)]))
+        for spec in specs
+    }
 
 
 def _show_rollouts(console: Console, folder: Path) -> None:
     """Each endpoint's running (else last) rollout across the fleet, with its latest decision."""
     from inferd.cli.rollout import kept_rollouts, rollout_headline, show_decision
+    from inferd.core.rollout import Rollout
 
     latest: dict[str, dict[str, Any]] = {}
     for shown in kept_rollouts(folder):
-        if shown["endpoint"] not in latest or latest[shown["endpoint"]]["state"] not in ("running", "paused"):
+        if shown["endpoint"] not in latest or not Rollout.is_active(latest[shown["endpoint"]]):
             latest[shown["endpoint"]] = shown
     for shown in latest.values():
         rollout_headline(console, shown)

@@ -23,9 +23,10 @@ def run_controller(
     from inferd.core.rollout import Guards, parse_duration
     from inferd.core.state_dir import StateDir
     from inferd.errors import InferdError
+    from inferd.server import fleet_metrics
     from inferd.server.endpoint_file import EndpointFileError
     from inferd.server.endpoints import decision_json
-    from inferd.server.fleet_metrics import MetricsSource, MetricsSourceError, PrometheusSource, ScrapeSource
+    from inferd.server.fleet_metrics import MetricsSourceError
     from inferd.server.fleet_rollout import FileWeights, FleetRollout, FleetTarget, StateDirWeights, WeightStore
 
     if max_drift is not None:
@@ -37,16 +38,15 @@ def run_controller(
             "--controller needs --state-dir (where it keeps the rollout; the replicas' shared one when they follow "
             "it), and --endpoints FILE when they serve a file"
         )
-    source: MetricsSource
     try:
         if metrics_source == "prometheus":
             if not prometheus_url:
                 raise click.UsageError("--metrics-source prometheus needs --prometheus-url")
-            source = PrometheusSource(prometheus_url, parse_duration(scrape_interval))
+            source = fleet_metrics.metrics_source(f"prometheus={prometheus_url}", parse_duration(scrape_interval))
         elif metrics_source == "scrape":
             if not replicas:
                 raise click.UsageError("--metrics-source scrape needs --replicas URL,URL,...")
-            source = ScrapeSource([r.strip() for r in replicas.split(",") if r.strip()])
+            source = fleet_metrics.metrics_source(f"scrape={replicas}")
         else:
             raise click.UsageError("--controller needs --metrics-source prometheus or scrape")
         guards = Guards(min_requests, max_error_rate_delta, max_p99_ratio, parse_duration(min_p99_delta) * 1000)

@@ -20,13 +20,9 @@ def _server_options(command: Command) -> Command:
     return click.option("--url", default="http://localhost:8000", show_default=True, help="The server.")(command)
 
 
-def step_and_guard_options(command: Command) -> Command:
-    """--to, the steps and the guards: a rollout's options, on a server or across a fleet."""
+def guard_options(command: Command) -> Command:
+    """The guards a rollout is judged by: on a server, across a fleet, in Argo's analysis."""
     options = [
-        click.option("--to", "candidate", required=True, help="The variant that takes the traffic."),
-        click.option("--strategy", default="canary:10", show_default=True,
-                     help="all-at-once, canary:P (P% first) or linear:K."),
-        click.option("--bake", default="5m", show_default=True, help="Each step's bake time: 90s, 5m, 1h."),
         click.option("--min-requests", type=click.IntRange(min=1), default=100, show_default=True,
                      help="The candidate's requests a step needs before it is judged."),
         click.option("--max-error-rate-delta", type=click.FloatRange(0, 1), default=0.05, show_default=True,
@@ -36,6 +32,20 @@ def step_and_guard_options(command: Command) -> Command:
                           "and --min-p99-delta above it."),
         click.option("--min-p99-delta", default="20ms", show_default=True,
                      help="See --max-p99-ratio: so that noise cannot fail an A/A rollout."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def step_and_guard_options(command: Command) -> Command:
+    """--to, the steps and the guards: a rollout's options, on a server or across a fleet."""
+    command = guard_options(command)
+    options = [
+        click.option("--to", "candidate", required=True, help="The variant that takes the traffic."),
+        click.option("--strategy", default="canary:10", show_default=True,
+                     help="all-at-once, canary:P (P% first) or linear:K."),
+        click.option("--bake", default="5m", show_default=True, help="Each step's bake time: 90s, 5m, 1h."),
     ]  # fmt: skip
     for option in reversed(options):
         command = option(command)
@@ -115,7 +125,9 @@ def status(endpoint: str, state_dir: Path | None, **server: Any) -> None:
         ended = kept_rollouts(state_dir, endpoint)
         if not ended:
             raise click.ClickException(f"{state_dir} keeps no rollout of endpoint '{endpoint}'")
-        running = [r for r in ended if r["state"] in ("running", "paused")]
+        from inferd.core.rollout import Rollout
+
+        running = [r for r in ended if Rollout.is_active(r)]
         _show(running[-1] if running else ended[-1])
         return
     _show(_call(server, "GET", f"/v2/endpoints/{endpoint}/rollout"))
@@ -144,8 +156,10 @@ def abort(endpoint: str, **server: Any) -> None:
 def history(endpoint: str, state_dir: Path | None, **server: Any) -> None:
     """ENDPOINT's ended rollouts, each with its decisions."""
     if state_dir is not None:
+        from inferd.core.rollout import Rollout
+
         for ended in kept_rollouts(state_dir, endpoint):
-            if ended["state"] not in ("running", "paused"):
+            if not Rollout.is_active(ended):
                 _show(ended)
         return
     for ended in _call(server, "GET", f"/v2/endpoints/{endpoint}/rollout/history")["rollouts"]:

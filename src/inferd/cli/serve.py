@@ -468,6 +468,23 @@ def _local_folders_exist(locations: tuple[str, ...]) -> tuple[str, ...]:
     'figures, it answers {"pass": true|false, "reason": ...}; no answer is a no). Only these URLs are ever called.',
 )
 @click.option(
+    "--rollout-controller",
+    default=None,
+    envvar="INFERD_ROLLOUT_CONTROLLER",
+    help="prometheus=URL or scrape=HOST:PORT,HOST:PORT,...: this server is its fleet's rollout controller; the "
+    "rollouts its API starts are judged on every replica's traffic (PromQL, or the replicas' own /metrics summed) "
+    "and write the weights of the --state-dir the replicas share. One server a fleet.",
+)
+@click.option(
+    "--rollout-scrape-interval",
+    "rollout_scrape_interval_s",
+    default=15.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    envvar="INFERD_ROLLOUT_SCRAPE_INTERVAL",
+    help="With --rollout-controller prometheus=URL: seconds between its scrapes (PromQL ranges are at least 4).",
+)
+@click.option(
     "--endpoints",
     "endpoints_file",
     default=None,

@@ -169,6 +169,12 @@ class ServerSettings(BaseModel):
     """NAME=URL: outside alarms a rollout may ask at each step, by name."""
     endpoints_file: str | None = None
     """A YAML file (path or fsspec URL) that declares the endpoints, re-read every repository_poll_s."""
+    rollout_controller: str | None = None
+    """This server is its fleet's rollout controller: the rollouts its API starts are judged on every
+    replica's traffic, from `prometheus=URL` or `scrape=HOST:PORT,...` (the replicas' /metrics),
+    and their weights are the state directory the replicas share."""
+    rollout_scrape_interval_s: float = Field(default=15.0, gt=0)
+    """With rollout_controller prometheus=URL: how often that Prometheus scrapes the replicas."""
     state_dir: str | None = None
     """Where what users set through the API (endpoints, async jobs) is kept across restarts; None: in
     memory only, and no async inference."""
@@ -228,6 +234,25 @@ class ServerSettings(BaseModel):
     @property
     def response_cache(self) -> CacheSettings | None:
         return parse_cache_config(self.cache_config)
+
+    @model_validator(mode="after")
+    def _rollout_controller_writes_shared_state(self) -> Self:
+        if self.rollout_controller is None:
+            return self
+        kind, _, where = self.rollout_controller.partition("=")
+        if kind not in ("prometheus", "scrape") or not where.strip():
+            raise ValueError("--rollout-controller is prometheus=URL or scrape=HOST:PORT,HOST:PORT,...")
+        if not self.state_dir:
+            raise ValueError(
+                "--rollout-controller writes the weights its replicas follow: give --state-dir, the directory they "
+                "share"
+            )
+        if self.endpoints_file is not None:
+            raise ValueError(
+                "--rollout-controller sets the weights of a shared --state-dir; replicas that serve an --endpoints "
+                "file are rolled out by inferd rollout start --controller --endpoints FILE"
+            )
+        return self
 
     @model_validator(mode="after")
     def _tls_files_come_together(self) -> Self:

@@ -10,15 +10,14 @@ nor a model an endpoint's (409 either way).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from inferd.config.model import ModelConfig, TensorConfig
 from inferd.core.dispatcher import Dispatcher
-from inferd.core.endpoints import Endpoint, Endpoints, EndpointSpec, Shadow, Variant, spec_document, spec_from_document
+from inferd.core.endpoints import Endpoint, Endpoints, EndpointSpec, Shadow, Variant, specs_of, with_spec
 from inferd.core.registry import ModelRegistry
 from inferd.core.request_window import WindowSummary
-from inferd.core.rollout import Guards, Rollout, RolloutController
+from inferd.core.rollout import FleetFigures, Guards, Rollout, RolloutController
 from inferd.core.shadow import ShadowInfer, ShadowTraffic
 from inferd.core.state_dir import StateDir
 from inferd.errors import AlreadyExistsError, InferdError, InvalidRequestError, NotFoundError
@@ -41,6 +40,10 @@ class EndpointControl:
         """`shadow_infer`: how a shadow's copy is served (the dispatcher, in the background admission
         class); `state`: where set endpoints are kept (--state-dir), and shadows' logs; None keeps
         endpoints in memory only, and no logs."""
+        # This server among those that may share the state directory (identify): it takes up its
+        # own rollouts, and those of servers that are gone.
+        self.server_id = ""
+        self._adopted: set[str] = set()
         self.endpoints = Endpoints(shadow_logs=state.folder("shadow") if state is not None else None)
         self.shadows = ShadowTraffic(shadow_infer, registry.metrics)
         self.rollouts = RolloutController(self, self._keep_rollouts)
@@ -52,15 +55,26 @@ class EndpointControl:
         # The state directory's endpoints document as this server last read or wrote it: another
         # process (a replica sharing the directory, a fleet's controller) may replace it.
         self._seen: tuple[int, int] | None = None
+        # Set when this server is its fleet's rollout controller (judge_across_fleet).
+        self._figures: FleetFigures | None = None
+        self._rollouts_name = ROLLOUTS_NAME
+
+    def judge_across_fleet(self, figures: FleetFigures) -> None:
+        """This server is its fleet's rollout controller (--rollout-controller): its rollouts are
+        judged on every replica's traffic, from `figures`, and kept where replicas sharing the state
+        directory look for a fleet's (so they refuse to change the endpoint meanwhile, and never
+        take the rollout up themselves). Called before any rollout starts or is restored."""
+        self._figures = figures
+        self._rollouts_name = FLEET_ROLLOUTS_NAME
 
     def restore(self) -> list[str]:
         """Serve the endpoints the state directory keeps (at startup, before the first request:
         their variants may still be loading, so they are not checked again). Their names."""
         if self._state is None:
             return []
-        self._seen = self._state.stamp(STATE_NAME)
-        document = self._state.read(STATE_NAME)
-        specs = [spec_from_document(entry) for entry in (document or {}).get("endpoints", [])]
+        stamp = self._state.stamp(STATE_NAME)
+        specs = specs_of(self._state.read(STATE_NAME))
+        self._seen = stamp
         self.endpoints.replace_all(specs)
         return [spec.name for spec in specs]
 
@@ -75,9 +89,10 @@ class EndpointControl:
         stamp = self._state.stamp(STATE_NAME)
         if stamp is None or stamp == self._seen:
             return {}
+        # Read (and checked) before it counts as seen: a document that cannot be read now is read
+        # again at the next poll.
+        specs = {spec.name: spec for spec in specs_of(self._state.read(STATE_NAME))}
         self._seen = stamp
-        document = self._state.read(STATE_NAME) or {}
-        specs = {spec.name: spec for spec in map(spec_from_document, document.get("endpoints", []))}
         for name in set(self.endpoints.by_name) - set(specs):
             if not self.rollouts.is_running(name):
                 self.endpoints.delete(name)
@@ -92,14 +107,40 @@ class EndpointControl:
                 problems[spec.name] = exc.message
         return problems
 
+    def identify(self, server_id: str) -> None:
+        """This server's name among those that may share the state directory (its host and port),
+        held alive there (a lock the system releases when the process ends) for as long as it runs."""
+        self.server_id = server_id
+        if self._state is not None:
+            self._state.hold(server_id)
+
     async def restore_rollouts(self) -> list[str]:
-        """Take up the rollouts the state directory keeps (once the models serve): running ones go
-        on. The endpoints whose rollout resumed."""
+        """Take up the rollouts the state directory keeps (once the models serve): this server's,
+        and those of servers sharing the directory that are gone (a server restarted under another
+        name is one). Running ones go on. The endpoints whose rollout resumed."""
+        return await self._take_up(startup=True)
+
+    async def take_up_orphans(self) -> list[str]:
+        """Take up the running rollouts of servers sharing the directory that have gone since (a
+        replica that died mid-rollout): nobody else judges them. The endpoints taken up."""
+        if self._state is None or not any(Rollout.is_active(d) and not self._is_mine(d) for d in self._kept_rollouts()):
+            return []
+        return await self._take_up(startup=False)
+
+    async def _take_up(self, startup: bool) -> list[str]:
         if self._state is None:
             return []
-        documents = (self._state.read(ROLLOUTS_NAME) or {}).get("rollouts", [])
-        await self.rollouts.restore([d for d in documents if d.get("endpoint") in self.endpoints.by_name])
-        return [d["endpoint"] for d in documents if d.get("state") in ("running", "paused")]
+        kept = self._kept_rollouts()
+        owners = {str(d.get("server", "")) for d in kept} - {"", self.server_id} - self._adopted
+        gone = {owner for owner in owners if not self._state.alive(owner)}
+        documents = [
+            d for d in kept
+            if (d.get("server", "") in gone or (startup and self._is_mine(d)))
+            and d.get("endpoint") in self.endpoints.by_name and not self.rollouts.is_running(str(d.get("endpoint")))
+        ]  # fmt: skip
+        self._adopted |= gone
+        await self.rollouts.restore(documents)
+        return [d["endpoint"] for d in documents if Rollout.is_active(d)]
 
     # -- rollouts ----------------------------------------------------------------------------------
 
@@ -112,7 +153,12 @@ class EndpointControl:
             raise AlreadyExistsError(
                 f"the endpoints are declared by {self.declared_by}: their weights are the file's, not a rollout's"
             )
-        self._check_no_fleet_rollout(name)
+        self._check_no_rollout_elsewhere(name)
+        if self._figures is not None and guards.max_drift is not None:
+            raise InvalidRequestError(
+                "max_drift is judged from one server's shadows: this server judges across its fleet "
+                f"(--rollout-controller, {self._figures.describe()})"
+            )
         spec = self.get(name).spec
         variant = spec.variant(candidate)
         baseline = spec.rollout_baseline(candidate)
@@ -126,28 +172,49 @@ class EndpointControl:
         return await self.rollouts.start(name, candidate, baseline.name, weights, strategy, bake_s, guards, webhook)
 
     async def set_weights(self, endpoint: str, weights: dict[str, float]) -> None:
-        spec = self.get(endpoint).spec
-        variants = tuple(replace(v, weight=weights.get(v.name, v.weight)) for v in spec.variants)
-        self.endpoints.set(replace(spec, variants=variants))
-        self._keep()
+        self.endpoints.set(self.get(endpoint).spec.with_weights(weights))
+        self._keep(endpoint)
 
     async def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
+        if self._figures is not None:
+            return await self._figures.summary(endpoint, variant, window_s)
         return self.get(endpoint).windows[variant].summary(window_s)
 
     async def unpinned_requests(self, endpoint: str, variant: str) -> int:
+        if self._figures is not None:
+            return await self._figures.requests(endpoint, variant)
         return self.get(endpoint).windows[variant].requests_total
 
     def compared_answers(self, endpoint: str, candidate: str, baseline: str) -> tuple[int, int] | None:
+        if self._figures is not None:
+            return None  # shadows compare answers on one server; a fleet's are not summed
         return self.get(endpoint).compared_answers(candidate, baseline)
 
     def same_servable(self, endpoint: str, candidate: str, baseline: str) -> bool:
-        spec = self.get(endpoint).spec
-        a, b = spec.variant(candidate), spec.variant(baseline)
-        return (a.model, a.version) == (b.model, b.version)
+        return self.get(endpoint).spec.same_servable(candidate, baseline)
 
     def _keep_rollouts(self, documents: list[dict[str, Any]]) -> None:
-        if self._state is not None:
-            self._state.write(ROLLOUTS_NAME, {"rollouts": documents})
+        """This server's rollouts, beside those other servers sharing the directory keep there."""
+        if self._state is None:
+            return
+        mine = [{**document, "server": self.server_id} for document in documents]
+
+        def change(kept: Any) -> dict[str, Any]:
+            others = [d for d in (kept or {}).get("rollouts", []) if not self._is_mine(d)]
+            return {"rollouts": [*others, *mine]}
+
+        self._state.update(self._rollouts_name, change)
+
+    def _kept_rollouts(self) -> list[dict[str, Any]]:
+        assert self._state is not None
+        documents: list[dict[str, Any]] = (self._state.read(self._rollouts_name) or {}).get("rollouts", [])
+        return documents
+
+    def _is_mine(self, document: dict[str, Any]) -> bool:
+        """A kept rollout of this server's: its own, one kept before servers were named in them,
+        or one of a server that is gone, taken up."""
+        server = document.get("server", "")
+        return server in ("", self.server_id) or server in self._adopted
 
     def is_endpoint(self, name: str) -> bool:
         return name in self.endpoints.by_name
@@ -161,7 +228,7 @@ class EndpointControl:
     async def set(self, spec: EndpointSpec) -> tuple[Endpoint, bool]:
         """Serve `spec` (a new endpoint, or new variants and weights for one); whether it is new."""
         self._check_changeable(spec.name)
-        await self.follow_state()  # what another replica set stays: this server writes every endpoint
+        await self.follow_state()
         return await self._set(spec)
 
     async def declare(self, specs: list[EndpointSpec]) -> dict[str, str]:
@@ -197,7 +264,7 @@ class EndpointControl:
         created = spec.name not in self.endpoints.by_name
         endpoint = self.endpoints.set(spec)
         if keep:
-            self._keep()
+            self._keep(spec.name)
         return endpoint, created
 
     async def delete(self, name: str) -> None:
@@ -206,7 +273,7 @@ class EndpointControl:
         await self.follow_state()
         self.get(name)
         self.endpoints.delete(name)
-        self._keep()
+        self._keep(name)
 
     def check_model_name(self, name: str) -> None:
         """A model may not be loaded under an endpoint's name."""
@@ -216,32 +283,33 @@ class EndpointControl:
     def primary(self, name: str) -> Variant:
         """The variant that speaks for the endpoint's metadata and config: the heaviest (the first
         of equals). Every variant has its signature."""
-        variants = self.get(name).spec.variants
-        return max(variants, key=lambda variant: variant.weight)
+        return self.get(name).spec.primary
 
     def _check_changeable(self, name: str) -> None:
         if self.declared_by:
             raise AlreadyExistsError(
                 f"the endpoints are declared by {self.declared_by}: change it there, not through the API"
             )
-        self._check_no_fleet_rollout(name)
+        self._check_no_rollout_elsewhere(name)
         if self.rollouts.is_running(name):
             raise AlreadyExistsError(
                 f"endpoint '{name}' has a rollout running: it sets the weights until it ends "
                 f"(POST /v2/endpoints/{name}/rollout/promote or /abort)"
             )
 
-    def _check_no_fleet_rollout(self, name: str) -> None:
-        """A fleet's controller rolling `name` out (kept in this state directory: it is shared)
-        sets its weights until it ends."""
+    def _check_no_rollout_elsewhere(self, name: str) -> None:
+        """Another process rolling `name` out (a fleet's controller, or a replica sharing this state
+        directory) sets its weights until it ends."""
         if self._state is None:
             return
-        for document in (self._state.read(FLEET_ROLLOUTS_NAME) or {}).get("rollouts", []):
-            if document.get("endpoint") == name and document.get("state") in ("running", "paused"):
-                raise AlreadyExistsError(
-                    f"endpoint '{name}' is being rolled out across the fleet by a controller: it sets the weights "
-                    f"until the rollout ends (inferd rollout status {name} --state-dir {self._state.path})"
-                )
+        for kept, by in ((FLEET_ROLLOUTS_NAME, "across the fleet by a controller"), (ROLLOUTS_NAME, "by a replica")):
+            for document in (self._state.read(kept) or {}).get("rollouts", []):
+                mine = kept == self._rollouts_name and self._is_mine(document)
+                if document.get("endpoint") == name and Rollout.is_active(document) and not mine:
+                    raise AlreadyExistsError(
+                        f"endpoint '{name}' is being rolled out {by}: it sets the weights until the rollout ends "
+                        "(inferd rollout status, or the controller's own API, says how it goes)"
+                    )
 
     def _is_model(self, name: str) -> bool:
         return self._registry.repository.has_model(name) or any(r.name == name for r in self._registry.records())
@@ -261,10 +329,26 @@ class EndpointControl:
             ) from None
         return handle.config
 
-    def _keep(self) -> None:
-        if self._state is not None and not self.declared_by:  # a file's endpoints are the file's to keep
-            self._state.write(STATE_NAME, {"endpoints": [spec_document(spec) for spec in self.endpoints.specs()]})
-            self._seen = self._state.stamp(STATE_NAME)
+    def _keep(self, name: str) -> None:
+        """Endpoint `name` as this server serves it (or its absence) into the state directory's
+        document, the others there as they are: replicas sharing it each write their own changes,
+        under its lock."""
+        if self._state is None or self.declared_by:  # a file's endpoints are the file's to keep
+            return
+        current = self.endpoints.get(name)
+        written: list[dict[str, Any]] = []
+
+        def change(kept: Any) -> dict[str, Any]:
+            written.append(with_spec(kept, name, current.spec if current is not None else None))
+            return written[-1]
+
+        stamp = self._state.update(STATE_NAME, change)
+        # Seen only when it says what this server serves: otherwise it holds another replica's change
+        # too, which the next poll applies.
+        if {spec.name: spec for spec in specs_of(written[-1])} == {
+            e.name: e.spec for e in self.endpoints.by_name.values()
+        }:
+            self._seen = stamp
 
 
 def _check_same_signature(

@@ -27,7 +27,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,11 @@ class EndpointSpec:
         known = ", ".join(v.name for v in self.variants)
         raise InvalidRequestError(f"endpoint '{self.name}' has no variant '{name}' (its variants: {known})")
 
+    @property
+    def primary(self) -> Variant:
+        """The heaviest variant (the first of equals): it speaks for the endpoint's metadata."""
+        return heaviest(self.variants)
+
     def rollout_baseline(self, candidate: str) -> Variant:
         """The variant a rollout to `candidate` moves the traffic from: the heaviest other one
         (the first of equals)."""
@@ -113,7 +118,36 @@ class EndpointSpec:
         others = [v for v in self.variants if v.name != candidate]
         if not others:
             raise InvalidRequestError(f"endpoint '{self.name}' has no variant but '{candidate}' to roll out from")
-        return max(others, key=lambda v: v.weight)
+        return heaviest(others)
+
+    def same_servable(self, a: str, b: str) -> bool:
+        """Whether variants `a` and `b` name the same model and version."""
+        first, second = self.variant(a), self.variant(b)
+        return (first.model, first.version) == (second.model, second.version)
+
+    def with_weights(self, weights: dict[str, float]) -> EndpointSpec:
+        """The spec with its variants' weights as `weights` says (those it does not name kept)."""
+        variants = tuple(replace(v, weight=weights.get(v.name, v.weight)) for v in self.variants)
+        return replace(self, variants=variants)
+
+
+def heaviest(variants: Sequence[Variant]) -> Variant:
+    """The variant of the greatest weight, the first of equals."""
+    return max(variants, key=lambda variant: variant.weight)
+
+
+def specs_of(document: dict[str, Any] | None) -> list[EndpointSpec]:
+    """The endpoints a state directory's endpoints document keeps."""
+    return [spec_from_document(entry) for entry in (document or {}).get("endpoints", [])]
+
+
+def with_spec(document: dict[str, Any] | None, name: str, spec: EndpointSpec | None) -> dict[str, Any]:
+    """The endpoints document with endpoint `name` as `spec` (added, replaced; None: removed), the
+    others as they are."""
+    entries = [entry for entry in (document or {}).get("endpoints", []) if entry.get("name") != name]
+    if spec is not None:
+        entries.append(spec_document(spec))
+    return {"endpoints": sorted(entries, key=lambda entry: str(entry.get("name")))}
 
 
 def spec_document(spec: EndpointSpec) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from inferd.core.statistics import LATENCY_BUCKETS_S
+from inferd.types import WINDOW_S
 
-WINDOW_S = 60.0
 # A window holds at most this many requests (the newest): its memory is bounded whatever the rate,
 # and a minute at more than this rate is judged on its last requests.
 WINDOW_MAX_REQUESTS = 100_000

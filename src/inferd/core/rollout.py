@@ -44,17 +44,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from inferd.core.request_window import WINDOW_S, WindowSummary
+from inferd.core.request_window import WindowSummary
 from inferd.errors import InvalidRequestError
+from inferd.types import WINDOW_S
 
 logger = logging.getLogger(__name__)
 
 TICK_S = 0.5
-# How long a rollout goes on without figures (its metrics source does not answer) before it rolls
-# back: a judge that cannot see must not leave traffic split (Argo Rollouts: 4 errors in a row,
-# 10 s apart, fail the analysis).
+# How long a rollout goes on without being judged (its figures cannot be read, its weights cannot be
+# written) before it rolls back: a judge that cannot see must not leave traffic split (Argo
+# Rollouts: 4 errors in a row, 10 s apart, fail the analysis).
 FIGURES_OUTAGE_S = 40.0
 HISTORY = 50  # ended rollouts kept per endpoint
+ACTIVE = ("running", "paused")  # the states of a rollout that has not ended
 # Compared answers a step needs before max_drift judges it (fewer say too little about a share).
 MIN_DRIFT_PAIRS = 30
 
@@ -223,7 +225,7 @@ def _ms(value: float | None) -> str:
 class Decision:
     at: float  # wall clock, seconds since the epoch
     step: int  # 1-based; 0 before the first
-    action: str  # started, step, paused, passed, promoted, rolled-back, aborted, resumed, no-figures
+    action: str  # started, step, paused, passed, promoted, rolled-back, aborted, resumed, cannot-judge
     message: str
 
 
@@ -248,7 +250,12 @@ class Rollout:
 
     @property
     def active(self) -> bool:
-        return self.state in ("running", "paused")
+        return self.state in ACTIVE
+
+    @staticmethod
+    def is_active(document: dict[str, Any]) -> bool:
+        """Whether a kept rollout's document is of one still running (or paused)."""
+        return document.get("state") in ACTIVE
 
     def document(self) -> dict[str, Any]:
         document = asdict(self)
@@ -289,13 +296,28 @@ class RolloutTarget(Protocol):
         ...
 
 
+class FleetFigures(Protocol):
+    """A fleet's figures for a rollout's judge: every replica's requests by weight, summed
+    (`server.fleet_metrics`: Prometheus, or the replicas' /metrics)."""
+
+    def describe(self) -> str: ...
+
+    async def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary: ...
+
+    async def requests(self, endpoint: str, variant: str) -> int: ...
+
+
 @dataclass
 class _Running:
     rollout: Rollout
-    # The candidate's unpinned requests when the step (or this process's view of it) began.
-    step_requests_at: int
+    # The candidate's unpinned requests when the step (or this process's view of it) began; None
+    # when they could not be read then (a rollout taken up while its figures were out): counted
+    # from the first tick that reads them.
+    step_requests_at: int | None
     # Its shadow's (compared, agreed) then.
     compared_at: tuple[int, int] = (0, 0)
+    # Whether the step's weights were written (a tick writes them again until they are).
+    weights_written: bool = False
 
 
 class RolloutController:
@@ -317,12 +339,22 @@ class RolloutController:
         self.webhook: Webhook | None = None  # set by whoever knows the operator's webhooks
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._history: dict[str, list[Rollout]] = {}
+        # One a rollout: a tick, a promote or an abort acts alone (each waits on figures and
+        # weights: none may act on what another has just changed).
+        self._locks: dict[str, asyncio.Lock] = {}
 
     # -- what users ask --------------------------------------------------------------------------
 
     async def start(
         self, endpoint: str, candidate: str, baseline: str, weights: dict[str, float], strategy: str, bake_s: float,
         guards: Guards, webhook: str = "",
+    ) -> Rollout:  # fmt: skip
+        async with self._lock(endpoint):
+            return await self._start(endpoint, candidate, baseline, weights, strategy, bake_s, guards, webhook)
+
+    async def _start(
+        self, endpoint: str, candidate: str, baseline: str, weights: dict[str, float], strategy: str, bake_s: float,
+        guards: Guards, webhook: str,
     ) -> Rollout:  # fmt: skip
         if endpoint in self._running:
             raise InvalidRequestError(f"endpoint '{endpoint}' has a rollout running: promote or abort it first")
@@ -345,18 +377,25 @@ class RolloutController:
         )
         rollout.baseline_reference = _summary_document(await self._target.summary(endpoint, baseline, WINDOW_S))
         self._decide(rollout, 0, "started", f"from '{baseline}' to '{candidate}' by {strategy}, {bake_s:g} s a step")
-        await self._enter_step(rollout, 0, now)
+        try:
+            await self._enter_step(rollout, 0, now)
+        except BaseException:  # not started: no record of it stays, nor (as far as they were written) its weights
+            self._running.pop(endpoint, None)
+            self._save()
+            raise
         self._watch_in_background(endpoint)
         return rollout
 
     async def promote(self, endpoint: str) -> Rollout:
-        running = self._active(endpoint)
-        await self._finish(running.rollout, "promoted", "promoted by hand: the candidate takes all the traffic")
+        async with self._lock(endpoint):
+            running = self._active(endpoint)
+            await self._finish(running.rollout, "promoted", "promoted by hand: the candidate takes all the traffic")
         return running.rollout
 
     async def abort(self, endpoint: str) -> Rollout:
-        running = self._active(endpoint)
-        await self._finish(running.rollout, "aborted", "aborted by hand: the traffic is back on the baseline")
+        async with self._lock(endpoint):
+            running = self._active(endpoint)
+            await self._finish(running.rollout, "aborted", "aborted by hand: the traffic is back on the baseline")
         return running.rollout
 
     def current(self, endpoint: str) -> Rollout | None:
@@ -382,7 +421,11 @@ class RolloutController:
             if rollout.active:
                 message = "taken up again after a restart: the step's bake goes on"
                 self._decide(rollout, rollout.step + 1, "resumed", message)
-                await self._enter_step(rollout, rollout.step, rollout.step_started, resumed=True)
+                try:
+                    await self._enter_step(rollout, rollout.step, rollout.step_started, resumed=True)
+                except Exception as exc:  # kept as running: its ticks write the weights again, or roll back
+                    logger.warning("endpoint '%s': the rollout taken up cannot write its weights yet: %s",
+                                   rollout.endpoint, exc)  # fmt: skip
                 self._watch_in_background(rollout.endpoint)
             else:
                 self._history.setdefault(rollout.endpoint, []).append(rollout)
@@ -396,19 +439,35 @@ class RolloutController:
     # -- the steps -------------------------------------------------------------------------------
 
     async def _enter_step(self, rollout: Rollout, step: int, started: float, *, resumed: bool = False) -> None:
+        """The rollout at `step`: its figures read first (when they cannot be, nothing changed: the
+        step is not entered), then the step kept, then its weights written (a crash between leaves a
+        rollout to take up, never a split nobody judges; a write that fails is tried again by the
+        ticks)."""
+        endpoint = rollout.endpoint
         if step > 0 and not resumed:  # the baseline's figures while it still had traffic
-            reference = await self._target.summary(rollout.endpoint, rollout.baseline, self._window(rollout))
+            reference = await self._target.summary(endpoint, rollout.baseline, self._window(rollout))
             if reference.requests:
                 rollout.baseline_reference = _summary_document(reference)
+        requests_now: int | None
+        try:
+            requests_now = await self._target.unpinned_requests(endpoint, rollout.candidate)
+        except FiguresUnavailable:
+            if not resumed:
+                raise
+            requests_now = None  # counted from the first tick that reads them
+        compared_now = self._target.compared_answers(endpoint, rollout.candidate, rollout.baseline) or (0, 0)
         rollout.step, rollout.step_started, rollout.state = step, started, "running"
         share = rollout.steps[step]
-        await self._target.set_weights(rollout.endpoint, _weights(rollout, share))
         if not resumed:
             self._decide(rollout, step + 1, "step", f"'{rollout.candidate}' at {share:g}% for {rollout.bake_s:g} s")
-        requests_now = await self._target.unpinned_requests(rollout.endpoint, rollout.candidate)
-        compared_now = self._target.compared_answers(rollout.endpoint, rollout.candidate, rollout.baseline) or (0, 0)
-        self._running[rollout.endpoint] = _Running(rollout, requests_now, compared_now)
+        running = self._running[endpoint] = _Running(rollout, requests_now, compared_now)
         self._save()
+        await self._write_weights(running)
+
+    async def _write_weights(self, running: _Running) -> None:
+        rollout = running.rollout
+        await self._target.set_weights(rollout.endpoint, _weights(rollout, rollout.steps[rollout.step]))
+        running.weights_written = True
 
     def _watch_in_background(self, endpoint: str) -> None:
         task = self._tasks.get(endpoint)
@@ -423,25 +482,37 @@ class RolloutController:
                 try:
                     await self.tick(endpoint)
                     failing_since = None
-                except FiguresUnavailable as exc:
-                    failing_since = await self._without_figures(endpoint, failing_since, str(exc))
+                except Exception as exc:  # whatever stops the judging: the rollout must not hang
+                    try:
+                        failing_since = await self._cannot_judge(endpoint, failing_since, exc)
+                    except Exception:  # the rollback's own write failed: tried again next tick
+                        logger.exception("endpoint '%s': the rollback could not be written", endpoint)
         finally:
             if self._tasks.get(endpoint) is asyncio.current_task():
                 del self._tasks[endpoint]
 
     async def tick(self, endpoint: str) -> None:
         """Judge the endpoint's rollout now (the controller's task calls it every TICK_S)."""
+        async with self._lock(endpoint):
+            await self._judge(endpoint)
+
+    async def _judge(self, endpoint: str) -> None:
         running = self._running.get(endpoint)
         if running is None:
             return
         rollout = running.rollout
+        if not running.weights_written:
+            await self._write_weights(running)
         now = self._clock()
         window = self._window(rollout)
         candidate = await self._target.summary(endpoint, rollout.candidate, window)
         baseline = await self._target.summary(endpoint, rollout.baseline, window)
         if baseline.requests == 0 and rollout.baseline_reference is not None:
             baseline = WindowSummary(**rollout.baseline_reference)
-        step_requests = await self._target.unpinned_requests(endpoint, rollout.candidate) - running.step_requests_at
+        requests_now = await self._target.unpinned_requests(endpoint, rollout.candidate)
+        if running.step_requests_at is None:
+            running.step_requests_at = requests_now
+        step_requests = requests_now - running.step_requests_at
         baked = now - rollout.step_started >= rollout.bake_s
         verdict = judge(candidate, baseline, step_requests, baked, rollout.guards, self._drift(running))
         if verdict.action == "fail":
@@ -464,23 +535,27 @@ class RolloutController:
             else:
                 await self._enter_step(rollout, rollout.step + 1, now)
 
-    async def _without_figures(self, endpoint: str, since: float | None, why: str) -> float | None:
-        """A tick found no figures: said once an outage, and rolled back once it has lasted
-        FIGURES_OUTAGE_S. When the outage began (None once rolled back)."""
-        running = self._running.get(endpoint)
-        if running is None:
-            return None
-        rollout, now = running.rollout, self._clock()
-        if since is None:
-            message = f"cannot read the figures ({why}): rolls back if this lasts {FIGURES_OUTAGE_S:g} s"
-            self._decide(rollout, rollout.step + 1, "no-figures", message)
-            self._save()
-            return now
-        if now - since >= FIGURES_OUTAGE_S:
-            message = f"rolled back at step {rollout.step + 1}: no figures for {now - since:.0f} s ({why})"
-            await self._finish(rollout, "rolled-back", message)
-            return None
-        return since
+    async def _cannot_judge(self, endpoint: str, since: float | None, error: Exception) -> float | None:
+        """A tick could not judge (its figures cannot be read, its weights cannot be written): said
+        once an outage, and rolled back once it has lasted FIGURES_OUTAGE_S. When the outage began
+        (None once rolled back)."""
+        why = str(error) if isinstance(error, FiguresUnavailable) else f"{type(error).__name__}: {error}"
+        async with self._lock(endpoint):
+            running = self._running.get(endpoint)
+            if running is None:
+                return None
+            rollout, now = running.rollout, self._clock()
+            if since is None:
+                message = f"cannot judge ({why}): rolls back if this lasts {FIGURES_OUTAGE_S:g} s"
+                self._decide(rollout, rollout.step + 1, "cannot-judge", message)
+                self._save()
+                logger.warning("endpoint '%s': %s", endpoint, message)
+                return now
+            if now - since >= FIGURES_OUTAGE_S:
+                message = f"rolled back at step {rollout.step + 1}: not judged for {now - since:.0f} s ({why})"
+                await self._finish(rollout, "rolled-back", message)
+                return None
+            return since
 
     async def _finish(self, rollout: Rollout, state: str, message: str) -> None:
         weights = _weights(rollout, 100.0) if state == "promoted" else rollout.original_weights
@@ -528,6 +603,9 @@ class RolloutController:
 
     def _window(self, rollout: Rollout) -> float:
         return max(1.0, min(WINDOW_S, self._clock() - rollout.step_started))
+
+    def _lock(self, endpoint: str) -> asyncio.Lock:
+        return self._locks.setdefault(endpoint, asyncio.Lock())
 
     def _active(self, endpoint: str) -> _Running:
         running = self._running.get(endpoint)

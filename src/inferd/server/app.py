@@ -10,6 +10,7 @@ import gc
 import logging
 import shutil
 import signal
+import socket
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from inferd.server.async_setup import AsyncSettingsError, build_async_inference
 from inferd.server.auth import Access, AccessPolicy, is_loopback_host, read_tokens
 from inferd.server.decoded_bytes import DecodedBytesBudget
 from inferd.server.endpoint_file import EndpointFileError, apply_endpoint_file, follow_endpoint_file
+from inferd.server.fleet_metrics import metrics_source
 from inferd.server.grpc import TokenInterceptor, build_grpc_server, new_grpc_server
 from inferd.server.http import HttpApp
 from inferd.server.http11 import BodySpool, HttpLimits, HttpServer
@@ -166,6 +168,13 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     # balancer) told "ready" must find them.
     service.starting = True
     service.endpoints.rollouts.webhook = RolloutWebhooks(parse_webhooks(settings.rollout_webhooks))
+    service.endpoints.identify(f"{socket.gethostname()}:{settings.http_port}")
+    if settings.rollout_controller is not None:
+        figures = metrics_source(settings.rollout_controller, settings.rollout_scrape_interval_s)
+        service.endpoints.judge_across_fleet(figures)
+        logger.info(
+            "rollout controller of the fleet sharing %s: judged from %s", settings.state_dir, figures.describe()
+        )
     if settings.endpoints_file is None and (restored := service.endpoints.restore()):
         logger.info("endpoints restored from %s: %s", settings.state_dir, ", ".join(restored))
 
@@ -344,16 +353,20 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
 
 async def _follow_state(control: EndpointControl, interval_s: float) -> None:
     """The state directory's endpoints, read again every `interval_s` when they changed (a stat
-    a poll otherwise), until cancelled."""
+    a poll otherwise), and the rollouts of servers sharing it that are gone, taken up; until
+    cancelled."""
     while True:
         await asyncio.sleep(interval_s)
         try:
             problems = await control.follow_state()
-        except (OSError, ValueError) as exc:  # a document being replaced by a slow shared store
-            logger.warning("the state directory's endpoints cannot be read now: %s", exc)
+            taken = await control.take_up_orphans()
+        except (OSError, ValueError, InferdError) as exc:  # read again at the next poll
+            logger.warning("the state directory cannot be read now: %s", exc)
             continue
         for name, problem in problems.items():
             logger.warning("endpoint '%s' from the state directory is not served: %s", name, problem)
+        if taken:
+            logger.warning("rollouts of a server sharing the state directory that is gone, taken up: %s", taken)
 
 
 def access_policy(settings: ServerSettings) -> AccessPolicy | None:

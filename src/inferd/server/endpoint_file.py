@@ -25,9 +25,11 @@ start --controller --endpoints FILE`) changes the weights by writing the file
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,19 @@ def write_endpoint_weights(location: str, endpoint: str, weights: dict[str, floa
     """Set `endpoint`'s variants' weights in the file (the rest of it as it was, though its
     comments are not kept): a fleet's rollout controller, whose replicas follow the file. The new
     file replaces the old at once (a local one by a rename; an object store's PUT is whole)."""
+    if _is_url(location):  # an object store has no lock: one controller a file
+        _write_weights(location, endpoint, weights)
+        return
+    path = Path(location.removeprefix("file://"))
+    with open(path.with_name(f".{path.name}.lock"), "a+b") as lock:  # controllers of other endpoints wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            _write_weights(location, endpoint, weights)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _write_weights(location: str, endpoint: str, weights: dict[str, float]) -> None:
     document = _read_document(location)
     body = (document.get("endpoints") or {}).get(endpoint)
     if not isinstance(body, dict) or not isinstance(body.get("variants"), list):
@@ -77,7 +92,7 @@ def write_endpoint_weights(location: str, endpoint: str, weights: dict[str, floa
                 file.write(text)
         else:
             path = Path(location.removeprefix("file://"))
-            partial = path.with_name(f".{path.name}.partial")
+            partial = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
             partial.write_bytes(text)
             os.replace(partial, path)
     except OSError as exc:
@@ -113,18 +128,25 @@ def _plain_number(weight: float) -> float | int:
     return int(weight) if float(weight).is_integer() else weight
 
 
-async def apply_endpoint_file(control: EndpointControl, location: str) -> None:
-    """Read the file (on a thread: it may be on S3) and serve what it declares."""
+async def apply_endpoint_file(control: EndpointControl, location: str, told: dict[str, str] | None = None) -> None:
+    """Read the file (on a thread: it may be on S3) and serve what it declares. `told`: the
+    problems already logged (a follower's): each is logged once, not at every reading."""
     specs = await asyncio.to_thread(read_endpoint_file, location)
-    for name, problem in (await control.declare(specs)).items():
-        logger.warning("--endpoints %s: endpoint '%s' is not served: %s", location, name, problem)
+    problems = await control.declare(specs)
+    for name, problem in problems.items():
+        if told is None or told.get(name) != problem:
+            logger.warning("--endpoints %s: endpoint '%s' is not served: %s", location, name, problem)
+    if told is not None:
+        told.clear()
+        told.update(problems)
 
 
 async def follow_endpoint_file(control: EndpointControl, location: str, interval_s: float) -> None:
     """Read the file again every `interval_s` until cancelled; a bad reading changes nothing."""
+    told: dict[str, str] = {}
     while True:
         await asyncio.sleep(interval_s)
         try:
-            await apply_endpoint_file(control, location)
+            await apply_endpoint_file(control, location, told)
         except EndpointFileError as exc:
             logger.error("%s; the endpoints stay as they were", exc)

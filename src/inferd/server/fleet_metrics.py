@@ -1,6 +1,8 @@
 """A fleet's figures for a rollout's judge: each variant's requests by weight, failures and latency
 over a window, summed across every replica, from one of two sources:
 
+Each is a `core.rollout.FleetFigures`. `metrics_source` makes one from a flag.
+
 - `PrometheusSource`: PromQL (`inferd.rollout_queries`) over the Prometheus that scrapes the
   replicas. Its ranges are at least four scrape intervals long (as Grafana's `$__rate_interval`):
   shorter ones may hold a single sample a series, from which `increase()` says nothing.
@@ -21,38 +23,30 @@ import asyncio
 import bisect
 import itertools
 import json
+import logging
 import math
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from inferd import rollout_queries as queries
-from inferd.core.request_window import WINDOW_S, WindowSummary
-from inferd.core.rollout import FiguresUnavailable
-from inferd.types import ROUTED_BY_WEIGHT
+from inferd.core.request_window import WindowSummary
+from inferd.core.rollout import FiguresUnavailable, FleetFigures
+from inferd.types import ROUTED_BY_WEIGHT, WINDOW_S
 
 # How often the scrape source reads the replicas at most (the rollout controller's tick).
 SCRAPE_EVERY_S = 0.5
+logger = logging.getLogger(__name__)
 SUCCESS = "success"
 
 
 class MetricsSourceError(FiguresUnavailable):
     """The source could not be read (Prometheus or a replica does not answer, or answers nonsense)."""
-
-
-class MetricsSource(Protocol):
-    """Where a fleet's rollout reads its figures (`FleetTarget`)."""
-
-    def describe(self) -> str: ...
-
-    async def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary: ...
-
-    async def requests(self, endpoint: str, variant: str) -> int: ...
 
 
 # -- Prometheus ------------------------------------------------------------------------------------
@@ -61,17 +55,24 @@ class MetricsSource(Protocol):
 class PrometheusSource:
     """The figures by PromQL over Prometheus' HTTP API (`/api/v1/query`)."""
 
-    def __init__(self, url: str, scrape_interval_s: float = 15.0, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, url: str, scrape_interval_s: float = 15.0, timeout_s: float = 10.0, clock: Callable[[], float] = time.time
+    ) -> None:
         self.url = url.rstrip("/")
         self.scrape_interval_s = scrape_interval_s
         self.timeout_s = timeout_s
+        self._clock = clock
+        # Requests are counted from here (a little before this source was made: a range of four
+        # scrapes at least), as increase() counts them: a replica's restart loses none, and one that
+        # comes back brings only what it counted since, not its whole life.
+        self._origin = clock() - queries.judged_range_s(0.0, scrape_interval_s)
 
     def describe(self) -> str:
         return f"Prometheus at {self.url} (scraping every {self.scrape_interval_s:g} s)"
 
     async def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
         selected = queries.matchers(endpoint, variant)
-        range_s = max(window_s, 4 * self.scrape_interval_s)
+        range_s = queries.judged_range_s(window_s, self.scrape_interval_s)
         requests, errors, p50_s, p99_s = await asyncio.gather(
             self.value(queries.requests_in(selected, range_s)),
             self.value(queries.errors_in(selected, range_s)),
@@ -86,7 +87,8 @@ class PrometheusSource:
         )
 
     async def requests(self, endpoint: str, variant: str) -> int:
-        return round(await self.value(queries.requests_so_far(queries.matchers(endpoint, variant))) or 0.0)
+        selected = queries.matchers(endpoint, variant)
+        return round(await self.value(queries.requests_in(selected, self._clock() - self._origin)) or 0.0)
 
     async def value(self, expression: str) -> float | None:
         """The expression's one value now; None when it has none (an empty vector) or it is NaN."""
@@ -97,22 +99,30 @@ class PrometheusSource:
         try:
             with urllib.request.urlopen(url, timeout=self.timeout_s) as response:
                 document = json.loads(response.read())
+        except urllib.error.HTTPError as exc:  # Prometheus says why in its body (a query it refuses: 400)
+            with exc:
+                why = exc.read()[:500].decode("utf-8", "replace")
+            raise MetricsSourceError(f"Prometheus at {self.url} answered {exc.code}: {why}") from None
         except OSError as exc:
             raise MetricsSourceError(f"Prometheus at {self.url} did not answer: {exc}") from None
         except ValueError as exc:
             raise MetricsSourceError(f"Prometheus at {self.url} answered no JSON: {exc}") from None
-        if document.get("status") != "success":
-            raise MetricsSourceError(f"Prometheus refused {expression!r}: {document.get('error', document)}")
-        data = document["data"]
-        if data["resultType"] == "scalar":
-            found = float(data["result"][1])
-        else:
-            results = data["result"]
-            if not results:
-                return None
-            if len(results) > 1:
-                raise MetricsSourceError(f"{expression!r} gave {len(results)} series, not one")
-            found = float(results[0]["value"][1])
+        if not isinstance(document, dict) or document.get("status") != "success":
+            why = document.get("error", document) if isinstance(document, dict) else document
+            raise MetricsSourceError(f"Prometheus refused {expression!r}: {why}")
+        try:
+            data = document["data"]
+            if data["resultType"] == "scalar":
+                found = float(data["result"][1])
+            else:
+                results = data["result"]
+                if not results:
+                    return None
+                if len(results) > 1:
+                    raise MetricsSourceError(f"{expression!r} gave {len(results)} series, not one")
+                found = float(results[0]["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise MetricsSourceError(f"Prometheus at {self.url} answered {expression!r} oddly: {exc!r}") from None
         return None if math.isnan(found) else found
 
 
@@ -212,6 +222,9 @@ class ScrapeSource:
         self._lock = asyncio.Lock()
         # The replicas that did not answer at the last reading, with why.
         self.unanswered: dict[str, str] = {}
+        # Each variant's requests since this source first read each replica, restarts counted as
+        # increase() counts them: a step's requests are a difference of two of these.
+        self._counted: dict[tuple[str, str], float] = {}
 
     def describe(self) -> str:
         count = len(self.replicas)
@@ -239,11 +252,7 @@ class ScrapeSource:
 
     async def requests(self, endpoint: str, variant: str) -> int:
         await self.refresh()
-        total = 0.0
-        for readings in self._readings.values():
-            if readings:
-                total += readings[-1][1].get((endpoint, variant), VariantCounts()).requests
-        return round(total)
+        return round(self._counted.get((endpoint, variant), 0.0))
 
     async def refresh(self) -> None:
         """Read every replica, unless they were read less than SCRAPE_EVERY_S ago."""
@@ -255,26 +264,41 @@ class ScrapeSource:
             pages = await asyncio.gather(
                 *(asyncio.to_thread(self._page, replica) for replica in self.replicas), return_exceptions=True
             )
-            self.unanswered = {}
+            unanswered = {}
             for replica, page in zip(self.replicas, pages, strict=True):
-                if isinstance(page, BaseException):
+                try:
+                    if isinstance(page, BaseException):
+                        raise page
+                    reading = parse_metrics(page)
+                except (MetricsSourceError, ValueError) as exc:  # no answer, or not a metrics page
                     # Its last reading stands in for it: what it counted is not lost, and a
                     # replica that is gone counts nothing new.
-                    self.unanswered[replica] = str(page)
+                    unanswered[replica] = str(exc)
                     continue
                 readings = self._readings[replica]
-                readings.append((now, parse_metrics(page)))
+                if readings:
+                    for key, counts in reading.items():
+                        since = counts.minus(readings[-1][1].get(key, VariantCounts()))
+                        self._counted[key] = self._counted.get(key, 0.0) + since.requests
+                readings.append((now, reading))
                 # Keep one reading at or before the window's start, and the ones after it.
                 while len(readings) > 2 and readings[1][0] <= now - WINDOW_S:
                     del readings[0]
-            if len(self.unanswered) == len(self.replicas):
-                raise MetricsSourceError(f"no replica answered: {self.unanswered}")
+            if unanswered.keys() != self.unanswered.keys():
+                for replica, why in unanswered.items():
+                    logger.warning("replica %s is left out of the figures until it answers: %s", replica, why)
+            self.unanswered = unanswered
+            if len(unanswered) == len(self.replicas):
+                raise MetricsSourceError(f"no replica answered: {unanswered}")
 
     def _page(self, url: str) -> str:
         try:
             with urllib.request.urlopen(url, timeout=self.timeout_s) as response:
                 return str(response.read().decode("utf-8"))
-        except OSError as exc:
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            raise MetricsSourceError(f"{url} answered {exc.code}") from None
+        except (OSError, UnicodeDecodeError) as exc:
             raise MetricsSourceError(f"{url} did not answer: {exc}") from None
 
 
@@ -285,3 +309,13 @@ def _metrics_url(replica: str) -> str:
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise ValueError(f"--replicas: {replica!r} is not host:port or an http(s) URL")
     return url if parsed.path not in ("", "/") else url.rstrip("/") + "/metrics"
+
+
+def metrics_source(flag: str, scrape_interval_s: float = 15.0) -> FleetFigures:
+    """`prometheus=URL` or `scrape=HOST:PORT,HOST:PORT,...` (a server's --rollout-controller)."""
+    kind, _, where = flag.partition("=")
+    if kind == "prometheus" and where.strip():
+        return PrometheusSource(where.strip(), scrape_interval_s)
+    if kind == "scrape" and where.strip():
+        return ScrapeSource([replica.strip() for replica in where.split(",") if replica.strip()])
+    raise ValueError(f"{flag!r} is not prometheus=URL or scrape=HOST:PORT,HOST:PORT,...")

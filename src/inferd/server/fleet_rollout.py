@@ -7,7 +7,7 @@ rollout (`core.rollout.RolloutController`, on a `FleetTarget` instead of one ser
   local path or an fsspec URL such as s3://), which each reads every `--repository-poll-secs`; or
   the state directory they share (`--state-dir` on shared storage), whose endpoints document each
   follows as often. The controller rewrites it at each step.
-- The figures come from a `MetricsSource` (Prometheus, or the replicas' own /metrics).
+- The figures come from `server.fleet_metrics` (Prometheus, or the replicas' own /metrics).
 - The rollout is kept in the controller's `--state-dir` (`fleet-rollouts.json`, apart from a
   server's own rollouts) after each decision: a controller killed mid-bake and started again with
   the same command resumes the step (the time already baked counts), so traffic is never left
@@ -22,17 +22,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, Protocol
 
 from inferd.core.endpoint_control import FLEET_ROLLOUTS_NAME, STATE_NAME
-from inferd.core.endpoints import EndpointSpec, spec_document, spec_from_document
+from inferd.core.endpoints import EndpointSpec, specs_of, with_spec
 from inferd.core.request_window import WindowSummary
-from inferd.core.rollout import Decision, Guards, Rollout, RolloutController
+from inferd.core.rollout import Decision, FleetFigures, Guards, Rollout, RolloutController
 from inferd.core.state_dir import StateDir
 from inferd.errors import InvalidRequestError
 from inferd.server.endpoint_file import read_endpoint_file, write_endpoint_weights
-from inferd.server.fleet_metrics import MetricsSource
 
 
 class WeightStore(Protocol):
@@ -83,24 +81,25 @@ class StateDirWeights:
         )
 
     def write(self, endpoint: str, weights: dict[str, float]) -> None:
-        specs = [
-            replace(spec, variants=tuple(replace(v, weight=weights.get(v.name, v.weight)) for v in spec.variants))
-            if spec.name == endpoint
-            else spec
-            for spec in self._specs()
-        ]
-        self.state.write(STATE_NAME, {"endpoints": [spec_document(spec) for spec in specs]})
+        def change(kept: Any) -> dict[str, Any]:  # under the directory's lock: replicas write it too
+            spec = next((s for s in specs_of(kept) if s.name == endpoint), None)
+            if spec is None:
+                raise InvalidRequestError(
+                    f"the state directory {self.state.path} no longer keeps endpoint '{endpoint}'"
+                )
+            return with_spec(kept, endpoint, spec.with_weights(weights))
+
+        self.state.update(STATE_NAME, change)
 
     def _specs(self) -> list[EndpointSpec]:
-        document = self.state.read(STATE_NAME) or {}
-        return [spec_from_document(entry) for entry in document.get("endpoints", [])]
+        return specs_of(self.state.read(STATE_NAME))
 
 
 class FleetTarget:
     """What a fleet's rollout acts on (`core.rollout.RolloutTarget`): the replicas' weights, and
     the figures of a metrics source."""
 
-    def __init__(self, weights: WeightStore, metrics: MetricsSource) -> None:
+    def __init__(self, weights: WeightStore, metrics: FleetFigures) -> None:
         self.weights = weights
         self.metrics = metrics
 
@@ -120,9 +119,7 @@ class FleetTarget:
         return None  # shadows compare answers on one server; a fleet's are not summed
 
     def same_servable(self, endpoint: str, candidate: str, baseline: str) -> bool:
-        spec = self.spec(endpoint)
-        a, b = spec.variant(candidate), spec.variant(baseline)
-        return (a.model, a.version) == (b.model, b.version)
+        return self.spec(endpoint).same_servable(candidate, baseline)
 
 
 class FleetRollout:
@@ -132,16 +129,14 @@ class FleetRollout:
         self.target = target
         self.endpoint = endpoint
         self._state = state
-        # The state directory may keep other endpoints' rollouts (other controllers'): kept as they are.
         kept = (state.read(FLEET_ROLLOUTS_NAME) or {}).get("rollouts", [])
-        self._others = [document for document in kept if document.get("endpoint") != endpoint]
         self._mine = [document for document in kept if document.get("endpoint") == endpoint]
         self.controller = RolloutController(target, self._keep)
 
     def running_document(self) -> dict[str, Any] | None:
         """The endpoint's rollout the state directory keeps as running (its controller stopped
         without ending it), if any."""
-        return next((d for d in self._mine if d.get("state") in ("running", "paused")), None)
+        return next((d for d in self._mine if Rollout.is_active(d)), None)
 
     async def begin(self, candidate: str, strategy: str, bake_s: float, guards: Guards) -> tuple[Rollout, bool]:
         """Resume the endpoint's running rollout if one is kept (it must be to `candidate`), else
@@ -181,10 +176,18 @@ class FleetRollout:
                 await self.controller.close()
                 return rollout
             if stop.is_set():
-                await self.controller.abort(self.endpoint)
+                with contextlib.suppress(InvalidRequestError):  # it ended meanwhile, as its last tick decided
+                    await self.controller.abort(self.endpoint)
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=0.25)
 
     def _keep(self, documents: list[dict[str, Any]]) -> None:
-        self._state.write(FLEET_ROLLOUTS_NAME, {"rollouts": [*self._others, *documents]})
+        """This endpoint's rollouts; other endpoints' (other controllers') as they are now, under
+        the directory's lock."""
+
+        def change(kept: Any) -> dict[str, Any]:
+            others = [d for d in (kept or {}).get("rollouts", []) if d.get("endpoint") != self.endpoint]
+            return {"rollouts": [*others, *documents]}
+
+        self._state.update(FLEET_ROLLOUTS_NAME, change)

@@ -20,11 +20,12 @@ from inferd.core.endpoints import (
     spec_document,
     spec_from_document,
 )
-from inferd.core.request_window import WINDOW_MAX_REQUESTS, WINDOW_S, RequestWindow, combined_summary
+from inferd.core.request_window import WINDOW_MAX_REQUESTS, RequestWindow, combined_summary
 from inferd.core.state_dir import StateDir
 from inferd.core.statistics import LATENCY_BUCKETS_S, Histogram
 from inferd.errors import InvalidRequestError
 from inferd.testing.fakes import FakeClock
+from inferd.types import WINDOW_S
 
 pytestmark = pytest.mark.timeout(30)
 

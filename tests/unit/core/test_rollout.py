@@ -319,12 +319,100 @@ def test_a_rollout_without_figures_says_so_once_and_rolls_back_when_the_outage_l
         await watched(rollouts, clock, 5)
         rollout = rollouts.current("e")
         assert rollout is not None and rollout.state == "running"
-        assert [d.action for d in rollout.decisions] == ["started", "step", "no-figures"]
+        assert [d.action for d in rollout.decisions] == ["started", "step", "cannot-judge"]
         assert "did not answer" in rollout.decisions[-1].message
         endpoint.blind = True
         await watched(rollouts, clock, FIGURES_OUTAGE_S + 5)
         assert rollout.state == "rolled-back" and endpoint.weights == {"blue": 100.0, "green": 0.0}
-        assert rollout.decisions[-1].message.startswith("rolled back at step 1: no figures for 40 s")
+        assert rollout.decisions[-1].message.startswith("rolled back at step 1: not judged for 40 s")
         await rollouts.close()
+
+    asyncio.run(scenario())
+
+
+class Slow(FakeEndpoint):
+    """An endpoint whose figures take until the test says (a fleet's Prometheus, far away)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = asyncio.Event()
+        self.answer.set()
+        self.asked = asyncio.Event()
+
+    async def summary(self, endpoint: str, variant: str, window_s: float) -> WindowSummary:
+        self.asked.set()
+        await self.answer.wait()
+        return await super().summary(endpoint, variant, window_s)
+
+
+def test_an_abort_while_a_tick_waits_for_figures_waits_for_it_and_nothing_ends_twice() -> None:
+    async def scenario() -> None:
+        clock, endpoint = FakeClock(), Slow()
+        rollouts = controller(endpoint, clock, [])
+        await rollouts.start("e", "green", "blue", dict(endpoint.weights), "all-at-once", 60, GUARDS)
+        endpoint.serve(WindowSummary(150, 0, 5.0, 10.0))
+        clock.advance(61)  # the tick judges the step baked and healthy
+        endpoint.answer.clear()
+        endpoint.asked.clear()
+        judging = asyncio.create_task(rollouts.tick("e"))
+        await endpoint.asked.wait()  # the tick waits for its figures
+        aborting = asyncio.create_task(rollouts.abort("e"))
+        await asyncio.sleep(0)
+        assert not aborting.done()  # it waits for the tick, which acts on what it read alone
+        endpoint.answer.set()
+        await judging
+        with pytest.raises(InvalidRequestError, match="has no rollout running"):
+            await aborting
+        rollout = rollouts.current("e")
+        assert rollout is not None and rollout.state == "promoted"
+        assert endpoint.weights == {"blue": 0.0, "green": 100.0} and len(rollouts.history("e")) == 1
+
+    asyncio.run(scenario())
+
+
+class Flaky(FakeEndpoint):
+    """An endpoint whose weights cannot be written while `write_fails` counts down, and whose
+    request count cannot be read at the reading `count_fails_at` counts down to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.write_fails = 0
+        self.count_fails_at = 0
+
+    async def unpinned_requests(self, endpoint: str, variant: str) -> int:
+        if self.count_fails_at:
+            self.count_fails_at -= 1
+            if not self.count_fails_at:
+                raise FiguresUnavailable("no answer")
+        return await super().unpinned_requests(endpoint, variant)
+
+    async def set_weights(self, endpoint: str, weights: dict[str, float]) -> None:
+        if self.write_fails:
+            self.write_fails -= 1
+            raise OSError("the shared volume is read-only")
+        await super().set_weights(endpoint, weights)
+
+
+def test_a_step_is_entered_only_with_its_figures_and_its_weights_are_written_again_until_they_are() -> None:
+    async def scenario() -> None:
+        clock, endpoint, kept = FakeClock(), Flaky(), []
+        rollouts = controller(endpoint, clock, kept)
+        await rollouts.start("e", "green", "blue", dict(endpoint.weights), "canary:10", 60, GUARDS)
+        endpoint.serve(WindowSummary(150, 0, 5.0, 10.0))
+        clock.advance(61)
+        # The tick reads the count once to judge; step 2's start count (its second reading) fails:
+        # the step is not entered, or it would count step 1's requests as its own.
+        endpoint.count_fails_at = 2
+        with pytest.raises(FiguresUnavailable):
+            await rollouts.tick("e")
+        rollout = rollouts.current("e")
+        assert rollout is not None and rollout.step == 0 and endpoint.weights == {"blue": 90.0, "green": 10.0}
+        # Step 2 is kept before its weights are written; a failed write is written again next tick.
+        endpoint.write_fails = 1
+        with pytest.raises(OSError):
+            await rollouts.tick("e")
+        assert rollout.step == 1 and kept[-1][0]["step"] == 1 and endpoint.weights == {"blue": 90.0, "green": 10.0}
+        await rollouts.tick("e")
+        assert endpoint.weights == {"blue": 0.0, "green": 100.0} and rollout.state == "running"
 
     asyncio.run(scenario())

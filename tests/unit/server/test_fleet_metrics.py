@@ -11,7 +11,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from inferd.core.request_window import WINDOW_S
 from inferd.server.fleet_metrics import (
     MetricsSourceError,
     ScrapeSource,
@@ -19,6 +18,7 @@ from inferd.server.fleet_metrics import (
     parse_metrics,
 )
 from inferd.testing.fakes import FakeClock
+from inferd.types import WINDOW_S
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -119,13 +119,15 @@ def test_a_window_is_the_replicas_counts_since_its_start_summed(replicas: tuple[
         # Over the last 20 s: A 90 successes and 10 failures, B 10 and 10.
         assert (summary.requests, summary.errors) == (120, 20)
         assert summary.p99_ms is not None and summary.p99_ms < 1.0  # every success under 1 ms
-        assert await source.requests("shop", "green") == 200 + 120
+        # Requests are counted from the first reading of each replica (not their whole lives).
+        assert await source.requests("shop", "green") == 100 + 20
         # B restarts: its counters start again from zero, and all it counted since is new (what it
         # counted in the window before the restart stays counted).
         clock.advance(1)
         b.text = page(5, 5, 0)
         summary = await source.summary("shop", "green", 20)
         assert (summary.requests, summary.errors) == (130, 25)
+        assert await source.requests("shop", "green") == 120 + 10  # never back, whatever restarts
         assert summary.p99_ms is not None and 10 < summary.p99_ms <= 100  # B's 5 successes were slow
 
     asyncio.run(scenario())
@@ -144,8 +146,15 @@ def test_a_replica_that_does_not_answer_keeps_its_last_reading_and_none_answerin
         clock.advance(1)
         b.down = True
         a.text = page(20, 0, 20)
-        assert await source.requests("shop", "green") == 30
+        assert await source.requests("shop", "green") == 10
         assert list(source.unanswered) == [f"http://{b.address}/metrics"]
+        # Back, with what it counted meanwhile: counted once.
+        clock.advance(1)
+        b.down, b.text = False, page(25, 0, 25)
+        assert await source.requests("shop", "green") == 10 + 15
+        clock.advance(1)
+        b.text = "not a metrics page {"  # left out, as one that does not answer
+        assert await source.requests("shop", "green") == 25 and list(source.unanswered)
         clock.advance(1)
         a.down = True
         with pytest.raises(MetricsSourceError, match="no replica answered"):

@@ -45,6 +45,7 @@ from inferd.tools.deploy.k8s import (
     server_container,
 )
 from inferd.tools.plan.plan_file import Plan
+from inferd.types import WINDOW_S
 
 ENDPOINT = "inferd.dev/endpoint"
 VARIANT = "inferd.dev/variant"
@@ -56,7 +57,6 @@ PLUGIN = "argoproj-labs/gatewayAPI"
 PLUGIN_VERSION = "v0.15.0"
 ENDPOINTS_MOUNT = "/etc/inferd/endpoints"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-WINDOW_S = 60.0  # one server's judge's longest window (core.request_window.WINDOW_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +71,13 @@ class DeployedVariant:
 class DeployedEndpoint:
     name: str
     variants: tuple[DeployedVariant, ...]
+    primary_name: str
+    """The heaviest variant (`core.endpoints.EndpointSpec.primary`): the one Argo ships new
+    revisions of."""
 
     @property
     def primary(self) -> DeployedVariant:
-        """The heaviest variant (the first of equals): the one Argo ships new revisions of."""
-        return max(self.variants, key=lambda v: v.weight)
+        return next(v for v in self.variants if v.name == self.primary_name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +99,7 @@ class RolloutSettings:
     def range_s(self) -> float:
         """The judged window: the bake, at most a minute (as one server judges), and at least four
         scrape intervals (shorter ranges may hold one sample a series)."""
-        return max(4 * self.scrape_interval_s, min(WINDOW_S, self.bake_s))
+        return queries.judged_range_s(min(WINDOW_S, self.bake_s), self.scrape_interval_s)
 
 
 def endpoint_objects(
@@ -105,6 +107,11 @@ def endpoint_objects(
 ) -> list[Manifest]:
     """Everything one endpoint needs in its namespace."""
     _check_names(endpoint)
+    if not any(share < 100 for share in rollout.shares):
+        raise ValueError(
+            "Argo promotes after a Rollout's last step, and judges only the steps before it: the rollout strategy "
+            "needs a step below 100% (canary:P, or linear:K with K of 2 or more)"
+        )
     primary = endpoint.primary
     documents: list[Manifest] = [_endpoint_files(endpoint, settings)]
     for variant in endpoint.variants:
@@ -144,10 +151,38 @@ def service_monitor(settings: DeploySettings, rollout: RolloutSettings) -> Manif
     }
 
 
+def plugin_rights(settings: DeploySettings) -> list[Manifest]:
+    """The rights the Gateway API plugin (run by Argo Rollouts' controller) needs on the endpoints'
+    routes and Services: in their namespace only."""
+    name = "inferd-argo-rollouts-gatewayapi"
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "labels": _labels("endpoints", settings)},
+            "rules": [
+                {"apiGroups": [""], "resources": ["services"], "verbs": ["get"]},
+                {
+                    "apiGroups": ["gateway.networking.k8s.io"],
+                    "resources": ["httproutes"],
+                    "verbs": ["get", "list", "update", "patch"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "labels": _labels("endpoints", settings)},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": "argo-rollouts", "namespace": "argo-rollouts"}],
+        },
+    ]
+
+
 def plugin_objects() -> list[Manifest]:
     """What the cluster's operator applies once, in Argo Rollouts' own namespace: the Gateway API
-    plugin registered (the controller reads it at start: restart it after), and the rights it
-    needs on routes and Services."""
+    plugin registered (the controller reads it at start: restart it after). It replaces that
+    ConfigMap: one that lists other plugins already must have this entry merged into it."""
     location = (
         "https://github.com/argoproj-labs/rollouts-plugin-trafficrouter-gatewayapi/releases/download/"
         f"{PLUGIN_VERSION}/gatewayapi-plugin-linux-amd64"
@@ -159,30 +194,6 @@ def plugin_objects() -> list[Manifest]:
             "kind": "ConfigMap",
             "metadata": {"name": "argo-rollouts-config", "namespace": "argo-rollouts"},
             "data": {"trafficRouterPlugins": plugins},
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": "argo-rollouts-gatewayapi"},
-            "rules": [
-                {"apiGroups": [""], "resources": ["services"], "verbs": ["get"]},
-                {
-                    "apiGroups": ["gateway.networking.k8s.io"],
-                    "resources": ["httproutes", "grpcroutes"],
-                    "verbs": ["get", "list", "update", "patch"],
-                },
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": "argo-rollouts-gatewayapi"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "argo-rollouts-gatewayapi",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "argo-rollouts", "namespace": "argo-rollouts"}],
         },
     ]
 

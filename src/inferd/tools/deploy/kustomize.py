@@ -28,6 +28,7 @@ from inferd.tools.deploy.endpoints import (
     RolloutSettings,
     endpoint_objects,
     plugin_objects,
+    plugin_rights,
     service_monitor,
 )
 from inferd.tools.deploy.k8s import METRICS, USER_ID, DeploySettings, Manifest, objects
@@ -103,18 +104,19 @@ def write_k8s(
 def write_endpoints(
     endpoints: list[DeployedEndpoint], plan: Plan, settings: DeploySettings, rollout: RolloutSettings, output: Path
 ) -> list[Path]:
-    """OUT/endpoints/: each endpoint's objects (in the base's namespace: apply the base first) and
-    the ServiceMonitor; OUT/endpoints/argo-rollouts/: the Gateway API plugin's registration and
-    rights, for the cluster's operator (Argo Rollouts' namespace). The folders a user applies."""
+    """OUT/endpoints/: each endpoint's objects (in the base's namespace: apply the base first), the
+    ServiceMonitor and the rights Argo's Gateway API plugin needs there; OUT/endpoints/argo-rollouts/:
+    the plugin's registration, for the cluster's operator (Argo Rollouts' namespace). The folders
+    a user applies."""
     folder = output / "endpoints"
     files = []
     for endpoint in endpoints:
         _dump(folder / f"{endpoint.name}.yaml", endpoint_objects(endpoint, plan, settings, rollout))
         files.append(f"{endpoint.name}.yaml")
     _dump(folder / "servicemonitor.yaml", [service_monitor(settings, rollout)])
-    _dump(
-        folder / "kustomization.yaml", [_kustomization([*files, "servicemonitor.yaml"], namespace=settings.namespace)]
-    )
+    _dump(folder / "argo-rollouts-rights.yaml", plugin_rights(settings))
+    resources = [*files, "servicemonitor.yaml", "argo-rollouts-rights.yaml"]
+    _dump(folder / "kustomization.yaml", [_kustomization(resources, namespace=settings.namespace)])
     cluster = folder / "argo-rollouts"
     _dump(cluster / "gatewayapi-plugin.yaml", plugin_objects())
     _dump(cluster / "kustomization.yaml", [_kustomization(["gatewayapi-plugin.yaml"])])
