@@ -237,7 +237,7 @@ def _endpoints(
             min_p99_delta_s=parse_duration(min_p99_delta),
             scrape_interval_s=parse_duration(scrape_interval),
         )
-    except (EndpointFileError, InferdError) as exc:
+    except (EndpointFileError, InferdError, ValueError) as exc:
         raise click.ClickException(getattr(exc, "message", str(exc))) from None
     if not specs:
         raise click.ClickException(f"--endpoints {location} declares no endpoint")

@@ -27,6 +27,8 @@ ROLLOUTS_NAME = "rollouts"
 # A fleet's controller's rollouts (`inferd rollout start --controller`), kept apart from a server's
 # own: a server refuses to change an endpoint one of them is rolling out.
 FLEET_ROLLOUTS_NAME = "fleet-rollouts"
+# How the controller command marks its rollouts there: no server takes them up or writes over them.
+COMMAND_CONTROLLER = "command"
 
 
 class EndpointControl:
@@ -43,7 +45,6 @@ class EndpointControl:
         # This server among those that may share the state directory (identify): it takes up its
         # own rollouts, and those of servers that are gone.
         self.server_id = ""
-        self._adopted: set[str] = set()
         self.endpoints = Endpoints(shadow_logs=state.folder("shadow") if state is not None else None)
         self.shadows = ShadowTraffic(shadow_infer, registry.metrics)
         self.rollouts = RolloutController(self, self._keep_rollouts)
@@ -123,24 +124,47 @@ class EndpointControl:
     async def take_up_orphans(self) -> list[str]:
         """Take up the running rollouts of servers sharing the directory that have gone since (a
         replica that died mid-rollout): nobody else judges them. The endpoints taken up."""
-        if self._state is None or not any(Rollout.is_active(d) and not self._is_mine(d) for d in self._kept_rollouts()):
+        state = self._state
+        if state is None:
+            return []
+        foreign = {
+            str(d.get("server", "")) for d in self._kept_rollouts() if Rollout.is_active(d) and not self._is_mine(d)
+        }
+        if not any(owner and not state.alive(owner) for owner in foreign):
             return []
         return await self._take_up(startup=False)
 
     async def _take_up(self, startup: bool) -> list[str]:
-        if self._state is None:
+        """This server's kept rollouts (at startup) and those of gone servers of endpoints it serves
+        and does not roll out itself: the latter become its own in the document (under its lock,
+        so two replicas never take up one rollout), then go on here."""
+        state = self._state
+        if state is None:
             return []
-        kept = self._kept_rollouts()
-        owners = {str(d.get("server", "")) for d in kept} - {"", self.server_id} - self._adopted
-        gone = {owner for owner in owners if not self._state.alive(owner)}
-        documents = [
-            d for d in kept
-            if (d.get("server", "") in gone or (startup and self._is_mine(d)))
-            and d.get("endpoint") in self.endpoints.by_name and not self.rollouts.is_running(str(d.get("endpoint")))
-        ]  # fmt: skip
-        self._adopted |= gone
-        await self.rollouts.restore(documents)
-        return [d["endpoint"] for d in documents if Rollout.is_active(d)]
+        taken: list[dict[str, Any]] = []
+
+        def adopt(kept: Any) -> dict[str, Any]:
+            documents = (kept or {}).get("rollouts", [])
+            owners = {str(d.get("server", "")) for d in documents} - {"", self.server_id}
+            gone = {owner for owner in owners if not state.alive(owner)}
+            for document in documents:
+                if document.get("controller") == COMMAND_CONTROLLER:
+                    continue
+                endpoint = str(document.get("endpoint"))
+                wanted = (startup and self._is_mine(document)) or document.get("server", "") in gone
+                # One running rollout an endpoint: not one this server runs, nor a second taken now.
+                clash = self.rollouts.is_running(endpoint) or (
+                    Rollout.is_active(document)
+                    and any(Rollout.is_active(t) and t["endpoint"] == endpoint for t in taken)
+                )
+                if wanted and endpoint in self.endpoints.by_name and not clash:
+                    document["server"] = self.server_id
+                    taken.append(document)
+            return {"rollouts": documents}
+
+        state.update(self._rollouts_name, adopt)
+        await self.rollouts.restore(taken)
+        return [d["endpoint"] for d in taken if Rollout.is_active(d)]
 
     # -- rollouts ----------------------------------------------------------------------------------
 
@@ -211,10 +235,10 @@ class EndpointControl:
         return documents
 
     def _is_mine(self, document: dict[str, Any]) -> bool:
-        """A kept rollout of this server's: its own, one kept before servers were named in them,
-        or one of a server that is gone, taken up."""
+        """A kept rollout of this server's: its own (one taken up from a server that is gone was
+        renamed its own), or in a server's own document one kept before servers were named."""
         server = document.get("server", "")
-        return server in ("", self.server_id) or server in self._adopted
+        return server == self.server_id or (server == "" and self._rollouts_name == ROLLOUTS_NAME)
 
     def is_endpoint(self, name: str) -> bool:
         return name in self.endpoints.by_name
@@ -308,7 +332,8 @@ class EndpointControl:
                 if document.get("endpoint") == name and Rollout.is_active(document) and not mine:
                     raise AlreadyExistsError(
                         f"endpoint '{name}' is being rolled out {by}: it sets the weights until the rollout ends "
-                        "(inferd rollout status, or the controller's own API, says how it goes)"
+                        f"(GET /v2/endpoints/{name}/rollout on the server rolling it out, or inferd rollout status "
+                        "--state-dir for a controller command's, says how it goes)"
                     )
 
     def _is_model(self, name: str) -> bool:

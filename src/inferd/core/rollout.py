@@ -36,6 +36,7 @@ again) or finishes a rollback, so traffic is never left split with nobody judgin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import re
@@ -379,8 +380,10 @@ class RolloutController:
         self._decide(rollout, 0, "started", f"from '{baseline}' to '{candidate}' by {strategy}, {bake_s:g} s a step")
         try:
             await self._enter_step(rollout, 0, now)
-        except BaseException:  # not started: no record of it stays, nor (as far as they were written) its weights
-            self._running.pop(endpoint, None)
+        except BaseException:  # not started: no record of it stays, and the weights it may have written go back
+            if self._running.pop(endpoint, None) is not None:
+                with contextlib.suppress(Exception):
+                    await self._target.set_weights(endpoint, rollout.original_weights)
             self._save()
             raise
         self._watch_in_background(endpoint)
@@ -428,7 +431,11 @@ class RolloutController:
                                    rollout.endpoint, exc)  # fmt: skip
                 self._watch_in_background(rollout.endpoint)
             else:
-                self._history.setdefault(rollout.endpoint, []).append(rollout)
+                ended = self._history.setdefault(rollout.endpoint, [])
+                ended.append(rollout)
+                # Others' taken up may be older than this server's own: in the order they started.
+                ended.sort(key=lambda r: r.decisions[0].at if r.decisions else 0.0)
+                del ended[:-HISTORY]
         self._save()
 
     async def close(self) -> None:
@@ -451,11 +458,12 @@ class RolloutController:
         requests_now: int | None
         try:
             requests_now = await self._target.unpinned_requests(endpoint, rollout.candidate)
-        except FiguresUnavailable:
+            compared_now = self._target.compared_answers(endpoint, rollout.candidate, rollout.baseline) or (0, 0)
+        except Exception:
             if not resumed:
                 raise
-            requests_now = None  # counted from the first tick that reads them
-        compared_now = self._target.compared_answers(endpoint, rollout.candidate, rollout.baseline) or (0, 0)
+            # A rollout taken up is kept whatever: counted from the first tick that reads them.
+            requests_now, compared_now = None, (0, 0)
         rollout.step, rollout.step_started, rollout.state = step, started, "running"
         share = rollout.steps[step]
         if not resumed:

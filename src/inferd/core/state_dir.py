@@ -18,6 +18,7 @@ import json
 import os
 import re
 import secrets
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -36,12 +37,15 @@ class StateDir:
         if owner in self._held:
             return
         file = open(self._owner_file(owner), "a+b")  # noqa: SIM115 (held open: the lock is the file's)
-        try:
-            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            file.close()
-            raise RuntimeError(f"another process runs as '{owner}' on {self.path}") from None
-        self._held[owner] = file
+        for _ in range(50):  # another process asking `alive` holds it for an instant
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._held[owner] = file
+                return
+            except BlockingIOError:
+                time.sleep(0.02)
+        file.close()
+        raise RuntimeError(f"another process runs as '{owner}' on {self.path}")
 
     def close(self) -> None:
         """Let go of the owners this process holds (its end does too)."""

@@ -360,8 +360,8 @@ async def _follow_state(control: EndpointControl, interval_s: float) -> None:
         try:
             problems = await control.follow_state()
             taken = await control.take_up_orphans()
-        except (OSError, ValueError, InferdError) as exc:  # read again at the next poll
-            logger.warning("the state directory cannot be read now: %s", exc)
+        except Exception as exc:  # read again at the next poll: the follower must not end
+            logger.warning("the state directory cannot be read now: %r", exc)
             continue
         for name, problem in problems.items():
             logger.warning("endpoint '%s' from the state directory is not served: %s", name, problem)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import http.client
 import itertools
 import json
 import logging
@@ -62,10 +63,11 @@ class PrometheusSource:
         self.scrape_interval_s = scrape_interval_s
         self.timeout_s = timeout_s
         self._clock = clock
-        # Requests are counted from here (a little before this source was made: a range of four
-        # scrapes at least), as increase() counts them: a replica's restart loses none, and one that
-        # comes back brings only what it counted since, not its whole life.
-        self._origin = clock() - queries.judged_range_s(0.0, scrape_interval_s)
+        # Each variant's requests since this source was made, as increase() counts them (a
+        # replica's restart loses none, one that comes back brings only what it counted since):
+        # added range by range, each at least four scrapes long, so no query spans the whole rollout.
+        self._counted: dict[tuple[str, str], tuple[float, float]] = {}  # -> (requests, counted until)
+        self._started = clock()
 
     def describe(self) -> str:
         return f"Prometheus at {self.url} (scraping every {self.scrape_interval_s:g} s)"
@@ -87,8 +89,16 @@ class PrometheusSource:
         )
 
     async def requests(self, endpoint: str, variant: str) -> int:
-        selected = queries.matchers(endpoint, variant)
-        return round(await self.value(queries.requests_in(selected, self._clock() - self._origin)) or 0.0)
+        """Requests since this source was made, up to a range ago at most (a count is conservative:
+        behind by less than four scrapes, never ahead)."""
+        key = (endpoint, variant)
+        counted, until = self._counted.get(key, (0.0, self._started))
+        now = self._clock()
+        if now - until >= queries.judged_range_s(0.0, self.scrape_interval_s):
+            found = await self.value(queries.requests_in(queries.matchers(endpoint, variant), now - until))
+            counted, until = counted + (found or 0.0), now
+            self._counted[key] = (counted, until)
+        return round(counted)
 
     async def value(self, expression: str) -> float | None:
         """The expression's one value now; None when it has none (an empty vector) or it is NaN."""
@@ -103,8 +113,8 @@ class PrometheusSource:
             with exc:
                 why = exc.read()[:500].decode("utf-8", "replace")
             raise MetricsSourceError(f"Prometheus at {self.url} answered {exc.code}: {why}") from None
-        except OSError as exc:
-            raise MetricsSourceError(f"Prometheus at {self.url} did not answer: {exc}") from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise MetricsSourceError(f"Prometheus at {self.url} did not answer: {exc!r}") from None
         except ValueError as exc:
             raise MetricsSourceError(f"Prometheus at {self.url} answered no JSON: {exc}") from None
         if not isinstance(document, dict) or document.get("status") != "success":
@@ -298,8 +308,8 @@ class ScrapeSource:
         except urllib.error.HTTPError as exc:
             exc.close()
             raise MetricsSourceError(f"{url} answered {exc.code}") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise MetricsSourceError(f"{url} did not answer: {exc}") from None
+        except (OSError, http.client.HTTPException, UnicodeDecodeError) as exc:
+            raise MetricsSourceError(f"{url} did not answer: {exc!r}") from None
 
 
 def _metrics_url(replica: str) -> str:

@@ -24,7 +24,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from inferd.core.endpoint_control import FLEET_ROLLOUTS_NAME, STATE_NAME
+from inferd.core.endpoint_control import COMMAND_CONTROLLER, FLEET_ROLLOUTS_NAME, STATE_NAME
 from inferd.core.endpoints import EndpointSpec, specs_of, with_spec
 from inferd.core.request_window import WindowSummary
 from inferd.core.rollout import Decision, FleetFigures, Guards, Rollout, RolloutController
@@ -135,8 +135,14 @@ class FleetRollout:
 
     def running_document(self) -> dict[str, Any] | None:
         """The endpoint's rollout the state directory keeps as running (its controller stopped
-        without ending it), if any."""
-        return next((d for d in self._mine if Rollout.is_active(d)), None)
+        without ending it), if any. One a server runs (--rollout-controller) is that server's."""
+        running = next((d for d in self._mine if Rollout.is_active(d)), None)
+        if running is not None and running.get("server") and running.get("controller") != COMMAND_CONTROLLER:
+            raise InvalidRequestError(
+                f"endpoint '{self.endpoint}' is being rolled out by the server {running.get('server', '')} "
+                "(--rollout-controller): follow it, promote or abort it through that server's API"
+            )
+        return running
 
     async def begin(self, candidate: str, strategy: str, bake_s: float, guards: Guards) -> tuple[Rollout, bool]:
         """Resume the endpoint's running rollout if one is kept (it must be to `candidate`), else
@@ -188,6 +194,6 @@ class FleetRollout:
 
         def change(kept: Any) -> dict[str, Any]:
             others = [d for d in (kept or {}).get("rollouts", []) if d.get("endpoint") != self.endpoint]
-            return {"rollouts": [*others, *documents]}
+            return {"rollouts": [*others, *({**d, "controller": COMMAND_CONTROLLER} for d in documents)]}
 
         self._state.update(FLEET_ROLLOUTS_NAME, change)

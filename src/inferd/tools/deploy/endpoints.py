@@ -95,6 +95,13 @@ class RolloutSettings:
     min_p99_delta_s: float = 0.02
     scrape_interval_s: float = 15.0
 
+    def __post_init__(self) -> None:
+        if not any(share < 100 for share in self.shares):
+            raise ValueError(
+                "Argo promotes after a Rollout's last step, and judges only the steps before it: the rollout "
+                "strategy needs a step below 100% (canary:P, or linear:K with K of 2 or more)"
+            )
+
     @property
     def range_s(self) -> float:
         """The judged window: the bake, at most a minute (as one server judges), and at least four
@@ -107,11 +114,6 @@ def endpoint_objects(
 ) -> list[Manifest]:
     """Everything one endpoint needs in its namespace."""
     _check_names(endpoint)
-    if not any(share < 100 for share in rollout.shares):
-        raise ValueError(
-            "Argo promotes after a Rollout's last step, and judges only the steps before it: the rollout strategy "
-            "needs a step below 100% (canary:P, or linear:K with K of 2 or more)"
-        )
     primary = endpoint.primary
     documents: list[Manifest] = [_endpoint_files(endpoint, settings)]
     for variant in endpoint.variants:
