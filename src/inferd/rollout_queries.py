@@ -65,7 +65,9 @@ def quantile_in(quantile: float, selected: str, range_s: float) -> str:
 
 
 def requests_so_far(selected: str) -> str:
-    """The requests every replica has counted (a step counts its own as a difference)."""
+    """The requests every replica has counted in its life, summed (what a replica's own /metrics
+    page says, added up: a controller counts a step's with `requests_in`, which restarts do not
+    upset)."""
     return f"sum({REQUESTS}{{{selected}}})"
 
 

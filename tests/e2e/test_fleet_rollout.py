@@ -226,21 +226,29 @@ def test_a_healthy_candidate_is_promoted_and_a_controller_killed_mid_bake_is_tak
     assert traffic.answers[(200, "teal")] > 0 and traffic.answers[(200, "blue")] > 0
 
 
+@contextlib.contextmanager
+def sharing_replicas(tmp_path: Path, shared: Path, document: dict[str, Any]) -> Iterator[tuple[ServerProcess, ...]]:
+    """Two replicas sharing the state directory `shared`, polling it every 0.2 s, with endpoint
+    `shop` (`document`) PUT to the first and followed by the second."""
+    repository = tmp_path / "repository"
+    misbehaving_model(repository / "stable")
+    misbehaving_model(repository / "good")
+    arguments = ("--state-dir", str(shared), "--repository-poll-secs", "0.2")
+    with ExitStack() as stack:
+        a, b = (stack.enter_context(run_server(repository, tmp_path / f"{n}.log", *arguments)) for n in "ab")
+        assert http_request(a, "PUT", "/v2/endpoints/shop", json.dumps(document).encode()).status == 201
+        wait_until(lambda: http_request(b, "GET", "/v2/endpoints/shop").status == 200)
+        yield a, b
+
+
 def test_replicas_sharing_a_state_directory_follow_each_other_and_a_controller(tmp_path: Path) -> None:
     """A PUT to either replica reaches the other within a poll; a controller writing the shared
     directory's weights (no endpoints file) rolls a candidate out over both, and meanwhile neither
     replica lets the endpoint be changed through its API."""
-    repository = tmp_path / "repository"
-    misbehaving_model(repository / "stable")
-    misbehaving_model(repository / "good")
     shared = tmp_path / "shared-state"
-    arguments = ("--state-dir", str(shared), "--repository-poll-secs", "0.2")
-    with ExitStack() as stack:
-        a, b = (stack.enter_context(run_server(repository, tmp_path / f"{n}.log", *arguments)) for n in "ab")
-        document = {"variants": [{"name": "blue", "model": "stable", "weight": 100},
-                                 {"name": "teal", "model": "good", "weight": 0}]}  # fmt: skip
-        assert http_request(a, "PUT", "/v2/endpoints/shop", json.dumps(document).encode()).status == 201
-        wait_until(lambda: http_request(b, "GET", "/v2/endpoints/shop").status == 200)
+    document: dict[str, Any] = {"variants": [{"name": "blue", "model": "stable", "weight": 100},
+                                             {"name": "teal", "model": "good", "weight": 0}]}  # fmt: skip
+    with sharing_replicas(tmp_path, shared, document) as (a, b):
         document["variants"][0]["weight"] = 90
         document["variants"][1]["weight"] = 10
         assert http_request(b, "PUT", "/v2/endpoints/shop", json.dumps(document).encode()).status == 200
@@ -326,17 +334,10 @@ def test_a_replicas_rollout_is_its_own_and_taken_up_by_another_when_it_dies(tmp_
     """Replicas sharing a state directory: a rollout started through one replica's API is refused
     to the other's changes while its replica lives; killed (-9), the other takes it up within a
     poll, so its split is never left with nobody judging."""
-    repository = tmp_path / "repository"
-    misbehaving_model(repository / "stable")
-    misbehaving_model(repository / "good")
     shared = tmp_path / "shared-state"
-    arguments = ("--state-dir", str(shared), "--repository-poll-secs", "0.2")
-    with ExitStack() as stack:
-        a, b = (stack.enter_context(run_server(repository, tmp_path / f"{n}.log", *arguments)) for n in "ab")
-        document = {"variants": [{"name": "blue", "model": "stable", "weight": 100},
-                                 {"name": "teal", "model": "good", "weight": 0}]}  # fmt: skip
-        assert http_request(a, "PUT", "/v2/endpoints/shop", json.dumps(document).encode()).status == 201
-        wait_until(lambda: http_request(b, "GET", "/v2/endpoints/shop").status == 200)
+    document: dict[str, Any] = {"variants": [{"name": "blue", "model": "stable", "weight": 100},
+                                             {"name": "teal", "model": "good", "weight": 0}]}  # fmt: skip
+    with sharing_replicas(tmp_path, shared, document) as (a, b):
         settings = {"to": "teal", "strategy": "canary:20", "bake": "1h", "min_requests": 10}
         assert http_request(a, "POST", "/v2/endpoints/shop/rollout", json.dumps(settings).encode()).status == 200
         wait_until(lambda: replica_weights(b) == {"blue": 80.0, "teal": 20.0})
