@@ -64,13 +64,6 @@ def quantile_in(quantile: float, selected: str, range_s: float) -> str:
     )
 
 
-def requests_so_far(selected: str) -> str:
-    """The requests every replica has counted in its life, summed (what a replica's own /metrics
-    page says, added up: a controller counts a step's with `requests_in`, which restarts do not
-    upset)."""
-    return f"sum({REQUESTS}{{{selected}}})"
-
-
 def error_rate_delta(candidate: str, baseline: str, range_s: float, min_requests: int | str) -> str:
     """The candidate's error rate minus the baseline's over the same range; no value (an empty
     vector) while the candidate has fewer than `min_requests` requests in it. The error guard

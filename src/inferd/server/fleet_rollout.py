@@ -53,10 +53,7 @@ class FileWeights:
         return self.location
 
     def spec(self, endpoint: str) -> EndpointSpec:
-        for spec in read_endpoint_file(self.location):
-            if spec.name == endpoint:
-                return spec
-        raise InvalidRequestError(f"--endpoints {self.location} declares no endpoint '{endpoint}'")
+        return _named(read_endpoint_file(self.location), endpoint, f"--endpoints {self.location} declares")
 
     def write(self, endpoint: str, weights: dict[str, float]) -> None:
         write_endpoint_weights(self.location, endpoint, weights)
@@ -73,26 +70,22 @@ class StateDirWeights:
         return f"{self.state.path / STATE_NAME}.json"
 
     def spec(self, endpoint: str) -> EndpointSpec:
-        for spec in self._specs():
-            if spec.name == endpoint:
-                return spec
-        raise InvalidRequestError(
-            f"the state directory {self.state.path} keeps no endpoint '{endpoint}' (PUT it to a replica first)"
-        )
+        return _named(specs_of(self.state.read(STATE_NAME)), endpoint, f"the state directory {self.state.path} keeps")
 
     def write(self, endpoint: str, weights: dict[str, float]) -> None:
         def change(kept: Any) -> dict[str, Any]:  # under the directory's lock: replicas write it too
-            spec = next((s for s in specs_of(kept) if s.name == endpoint), None)
-            if spec is None:
-                raise InvalidRequestError(
-                    f"the state directory {self.state.path} no longer keeps endpoint '{endpoint}'"
-                )
+            spec = _named(specs_of(kept), endpoint, f"the state directory {self.state.path} keeps")
             return with_spec(kept, endpoint, spec.with_weights(weights))
 
         self.state.update(STATE_NAME, change)
 
-    def _specs(self) -> list[EndpointSpec]:
-        return specs_of(self.state.read(STATE_NAME))
+
+def _named(specs: list[EndpointSpec], endpoint: str, where: str) -> EndpointSpec:
+    """The spec of `endpoint` among `specs`, or the error that says `where` has none."""
+    for spec in specs:
+        if spec.name == endpoint:
+            return spec
+    raise InvalidRequestError(f"{where} no endpoint '{endpoint}'")
 
 
 class FleetTarget:

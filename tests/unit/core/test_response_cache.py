@@ -45,6 +45,24 @@ def answer(value: float, size: int = 4) -> InferResponse:
     return InferResponse("m", "1", "r", (Tensor("y", DataType.FP32, (size,), np.full(size, value, np.float32)),))
 
 
+class Model:
+    """What the cache runs on a miss: counts its runs and answers `value` (else the run's number);
+    `gated`: each run waits until `release` is set (requests arriving meanwhile find it running)."""
+
+    def __init__(self, value: float | None = None, gated: bool = False) -> None:
+        self.runs = 0
+        self.value = value
+        self.release = asyncio.Event()
+        if not gated:
+            self.release.set()
+
+    async def run(self) -> InferResponse:
+        self.runs += 1
+        number = self.runs
+        await self.release.wait()
+        return answer(self.value if self.value is not None else float(number))
+
+
 def test_keys_tell_apart_what_answers_differently() -> None:
     base = request_key(VERSION, request(fp32("x", [1, 2, 3, 4])))
     assert base == request_key(VERSION, request(fp32("x", [1, 2, 3, 4]), request_id="other"))
@@ -93,21 +111,15 @@ def test_a_version_s_fingerprint_is_its_content(tmp_path: Path) -> None:
 async def test_one_execution_answers_identical_requests_that_come_while_it_runs() -> None:
     statistics = ServingStatistics()
     cache = ResponseCache(CacheSettings(1 << 20), statistics)
-    runs = 0
-    release = asyncio.Event()
-
-    async def run() -> InferResponse:
-        nonlocal runs
-        runs += 1
-        await release.wait()
-        return answer(7.0)
+    model = Model(7.0, gated=True)
+    run, release = model.run, model.release
 
     requests = [request(fp32("x", [1, 2]), request_id=str(i)) for i in range(100)]
     tasks = [asyncio.create_task(cache.answer(VERSION, "1", r, run)) for r in requests]
     await asyncio.sleep(0)
     release.set()
     responses = await asyncio.gather(*tasks)
-    assert runs == 1
+    assert model.runs == 1
     assert [r.request_id for r in responses[1:]] == [str(i) for i in range(1, 100)]  # each its own id
     assert all(r.outputs[0].data.tolist() == [7.0] * 4 for r in responses)
     assert [r.context.cache for r in requests].count("miss") == 1
@@ -116,7 +128,7 @@ async def test_one_execution_answers_identical_requests_that_come_while_it_runs(
     assert (stats.cache_hit.count, stats.cache_miss.count) == (99, 1)
     # Kept: a later identical request runs nothing; its answer's arrays cannot be written into.
     later = await cache.answer(VERSION, "1", request(fp32("x", [1, 2])), run)
-    assert runs == 1 and not later.outputs[0].data.flags.writeable
+    assert model.runs == 1 and not later.outputs[0].data.flags.writeable
 
 
 async def test_a_failed_execution_is_neither_kept_nor_handed_to_the_requests_waiting_for_it() -> None:
@@ -177,35 +189,27 @@ async def test_the_budget_evicts_the_least_recently_used_and_the_gauge_stays_wit
 async def test_entries_expire_after_their_ttl() -> None:
     now = [100.0]
     cache = ResponseCache(CacheSettings(1 << 20, ttl_s=10), ServingStatistics(), clock=lambda: now[0])
-    runs = 0
-
-    async def run() -> InferResponse:
-        nonlocal runs
-        runs += 1
-        return answer(float(runs))
+    model = Model()
+    run = model.run
 
     await cache.answer(VERSION, "1", request(fp32("x", [1])), run)
     now[0] += 9.9
     await cache.answer(VERSION, "1", request(fp32("x", [1])), run)
-    assert runs == 1
+    assert model.runs == 1
     now[0] += 0.2
     late = request(fp32("x", [1]))
     assert (await cache.answer(VERSION, "1", late, run)).outputs[0].data[0] == 2.0
-    assert runs == 2 and late.context.cache == "miss"
+    assert model.runs == 2 and late.context.cache == "miss"
 
 
 async def test_a_bypass_runs_the_model_and_keeps_its_fresh_answer() -> None:
     cache = ResponseCache(CacheSettings(1 << 20), ServingStatistics())
-    runs = 0
-
-    async def run() -> InferResponse:
-        nonlocal runs
-        runs += 1
-        return answer(float(runs))
+    model = Model()
+    run = model.run
 
     await cache.answer(VERSION, "1", request(fp32("x", [1])), run)
     fresh = await cache.answer(VERSION, "1", request(fp32("x", [1])), run, bypass=True)
-    assert runs == 2 and fresh.outputs[0].data[0] == 2.0
+    assert model.runs == 2 and fresh.outputs[0].data[0] == 2.0
     assert (await cache.answer(VERSION, "1", request(fp32("x", [1])), run)).outputs[0].data[0] == 2.0
 
 
@@ -300,30 +304,20 @@ async def test_a_redis_that_does_not_answer_is_a_miss_and_is_left_alone_a_while(
     statistics = ServingStatistics()
     settings = CacheSettings(redis_url="redis://127.0.0.1:1/0", redis_timeout_s=0.5)  # nothing listens there
     cache = ResponseCache(settings, statistics)
-    runs = 0
-
-    async def run() -> InferResponse:
-        nonlocal runs
-        runs += 1
-        return answer(1.0)
+    model = Model(1.0)
+    run = model.run
 
     for _ in range(3):
         assert (await cache.answer(VERSION, "1", request(fp32("x", [1])), run)).outputs[0].data[0] == 1.0
-    assert runs == 3  # no local tier: each request ran the model
+    assert model.runs == 3  # no local tier: each request ran the model
     assert statistics.cache_redis_errors == 1  # the first failed; the tier was then skipped
     await cache.close()
 
 
 async def test_when_the_first_request_s_client_leaves_one_waiter_runs_the_model_for_the_others() -> None:
     cache = ResponseCache(CacheSettings(1 << 20), ServingStatistics())
-    runs = 0
-    release = asyncio.Event()
-
-    async def run() -> InferResponse:
-        nonlocal runs
-        runs += 1
-        await release.wait()
-        return answer(5.0)
+    model = Model(5.0, gated=True)
+    run, release = model.run, model.release
 
     first = asyncio.create_task(cache.answer(VERSION, "1", request(fp32("x", [1])), run))
     await asyncio.sleep(0)
@@ -333,7 +327,7 @@ async def test_when_the_first_request_s_client_leaves_one_waiter_runs_the_model_
     await asyncio.sleep(0)
     release.set()
     responses = await asyncio.gather(*waiters)
-    assert runs == 2 and all(r.outputs[0].data[0] == 5.0 for r in responses)
+    assert model.runs == 2 and all(r.outputs[0].data[0] == 5.0 for r in responses)
     assert len(cache.local) == 1  # the second run's answer was kept
 
 
@@ -343,21 +337,15 @@ async def test_a_waiter_keeps_its_own_deadline_and_background_requests_never_hol
     from inferd.errors import DeadlineUnreachableError
 
     cache = ResponseCache(CacheSettings(1 << 20), ServingStatistics())
-    release = asyncio.Event()
-    runs = 0
-
-    async def run() -> InferResponse:
-        nonlocal runs
-        runs += 1
-        await release.wait()
-        return answer(1.0)
+    model = Model(1.0, gated=True)
+    run, release = model.run, model.release
 
     background = asyncio.create_task(cache.answer(VERSION, "1", request(fp32("x", [1])), run, admission="background"))
     await asyncio.sleep(0)
     # A real-time request does not wait for the background one: it runs the model itself.
     realtime = asyncio.create_task(cache.answer(VERSION, "1", request(fp32("x", [1])), run, admission="real_time"))
     await asyncio.sleep(0)
-    assert runs == 2
+    assert model.runs == 2
     hurried = request(fp32("x", [1]))
     hurried.context.deadline_s = time.monotonic() + 0.05
     with pytest.raises(DeadlineUnreachableError):
