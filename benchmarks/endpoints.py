@@ -15,8 +15,9 @@ the CPU a request.
 
 Target (issue "Endpoints"): an endpoint within 3% of the bare model's throughput (one variant over
 the model; 90/10 over the client's own 90/10). The endpoint's work per request is a dict lookup, the
-round robin's pick, the variant header, and the count under its variant (one append to its window,
-which /metrics reads too). Needs wrk (apt-get install wrk).
+round robin's pick (a step of a cycle made when the endpoint is set), the variant header, and the
+count under its variant (the window's own `fromlist`, which /metrics reads too): each a C call, so
+what an endpoint costs is the few lines of Python around them. Needs wrk (apt-get install wrk).
 """
 
 from __future__ import annotations

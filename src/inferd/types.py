@@ -11,7 +11,7 @@ import enum
 import itertools
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -182,6 +182,15 @@ class EndpointRoute(Protocol):
     def observe(self, latency_s: float, outcome: str) -> None:
         """The request ended `latency_s` after it began, with `outcome` ("success" or the error code)."""
         ...
+
+    @property
+    def succeeded(self) -> Callable[[list[float]], None]:
+        """Record a success as [its end on `clock`, its seconds]: `observe`'s success, with no
+        Python frame (the dispatcher's call on every successful request to an endpoint)."""
+        ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
 
 
 @dataclass(slots=True)

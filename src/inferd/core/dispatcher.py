@@ -35,6 +35,7 @@ from inferd.core.ensemble import EnsembleHandle
 from inferd.core.ensemble_loading import check_steps_serving
 from inferd.core.handle import Handle, ModelHandle
 from inferd.core.metrics import Metrics
+from inferd.core.request_window import SUCCESS
 from inferd.core.response_cache import CACHE_CONTROL_PARAMETER, NO_CACHE, ResponseCache, ensemble_key
 from inferd.core.scheduler import ADMISSION_PARAMETER, REALTIME_RECENT_S, Admission, prepare_work
 from inferd.core.tracing import RequestTracer
@@ -128,8 +129,12 @@ class Dispatcher:
         self._metrics.request_finished(
             request.model_name, str(handle.version), context.door, outcome, elapsed_s, timing.rows, timing
         )
-        if context.route is not None:  # counted under its variant too: its window, which /metrics reads
-            context.route.observe(elapsed_s, outcome)
+        route = context.route
+        if route is not None:  # counted under its variant too: its window, which /metrics reads
+            if outcome == SUCCESS:  # C's work alone: no Python frame on every request to an endpoint
+                route.succeeded([route.clock(), elapsed_s])
+            else:
+                route.observe(elapsed_s, outcome)
 
     def failed(self, request: InferRequest, handle: Handle | None, exc: InferdError, started_s: float) -> None:
         """`request` ended with `exc`; `handle` is None when it resolved to no model version."""
@@ -200,7 +205,7 @@ class Dispatcher:
         except InferdError as exc:
             self.failed(request, handle, exc, started_s)
             raise
-        self.finished(request, handle, "success", started_s)
+        self.finished(request, handle, SUCCESS, started_s)
         return response
 
     async def infer_stream(self, request: InferRequest, limits: RequestLimits) -> AsyncIterator[InferResponse]:
@@ -230,7 +235,7 @@ class Dispatcher:
             raise
         finally:
             if handle is not None and not counted:  # the last response sent, or the stream left
-                self.finished(request, handle, "success", started_s)
+                self.finished(request, handle, SUCCESS, started_s)
 
     def _cached_answer(
         self, handle: Handle, request: InferRequest, admission: Admission, limits: RequestLimits | None

@@ -14,7 +14,10 @@ How a variant is chosen, in this order:
   on every replica and after a restart (the hash is of the key and the variant's name, nothing
   else), and raising one variant's weight only moves keys to that variant: its scores alone grow.
 - otherwise **smooth weighted round robin** (nginx's): exact shares, no clustering, no RNG, so
-  90/10 over 1,000 requests is 900 and 100.
+  90/10 over 1,000 requests is 900 and 100. Weights of a short period (90/10's is 10 picks, any
+  of whole numbers or tenths summing to at most `MAX_PRECOMPUTED_PICKS`) have their period's
+  picks made once, when the endpoint is set: a request's pick is then one step of a cycle, C's
+  work and no Python frame, which is most of what an endpoint costs a request over its model.
 
 Each variant keeps its requests of the last minute (outcome and latency), which `GET
 /v2/endpoints/{name}` reports and a rollout's judge will read.
@@ -23,11 +26,13 @@ Each variant keeps its requests of the last minute (outcome and latency), which 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +220,32 @@ class RoundRobin:
         return best
 
 
+# The longest period of weighted picks made in advance (a list of this many references at most).
+MAX_PRECOMPUTED_PICKS = 10_000
+# Weights are read as fractions of at most this denominator when that is exactly the weight the
+# user gave (0.9 is 9/10): a weight of more digits than that leaves the picks to be made live.
+_WEIGHT_DENOMINATOR = 1000
+
+
+def round_robin_period(weights: Sequence[float]) -> list[int] | None:
+    """One period of the smooth round robin's picks over `weights` (the variants' indices, in the
+    order `RoundRobin` picks them), or None when the period is over MAX_PRECOMPUTED_PICKS. With
+    whole weights (after scaling) the round robin's counters are back at zero after as many picks
+    as the weights' sum, each variant picked its weight's times: the period, divided by the
+    weights' greatest common divisor, as scaling every weight changes no pick."""
+    shares = [Fraction(weight).limit_denominator(_WEIGHT_DENOMINATOR) for weight in weights]
+    if any(float(share) != weight for share, weight in zip(shares, weights, strict=True)):
+        return None
+    denominator = math.lcm(*(share.denominator for share in shares))
+    whole = [int(share * denominator) for share in shares]
+    divisor = math.gcd(*whole)
+    period = sum(whole) // divisor
+    if period > MAX_PRECOMPUTED_PICKS:
+        return None
+    round_robin = RoundRobin([count // divisor for count in whole])
+    return [round_robin.pick() for _ in range(period)]
+
+
 def rendezvous(key: str, variants: Sequence[Variant]) -> int:
     """The index of the variant `key` sticks to: weighted rendezvous hashing, the highest of
     weight / -ln(u), u uniform in (0, 1) from a hash of the variant's name and the key."""
@@ -248,10 +279,16 @@ class Route:
     # A request's seconds and outcome ("success" or the error code), into the variant's window: the
     # window's own method (no hop between). The window is what /metrics counts, too.
     observe: Callable[[float, str], None] = field(init=False)
+    # A successful request's [end on `clock`, seconds], into the window with no Python frame
+    # (`RequestWindow.succeeded`): the dispatcher's call for every success.
+    succeeded: Callable[[list[float]], None] = field(init=False)
+    clock: Callable[[], float] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variant_header", self.variant.encode())
         object.__setattr__(self, "observe", self.window.observe)
+        object.__setattr__(self, "succeeded", self.window.succeeded)
+        object.__setattr__(self, "clock", self.window.clock)
 
 
 @dataclass
@@ -272,9 +309,10 @@ class Endpoint:
     shadows: list[ShadowState] = field(init=False)
     # The sticky header's name as HTTP headers are keyed (lower-case bytes); b"" when not sticky.
     sticky_header: bytes = field(init=False)
-    # The route of every request by weight when the endpoint has one variant (None: it has several):
-    # the hot path takes it without a call.
-    only_route: Route | None = field(init=False)
+    # The route of the next request routed by weight: a cycle's step over the round robin's period
+    # made in advance when it is short (C's work, no Python frame: the hot path's call), else the
+    # round robin's pick made live.
+    next_route: Callable[[], Route] = field(init=False)
     _routes: list[Route] = field(init=False)
     _pinned_routes: list[Route] = field(init=False)
     _round_robin: RoundRobin = field(init=False)
@@ -310,9 +348,14 @@ class Endpoint:
             Route(self.spec.name, v.name, v.model, v.version, self.pinned_windows[v.name], bool(self.shadows))
             for v in self.spec.variants
         ]
-        self._round_robin = RoundRobin([variant.weight for variant in self.spec.variants])
+        weights = [variant.weight for variant in self.spec.variants]
+        self._round_robin = RoundRobin(weights)
+        period = round_robin_period(weights)
+        if period is not None:
+            self.next_route = itertools.cycle([self._routes[index] for index in period]).__next__
+        else:
+            self.next_route = self._pick_route
         self.sticky_header = self.spec.sticky.lower().encode()
-        self.only_route = self._routes[0] if len(self._routes) == 1 else None
 
     @property
     def name(self) -> str:
@@ -345,17 +388,15 @@ class Endpoint:
     def route(self, pinned: str | None = None, key: str | None = None) -> Route:
         """The route of one request: the `pinned` variant's, else the one `key` sticks to (when
         the endpoint is sticky and the request carried its header), else the round robin's next."""
-        if pinned is None and key is None:  # most requests: by weight
-            return self._routes[self._round_robin.pick()] if len(self._routes) > 1 else self._routes[0]
-        return (self._pinned_routes if pinned else self._routes)[self._index(pinned, key)]
-
-    def _index(self, pinned: str | None, key: str | None) -> int:
-        if pinned:
-            return self.spec.variants.index(self.spec.variant(pinned))
         variants = self.spec.variants
+        if pinned:
+            return self._pinned_routes[variants.index(self.spec.variant(pinned))]
         if key is not None and self.spec.sticky:
-            return rendezvous(key, variants)
-        return self._round_robin.pick() if len(variants) > 1 else 0
+            return self._routes[rendezvous(key, variants)]
+        return self.next_route()
+
+    def _pick_route(self) -> Route:
+        return self._routes[self._round_robin.pick()]
 
 
 class Endpoints:
@@ -387,6 +428,13 @@ class Endpoints:
             self.delete(name)
         for spec in wanted.values():
             self.set(spec)
+
+    def trim(self) -> None:
+        """Hold every variant's windows to their bound (`RequestWindow.trim`): the server calls this
+        every TRIM_INTERVAL_S."""
+        for endpoint in list(self.by_name.values()):
+            for window in (*endpoint.windows.values(), *endpoint.pinned_windows.values()):
+                window.trim()
 
     def totals(self) -> list[tuple[str, str, str, WindowTotals]]:
         """(endpoint, variant, how routed, totals) of every variant served (safe from /metrics' thread)."""

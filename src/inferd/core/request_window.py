@@ -3,10 +3,11 @@ whether it failed), and what it sums up to: what `GET /v2/endpoints/{name}` show
 and shadow, and what a rollout's judge compares. On an injected clock, so tests move time.
 
 Each request is recorded in one flat array (array.array: raw doubles, no Python object a
-request): recording costs one append, and a window of a hundred thousand requests leaves nothing
-for the garbage collector to walk. What is older than the window is dropped in chunks, so each
-request pays for its removal once. The same windows give /metrics its endpoint series: totals of
-all a window was told, summed from what it holds and what it dropped.
+request): recording a success is the array's own `fromlist` (C's work, no Python frame), and a
+window of a hundred thousand requests leaves nothing for the garbage collector to walk. What is
+older than the window is dropped in chunks, so each request pays for its removal once. The same
+windows give /metrics its endpoint series: totals of all a window was told, summed from what it
+holds and what it dropped.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ import numpy as np
 from inferd.core.statistics import LATENCY_BUCKETS_S
 from inferd.types import WINDOW_S
 
-# A window holds at most this many requests (the newest): its memory is bounded whatever the rate,
-# and a minute at more than this rate is judged on its last requests.
+# A window holds at most this many requests (the newest), plus those recorded by `succeeded` since
+# its last `trim` (the server trims every TRIM_INTERVAL_S): its memory is bounded whatever the
+# rate, and a minute at more than this rate is judged on its last requests.
 WINDOW_MAX_REQUESTS = 100_000
+TRIM_INTERVAL_S = 1.0
 # Entries (two doubles a request) held before the oldest are dropped, an eighth at a time.
 _MAX_ENTRIES = 2 * (WINDOW_MAX_REQUESTS + WINDOW_MAX_REQUESTS // 8)
 SUCCESS = "success"
@@ -73,15 +76,23 @@ class RequestWindow:
     """The last minute of one variant's requests (when each ended, how long it took, whether it
     failed), and the totals of all it was ever told, for /metrics.
 
-    A request is one `extend` of a flat array with two doubles: when it ended, and its seconds, whose
-    sign bit marks a failure (-0.0 included). The totals of what the window no longer holds are
-    folded in when it is dropped; the rest are summed when asked for. So the request path pays for
-    one append, and a failure also for its error code's count."""
+    A request is two doubles of a flat array: when it ended, and its seconds, whose sign bit marks a
+    failure (-0.0 included). The totals of what the window no longer holds are folded in when it is
+    dropped; the rest are summed when asked for. So a success costs the request path one C call
+    (`succeeded`), and a failure a call of `observe`, which also counts its error code."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._entries = array("d")
         self._append = self._entries.append
+        # The clock a request's end is read on, for `succeeded`'s callers.
+        self.clock = clock
+        # A successful request, as [when it ended on `clock`, its seconds]: the array's own
+        # `fromlist` (kept: the array is only ever trimmed in place). The dispatcher records every
+        # success of an endpoint's request so, with no Python frame: what an endpoint costs a
+        # request over its model. Both doubles are added at once, so a reader never finds one
+        # without the other; the window's size is not looked at here, but by `trim`.
+        self.succeeded: Callable[[list[float]], None] = self._entries.fromlist
         # Failed requests since the window was made, by error code.
         self._failures: dict[str, int] = {}
         # What was dropped, summed (under the lock, which /metrics' thread reads it under too).
@@ -105,6 +116,12 @@ class RequestWindow:
             append(-latency_s)
             self._failures[outcome] = self._failures.get(outcome, 0) + 1
         if len(self._entries) > _MAX_ENTRIES:
+            self._drop(len(self._entries) // 2 - WINDOW_MAX_REQUESTS)
+
+    def trim(self) -> None:
+        """Drop the oldest requests beyond WINDOW_MAX_REQUESTS (what `succeeded` added since the last
+        trim: `observe` keeps the bound itself)."""
+        if len(self._entries) > 2 * WINDOW_MAX_REQUESTS:
             self._drop(len(self._entries) // 2 - WINDOW_MAX_REQUESTS)
 
     @property

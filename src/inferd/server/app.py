@@ -25,9 +25,11 @@ from inferd.config.server import HttpServerKind, IntraOpPools, ModelControlMode,
 from inferd.config.tracing import EXTRA, TracingSettings
 from inferd.core.async_inference import AsyncInference
 from inferd.core.endpoint_control import EndpointControl
+from inferd.core.endpoints import Endpoints
 from inferd.core.model_files import UPLOAD_FLAG
 from inferd.core.registry import LoadBudget, ModelRegistry
 from inferd.core.repository import LinkedModels, ServedModels, open_repositories
+from inferd.core.request_window import TRIM_INTERVAL_S
 from inferd.core.response_cache import ResponseCache
 from inferd.core.service import InferenceService
 from inferd.core.state_dir import StateDir
@@ -325,8 +327,10 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
         )
     elif settings.state_dir:  # replicas sharing the directory follow what any of them (or a controller) sets
         endpoint_follower = loop.create_task(_follow_state(service.endpoints, settings.repository_poll_s))
+    # Endpoints' windows held to their bound: a success is recorded without a look at the size.
+    window_trimmer = loop.create_task(_trim_windows(service.endpoints.endpoints))
     await stop.wait()
-    for task in (poller, endpoint_follower, idle_unloader, config_follower):
+    for task in (poller, endpoint_follower, idle_unloader, config_follower, window_trimmer):
         if task is not None:
             task.cancel()
     # An unload under way finishes before the registry closes (it would skip a half-unloaded model).
@@ -349,6 +353,16 @@ async def _serve(settings: ServerSettings, cache_dir: Path, tracing: Tracing | N
     if registry.dispatcher.response_cache is not None:
         await registry.dispatcher.response_cache.close()
     logger.info("stopped")
+
+
+async def _trim_windows(endpoints: Endpoints) -> None:
+    """Every endpoint variant's window held to its bound every TRIM_INTERVAL_S, until cancelled."""
+    while True:
+        await asyncio.sleep(TRIM_INTERVAL_S)
+        try:
+            endpoints.trim()
+        except Exception:  # the trimmer must not end: the windows would grow unbounded
+            logger.exception("the endpoints' request windows could not be trimmed")
 
 
 async def _follow_state(control: EndpointControl, interval_s: float) -> None:

@@ -182,9 +182,14 @@ class InferenceCall:
                 else:  # no coroutine where no label needs resolving (most requests)
                     endpoint = self._endpoints.get(target.model)
                     if endpoint is not None:
-                        pinned = headers.get(_TARGET_VARIANT) or headers.get(_SAGEMAKER_TARGET_VARIANT)
-                        key = headers.get(endpoint.sticky_header) if endpoint.sticky_header else None
-                        self._route(endpoint, target, context, pinned, key)
+                        if (target.version or endpoint.sticky_header or _TARGET_VARIANT in headers
+                                or _SAGEMAKER_TARGET_VARIANT in headers):  # fmt: skip
+                            pinned = headers.get(_TARGET_VARIANT) or headers.get(_SAGEMAKER_TARGET_VARIANT)
+                            key = headers.get(endpoint.sticky_header) if endpoint.sticky_header else None
+                            self._route(endpoint, target, context, pinned, key)
+                        else:  # most requests: by weight, the cycle's next (a C call: no frame)
+                            chosen = context.route = endpoint.next_route()
+                            target.model, target.version = chosen.model, chosen.version
                     if self._sheds:
                         self._dispatcher.shed(target.model, target.version, codec.door, context.route)
                 try:
@@ -430,10 +435,7 @@ class InferenceCall:
                 f"'{target.model}' is an endpoint: it has variants, not versions "
                 f"(pin one with the {TARGET_VARIANT_HEADER} header)"
             )
-        if pinned is None and key is None:  # most requests: by weight (one variant: its one route)
-            route = context.route = endpoint.only_route or endpoint.route()
-        else:
-            route = context.route = endpoint.route(_text(pinned) if pinned else None, _text(key))
+        route = context.route = endpoint.route(_text(pinned) if pinned else None, _text(key))
         target.model, target.version = route.model, route.version
 
     async def _serve(

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from inferd.core.endpoints import (
+    MAX_PRECOMPUTED_PICKS,
     Endpoint,
     Endpoints,
     EndpointSpec,
@@ -17,6 +18,7 @@ from inferd.core.endpoints import (
     Shadow,
     Variant,
     rendezvous,
+    round_robin_period,
     spec_document,
     spec_from_document,
 )
@@ -50,6 +52,31 @@ def test_round_robin_keeps_fractional_weights_shares() -> None:
     rr = RoundRobin([1.5, 0.5, 0.0])
     picks = Counter(rr.pick() for _ in range(4000))
     assert picks == {0: 3000, 1: 1000}
+
+
+@pytest.mark.parametrize(
+    ("weights", "scaled"),
+    [((90, 10), (9, 1)), ((0.9, 0.1), (9, 1)), ((1.5, 0.5, 0.0), (3, 1, 0)), ((33.3, 66.7), (333, 667)), ((1,), (1,))],
+)
+def test_a_short_period_of_picks_is_made_in_advance_as_the_round_robin_makes_it(
+    weights: tuple[float, ...], scaled: tuple[int, ...]
+) -> None:
+    period = round_robin_period(weights)
+    assert period is not None and len(period) == sum(scaled)
+    live = RoundRobin(scaled)  # whole weights: exact sums, so the same picks
+    assert period == [live.pick() for _ in range(len(period))]
+    assert Counter(period) == {index: count for index, count in enumerate(scaled) if count}
+    # An endpoint of those weights routes by the period, again and again.
+    endpoint = Endpoint(EndpointSpec("e", tuple(Variant(f"v{i}", "m", "", w) for i, w in enumerate(weights))))
+    assert [endpoint.route().variant for _ in range(3 * len(period))] == [f"v{i}" for i in period] * 3
+
+
+@pytest.mark.parametrize("weights", [(0.12345, 1), (MAX_PRECOMPUTED_PICKS, 1)])
+def test_weights_of_a_long_period_are_picked_live_with_the_same_shares(weights: tuple[float, ...]) -> None:
+    assert round_robin_period(weights) is None
+    endpoint = Endpoint(EndpointSpec("e", (Variant("a", "m", "", weights[0]), Variant("b", "m", "", weights[1]))))
+    live = RoundRobin(weights)
+    assert [endpoint.route().variant for _ in range(2000)] == ["ab"[live.pick()] for _ in range(2000)]
 
 
 def test_a_pinned_variant_is_served_whatever_its_weight() -> None:
@@ -164,6 +191,29 @@ def test_a_reader_between_a_requests_two_appends_sees_only_whole_requests() -> N
     totals = window.totals()
     assert totals.outcomes == {"success": 1, "INTERNAL": 1} and totals.seconds_total == pytest.approx(0.002)
     assert window.requests_total == 2
+
+
+def test_a_success_recorded_without_a_frame_counts_as_observe_counts_it_and_trim_holds_the_bound() -> None:
+    clock = FakeClock()
+    fast, slow = RequestWindow(clock), RequestWindow(clock)
+    for index in range(WINDOW_MAX_REQUESTS + 10):
+        fast.succeeded([fast.clock(), index / 1e6])
+        slow.observe(index / 1e6, "success")
+    assert fast.summary() == slow.summary() and fast.totals() == slow.totals()
+    assert fast.requests_total == slow.requests_total == WINDOW_MAX_REQUESTS + 10
+    fast.trim()  # what the server does every TRIM_INTERVAL_S: the newest kept, the totals whole
+    trimmed, told = fast.totals(), slow.totals()
+    assert fast.summary().requests == WINDOW_MAX_REQUESTS and trimmed.outcomes == told.outcomes
+    assert trimmed.bucket_counts == told.bucket_counts and trimmed.seconds_total == pytest.approx(told.seconds_total)
+    assert fast.summary().p50_ms == pytest.approx((10 + WINDOW_MAX_REQUESTS / 2) / 1000, abs=0.002)
+    endpoints = Endpoints(clock)
+    endpoint = endpoints.set(spec(90, 10))
+    route = endpoint.route()
+    for _ in range(2 * WINDOW_MAX_REQUESTS + 3):
+        route.succeeded([route.clock(), 0.001])
+    endpoints.trim()
+    assert endpoint.windows[route.variant].summary().requests == WINDOW_MAX_REQUESTS
+    assert endpoint.windows[route.variant].requests_total == 2 * WINDOW_MAX_REQUESTS + 3
 
 
 def test_a_changed_endpoint_keeps_the_windows_of_the_variants_it_keeps() -> None:

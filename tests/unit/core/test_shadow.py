@@ -105,6 +105,12 @@ def test_comparisons_are_counted_by_the_variant_that_answered() -> None:
         def observe(self, latency_s: float, outcome: str) -> None:
             pass
 
+        def succeeded(self, entry: list[float]) -> None:
+            pass
+
+        def clock(self) -> float:
+            return 0.0
+
     async def scenario() -> None:
         async def infer(request: InferRequest) -> InferResponse:
             return PRIMARY
