@@ -14,10 +14,12 @@ How a variant is chosen, in this order:
   on every replica and after a restart (the hash is of the key and the variant's name, nothing
   else), and raising one variant's weight only moves keys to that variant: its scores alone grow.
 - otherwise **smooth weighted round robin** (nginx's): exact shares, no clustering, no RNG, so
-  90/10 over 1,000 requests is 900 and 100. Weights of a short period (90/10's is 10 picks, any
-  of whole numbers or tenths summing to at most `MAX_PRECOMPUTED_PICKS`) have their period's
-  picks made once, when the endpoint is set: a request's pick is then one step of a cycle, C's
-  work and no Python frame, which is most of what an endpoint costs a request over its model.
+  90/10 over 1,000 requests is 900 and 100. Weights of a short period have their period's picks
+  made once, when the endpoint is set: a request's pick is then one step of a cycle, C's work and
+  no Python frame, which is most of what an endpoint costs a request over its model. The period
+  is the weights' sum once they are made whole (0.9 and 33.3 are tenths, 0.001 a thousandth) and
+  divided by their greatest common divisor: 90/10's is 10 picks, 20000/10000's 3, and one over
+  `MAX_PRECOMPUTED_PICKS` is picked live instead.
 
 Each variant keeps its requests of the last minute (outcome and latency), which `GET
 /v2/endpoints/{name}` reports and a rollout's judge will read.
@@ -205,6 +207,8 @@ class RoundRobin:
     pick of its weight's, and picks of one variant are spread out, never bunched."""
 
     def __init__(self, weights: Sequence[float]) -> None:
+        if not math.isfinite(sum(weights)):  # weights near the float's limit: scaled, changing no pick
+            weights = [weight / max(weights) for weight in weights]
         self._weights = list(weights)
         self._total = sum(weights)
         self._current = [0.0] * len(weights)
@@ -225,14 +229,20 @@ MAX_PRECOMPUTED_PICKS = 10_000
 # Weights are read as fractions of at most this denominator when that is exactly the weight the
 # user gave (0.9 is 9/10): a weight of more digits than that leaves the picks to be made live.
 _WEIGHT_DENOMINATOR = 1000
+# At most this many steps (picks times variants) to make a period when an endpoint is set, on the
+# event loop: many variants of equal weight are picked live rather than stall it.
+_MAX_PRECOMPUTING_STEPS = 100_000
 
 
 def round_robin_period(weights: Sequence[float]) -> list[int] | None:
-    """One period of the smooth round robin's picks over `weights` (the variants' indices, in the
-    order `RoundRobin` picks them), or None when the period is over MAX_PRECOMPUTED_PICKS. With
-    whole weights (after scaling) the round robin's counters are back at zero after as many picks
-    as the weights' sum, each variant picked its weight's times: the period, divided by the
-    weights' greatest common divisor, as scaling every weight changes no pick."""
+    """One period of the smooth round robin's picks over `weights` (the variants' indices), or None
+    when the period is over MAX_PRECOMPUTED_PICKS (or takes over _MAX_PRECOMPUTING_STEPS to make).
+    With whole weights (after scaling) the round robin's counters are back at zero after as many
+    picks as the weights' sum, each variant picked its weight's times: the period, divided by the
+    weights' greatest common divisor, as scaling every weight changes no pick. The picks are made
+    on the whole weights, exactly: where a float weight is not exact (0.7), `RoundRobin` over the
+    floats may break a near tie the other way, so the order may differ from its by a swap, never
+    the shares (each variant's count in the period is exactly its weight's)."""
     shares = [Fraction(weight).limit_denominator(_WEIGHT_DENOMINATOR) for weight in weights]
     if any(float(share) != weight for share, weight in zip(shares, weights, strict=True)):
         return None
@@ -240,7 +250,7 @@ def round_robin_period(weights: Sequence[float]) -> list[int] | None:
     whole = [int(share * denominator) for share in shares]
     divisor = math.gcd(*whole)
     period = sum(whole) // divisor
-    if period > MAX_PRECOMPUTED_PICKS:
+    if period > MAX_PRECOMPUTED_PICKS or period * len(weights) > _MAX_PRECOMPUTING_STEPS:
         return None
     round_robin = RoundRobin([count // divisor for count in whole])
     return [round_robin.pick() for _ in range(period)]

@@ -23,12 +23,14 @@ import numpy as np
 from inferd.core.statistics import LATENCY_BUCKETS_S
 from inferd.types import WINDOW_S
 
-# A window holds at most this many requests (the newest), plus those recorded by `succeeded` since
-# its last `trim` (the server trims every TRIM_INTERVAL_S): its memory is bounded whatever the
-# rate, and a minute at more than this rate is judged on its last requests.
+# A window holds this many requests (the newest), an eighth more before it drops the oldest, and
+# those recorded by `succeeded` since its last `trim` (the server trims every TRIM_INTERVAL_S): its
+# memory is bounded whatever the rate, and a minute at more than this rate is judged on its last
+# requests.
 WINDOW_MAX_REQUESTS = 100_000
 TRIM_INTERVAL_S = 1.0
-# Entries (two doubles a request) held before the oldest are dropped, an eighth at a time.
+# Entries (two doubles a request) held before the oldest are dropped, an eighth at a time (by
+# `observe` at once, by `trim` for what `succeeded` added).
 _MAX_ENTRIES = 2 * (WINDOW_MAX_REQUESTS + WINDOW_MAX_REQUESTS // 8)
 SUCCESS = "success"
 _BOUNDS = np.asarray(LATENCY_BUCKETS_S, dtype=np.float64)
@@ -90,8 +92,9 @@ class RequestWindow:
         # A successful request, as [when it ended on `clock`, its seconds]: the array's own
         # `fromlist` (kept: the array is only ever trimmed in place). The dispatcher records every
         # success of an endpoint's request so, with no Python frame: what an endpoint costs a
-        # request over its model. Both doubles are added at once, so a reader never finds one
-        # without the other; the window's size is not looked at here, but by `trim`.
+        # request over its model. Both doubles are added in one C call, under the GIL (the server
+        # runs on a build with one), so a reader never finds one without the other; the window's
+        # size is not looked at here, but by `trim`.
         self.succeeded: Callable[[list[float]], None] = self._entries.fromlist
         # Failed requests since the window was made, by error code.
         self._failures: dict[str, int] = {}
@@ -119,9 +122,9 @@ class RequestWindow:
             self._drop(len(self._entries) // 2 - WINDOW_MAX_REQUESTS)
 
     def trim(self) -> None:
-        """Drop the oldest requests beyond WINDOW_MAX_REQUESTS (what `succeeded` added since the last
-        trim: `observe` keeps the bound itself)."""
-        if len(self._entries) > 2 * WINDOW_MAX_REQUESTS:
+        """Hold the window to its bound as `observe` does (what `succeeded` added since the last trim:
+        `observe` keeps the bound itself)."""
+        if len(self._entries) > _MAX_ENTRIES:
             self._drop(len(self._entries) // 2 - WINDOW_MAX_REQUESTS)
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from pathlib import Path
@@ -56,27 +57,54 @@ def test_round_robin_keeps_fractional_weights_shares() -> None:
 
 @pytest.mark.parametrize(
     ("weights", "scaled"),
-    [((90, 10), (9, 1)), ((0.9, 0.1), (9, 1)), ((1.5, 0.5, 0.0), (3, 1, 0)), ((33.3, 66.7), (333, 667)), ((1,), (1,))],
+    [
+        ((90, 10), (9, 1)),
+        ((1.5, 0.5, 0.0), (3, 1, 0)),
+        ((20000, 10000), (2, 1)),
+        ((9999, 1), (9999, 1)),  # a period of MAX_PRECOMPUTED_PICKS, the longest made in advance
+        ((0.9, 0.1), (9, 1)),
+        ((0.7, 0.2, 0.1), (7, 2, 1)),
+        ((33.3, 66.7), (333, 667)),
+        ((0.001, 0.999), (1, 999)),
+        ((1,), (1,)),
+    ],
 )
-def test_a_short_period_of_picks_is_made_in_advance_as_the_round_robin_makes_it(
+def test_a_short_period_of_picks_is_made_in_advance_with_exact_shares(
     weights: tuple[float, ...], scaled: tuple[int, ...]
 ) -> None:
     period = round_robin_period(weights)
     assert period is not None and len(period) == sum(scaled)
-    live = RoundRobin(scaled)  # whole weights: exact sums, so the same picks
-    assert period == [live.pick() for _ in range(len(period))]
     assert Counter(period) == {index: count for index, count in enumerate(scaled) if count}
+    if all(float(weight * 2).is_integer() for weight in weights):
+        # Weights whose sums are exact in floats (halves): the very picks the round robin makes live.
+        live = RoundRobin(weights)
+        assert period == [live.pick() for _ in range(len(period))]
+    # Spread as the round robin spreads: no variant waits more than its share's gap for a pick.
+    for index, count in enumerate(scaled):
+        if count:
+            at = [i for i, pick in enumerate(period + period) if pick == index]
+            assert max(b - a for a, b in itertools.pairwise(at)) <= math.ceil(len(period) / count) + 1
     # An endpoint of those weights routes by the period, again and again.
     endpoint = Endpoint(EndpointSpec("e", tuple(Variant(f"v{i}", "m", "", w) for i, w in enumerate(weights))))
     assert [endpoint.route().variant for _ in range(3 * len(period))] == [f"v{i}" for i in period] * 3
 
 
-@pytest.mark.parametrize("weights", [(0.12345, 1), (MAX_PRECOMPUTED_PICKS, 1)])
+@pytest.mark.parametrize(
+    "weights",
+    [(0.12345, 1), (MAX_PRECOMPUTED_PICKS, 1), (1,) * 400, (1e308, 1e308, 1e307)],
+    ids=["digits", "long-period", "many-variants", "huge"],
+)
 def test_weights_of_a_long_period_are_picked_live_with_the_same_shares(weights: tuple[float, ...]) -> None:
     assert round_robin_period(weights) is None
-    endpoint = Endpoint(EndpointSpec("e", (Variant("a", "m", "", weights[0]), Variant("b", "m", "", weights[1]))))
+    endpoint = Endpoint(EndpointSpec("e", tuple(Variant(f"v{i}", "m", "", w) for i, w in enumerate(weights))))
     live = RoundRobin(weights)
-    assert [endpoint.route().variant for _ in range(2000)] == ["ab"[live.pick()] for _ in range(2000)]
+    picks = [endpoint.route().variant for _ in range(2000)]
+    assert picks == [f"v{live.pick()}" for _ in range(2000)]
+    if len(weights) == 400:  # each in turn
+        assert picks[:800] == [f"v{i}" for i in range(400)] * 2
+    if weights[0] == 1e308:  # weights whose sum is not a float: scaled, so 10/10/1 as they say
+        counts = Counter(picks)
+        assert all(abs(counts[f"v{i}"] - 2000 * share / 21) <= 1 for i, share in enumerate((10, 10, 1)))
 
 
 def test_a_pinned_variant_is_served_whatever_its_weight() -> None:
@@ -196,16 +224,17 @@ def test_a_reader_between_a_requests_two_appends_sees_only_whole_requests() -> N
 def test_a_success_recorded_without_a_frame_counts_as_observe_counts_it_and_trim_holds_the_bound() -> None:
     clock = FakeClock()
     fast, slow = RequestWindow(clock), RequestWindow(clock)
-    for index in range(WINDOW_MAX_REQUESTS + 10):
+    count = 2 * WINDOW_MAX_REQUESTS
+    for index in range(count):
         fast.succeeded([fast.clock(), index / 1e6])
-        slow.observe(index / 1e6, "success")
-    assert fast.summary() == slow.summary() and fast.totals() == slow.totals()
-    assert fast.requests_total == slow.requests_total == WINDOW_MAX_REQUESTS + 10
+        slow.observe(index / 1e6, "success")  # drops the oldest an eighth at a time, as it goes
+    assert fast.summary().requests == count > slow.summary().requests  # held until trimmed
     fast.trim()  # what the server does every TRIM_INTERVAL_S: the newest kept, the totals whole
     trimmed, told = fast.totals(), slow.totals()
     assert fast.summary().requests == WINDOW_MAX_REQUESTS and trimmed.outcomes == told.outcomes
     assert trimmed.bucket_counts == told.bucket_counts and trimmed.seconds_total == pytest.approx(told.seconds_total)
-    assert fast.summary().p50_ms == pytest.approx((10 + WINDOW_MAX_REQUESTS / 2) / 1000, abs=0.002)
+    assert fast.requests_total == slow.requests_total == count
+    assert fast.summary().p50_ms == pytest.approx((count - WINDOW_MAX_REQUESTS / 2) / 1000, abs=0.002)
     endpoints = Endpoints(clock)
     endpoint = endpoints.set(spec(90, 10))
     route = endpoint.route()
@@ -214,6 +243,10 @@ def test_a_success_recorded_without_a_frame_counts_as_observe_counts_it_and_trim
     endpoints.trim()
     assert endpoint.windows[route.variant].summary().requests == WINDOW_MAX_REQUESTS
     assert endpoint.windows[route.variant].requests_total == 2 * WINDOW_MAX_REQUESTS + 3
+    pinned = endpoint.route(pinned="green")  # the pinned requests' windows too
+    pinned.succeeded([pinned.clock(), 0.001] * (2 * WINDOW_MAX_REQUESTS))
+    endpoints.trim()
+    assert endpoint.pinned_windows["green"].summary().requests == WINDOW_MAX_REQUESTS
 
 
 def test_a_changed_endpoint_keeps_the_windows_of_the_variants_it_keeps() -> None:
