@@ -325,7 +325,6 @@ class Endpoint:
     next_route: Callable[[], Route] = field(init=False)
     _routes: list[Route] = field(init=False)
     _pinned_routes: list[Route] = field(init=False)
-    _round_robin: RoundRobin = field(init=False)
 
     def __post_init__(self) -> None:
         kept: dict[tuple[str, str, str], tuple[RequestWindow, RequestWindow]] = {}
@@ -359,12 +358,12 @@ class Endpoint:
             for v in self.spec.variants
         ]
         weights = [variant.weight for variant in self.spec.variants]
-        self._round_robin = RoundRobin(weights)
         period = round_robin_period(weights)
         if period is not None:
             self.next_route = itertools.cycle([self._routes[index] for index in period]).__next__
         else:
-            self.next_route = self._pick_route
+            routes, round_robin = self._routes, RoundRobin(weights)
+            self.next_route = lambda: routes[round_robin.pick()]
         self.sticky_header = self.spec.sticky.lower().encode()
 
     @property
@@ -404,9 +403,6 @@ class Endpoint:
         if key is not None and self.spec.sticky:
             return self._routes[rendezvous(key, variants)]
         return self.next_route()
-
-    def _pick_route(self) -> Route:
-        return self._routes[self._round_robin.pick()]
 
 
 class Endpoints:
